@@ -1,0 +1,12 @@
+"""The world model and the Gymnasium environments; importing it registers ``recourse/SetCover-v0``."""
+
+from gymnasium.envs.registration import register, registry
+
+from envs.capability import CapabilityWorld
+from envs.recourse import Recourse
+from envs.setcover_env import SetCoverEnv
+
+__all__ = ["CapabilityWorld", "Recourse", "SetCoverEnv"]
+
+if "recourse/SetCover-v0" not in registry:
+    register(id="recourse/SetCover-v0", entry_point="envs.setcover_env:SetCoverEnv")
