@@ -1,0 +1,79 @@
+"""Experiment configuration: one YAML file per named experiment.
+
+The schema is typed and strict: unknown keys, wrong types and impossible values are rejected
+with an error that names the field. Generators and policies are listed by ``method`` with a
+``params`` mapping that the method's own typed hyperparameter class validates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError
+
+from data_gen.config import DatasetConfig, StrictModel
+
+
+class MethodConfig(StrictModel):
+    """A generator or policy to train: its method name and hyperparameters."""
+
+    method: str = Field(description="registered method name, e.g. 'named_cfe' or 'maskable_ppo'")
+    name: str | None = Field(None, description="run-directory name of this model (default: the method)")
+    params: dict[str, Any] = Field(default_factory=dict, description="hyperparameters, checked by the method")
+
+
+class EvaluationConfig(StrictModel):
+    """How a run is evaluated on its held-out split."""
+
+    filters: list[str] = Field(["all"], description="CFE-frequency filters to train and evaluate on: all, >10, >40")
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="share of agents held out for testing")
+    solver_timing_agents: int = Field(200, ge=0, description="agents timed with the exact solver for the speed ratio")
+
+
+class ExperimentConfig(StrictModel):
+    """A named experiment: the dataset, the models to train and how to evaluate them."""
+
+    name: str = Field(description="experiment name; the run directory is <output_dir>/<name>")
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="the dataset to build or reuse")
+    dataset_name: str | None = Field(None, description="dataset directory name (default: the experiment name)")
+    data_dir: str = Field("data_cache", description="where datasets are stored")
+    output_dir: str = Field("runs", description="where run directories are written")
+    generators: list[MethodConfig] = Field(default_factory=list, description="amortized generators to train")
+    policies: list[MethodConfig] = Field(default_factory=list, description="RL policies to train")
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="evaluation settings")
+    seeds: list[int] = Field([0], min_length=1, description="training seeds (one model per seed)")
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.dataset_name is None:
+            object.__setattr__(self, "dataset_name", self.name)
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return ExperimentConfig(**data)
+    except ValidationError as err:
+        raise ValueError(_format_error(err, source)) from None
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"config: {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err})") from None
+    return parse_config(data or {}, str(path))

@@ -1,0 +1,213 @@
+"""Fast exact weighted set cover for batch labelling: a compiled branch and bound.
+
+Each agent's deficit (the capabilities it lacks) and the actions are bitmasks. The search picks
+the uncovered capability with the fewest live actions that provide it and branches on which of
+them (cheapest first) is the *first* action of the cover providing it; later branches exclude
+earlier candidates, so the branches partition the covers and every minimal cover is reached at
+most once. That makes two things exact at once: the optimal cost, and the number of distinct
+optimal sets (uniqueness), because with positive costs every optimal cover is minimal.
+A branch is cut when cost + lower bound exceeds the best cost; the lower bound is the largest,
+over uncovered capabilities, of the cheapest live action providing it. Agents are solved in
+parallel (numba ``prange``) and identical (group, deficit) patterns are solved once.
+
+Instances that exceed ``max_nodes`` are re-solved with the HiGHS ILP (exact fallback).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numba as nb
+import numpy as np
+
+from envs.capability import CapabilityWorld
+from solvers.base import CoverLabels, SetCoverSolver
+
+_TOL = 1e-9
+
+
+def pack_bits(M: np.ndarray) -> np.ndarray:
+    """Pack a (R, n) boolean matrix into (R, ceil(n/64)) uint64 words (bit j of word j//64)."""
+    M = np.atleast_2d(np.asarray(M, dtype=bool))
+    R, n = M.shape
+    W = max(1, -(-n // 64))
+    padded = np.zeros((R, W * 64), dtype=np.uint8)
+    padded[:, :n] = M
+    bytes_ = np.packbits(padded.reshape(R, W * 8, 8), axis=2, bitorder="little").reshape(R, W * 8)
+    return np.ascontiguousarray(bytes_).view("<u8").reshape(R, W).astype(np.uint64)
+
+
+@nb.njit(cache=True, inline="always")
+def _popcount(v):
+    v = v - ((v >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    v = (v & np.uint64(0x3333333333333333)) + ((v >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    v = (v + (v >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (v * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
+# Not cached: numba's cache of recursive functions crashes when reloaded.
+@nb.njit
+def _search(rem, cost, bits, costs, live, chosen, depth, best_cost, best_set, best_len, n_opt, nodes, max_nodes):
+    W = rem.shape[0]
+    A = bits.shape[0]
+    covered = True
+    for w in range(W):
+        if rem[w] != 0:
+            covered = False
+            break
+    if covered:
+        b = best_cost[0]
+        tol = _TOL * max(1.0, abs(b)) if b < np.inf else 0.0
+        if cost < b - tol:
+            best_cost[0] = cost
+            n_opt[0] = 1
+            best_len[0] = depth
+            for i in range(depth):
+                best_set[i] = chosen[i]
+        elif cost <= b + tol:
+            n_opt[0] += 1
+        return
+    nodes[0] += 1
+    if nodes[0] > max_nodes:
+        return
+    # Branching capability (fewest providers) and the lower bound.
+    lb = 0.0
+    best_count = A + 1
+    e_w = 0
+    e_bit = np.uint64(0)
+    for w in range(W):
+        r = rem[w]
+        while r != 0:
+            low = r & (~r + np.uint64(1))
+            cnt = 0
+            mc = np.inf
+            for a in range(A):
+                if live[a] and (bits[a, w] & low) != 0:
+                    cnt += 1
+                    if costs[a] < mc:
+                        mc = costs[a]
+            if cnt == 0:
+                return  # nothing left can provide this capability
+            if mc > lb:
+                lb = mc
+            if cnt < best_count:
+                best_count = cnt
+                e_w = w
+                e_bit = low
+            r ^= low
+    # Density bound: every uncovered capability is paid for at no less than the best
+    # cost per newly provided capability of any live action.
+    n_rem = 0
+    for w in range(W):
+        n_rem += _popcount(rem[w])
+    ratio = np.inf
+    for a in range(A):
+        if live[a]:
+            m = 0
+            for w in range(W):
+                m += _popcount(bits[a, w] & rem[w])
+            if m > 0 and costs[a] / m < ratio:
+                ratio = costs[a] / m
+    if ratio * n_rem > lb:
+        lb = ratio * n_rem
+    b = best_cost[0]
+    if b < np.inf and cost + lb > b + _TOL * max(1.0, abs(b)):
+        return
+    disabled = np.empty(best_count, dtype=np.int64)
+    k = 0
+    child = np.empty(W, dtype=np.uint64)
+    for a in range(A):  # actions are sorted by cost: cheapest branch first
+        if live[a] and (bits[a, e_w] & e_bit) != 0:
+            b = best_cost[0]
+            if b < np.inf and cost + costs[a] > b + _TOL * max(1.0, abs(b)):
+                break
+            for w in range(W):
+                child[w] = rem[w] & ~bits[a, w]
+            chosen[depth] = a
+            live[a] = False  # chosen here, excluded from later sibling branches
+            disabled[k] = a
+            k += 1
+            _search(child.copy(), cost + costs[a], bits, costs, live, chosen, depth + 1,
+                    best_cost, best_set, best_len, n_opt, nodes, max_nodes)
+    for i in range(k):
+        live[disabled[i]] = True
+
+
+@nb.njit(parallel=True)
+def _solve_all(deficits, allowed, bits, costs, max_nodes, max_len):
+    B = deficits.shape[0]
+    A = bits.shape[0]
+    out_cost = np.full(B, np.inf)
+    out_set = np.full((B, max_len), -1, dtype=np.int64)
+    out_len = np.zeros(B, dtype=np.int64)
+    out_nopt = np.zeros(B, dtype=np.int64)
+    out_nodes = np.zeros(B, dtype=np.int64)
+    for i in nb.prange(B):
+        live = allowed[i].copy()
+        chosen = np.empty(A, dtype=np.int64)
+        best_cost = np.full(1, np.inf)
+        best_set = np.empty(A, dtype=np.int64)
+        best_len = np.zeros(1, dtype=np.int64)
+        n_opt = np.zeros(1, dtype=np.int64)
+        nodes = np.zeros(1, dtype=np.int64)
+        _search(deficits[i].copy(), 0.0, bits, costs, live, chosen, 0, best_cost, best_set, best_len,
+                n_opt, nodes, max_nodes)
+        out_nodes[i] = nodes[0]
+        if best_cost[0] < np.inf:
+            out_cost[i] = best_cost[0]
+            out_nopt[i] = n_opt[0]
+            L = min(best_len[0], max_len)
+            out_len[i] = best_len[0]
+            for j in range(L):
+                out_set[i, j] = best_set[j]
+    return out_cost, out_set, out_len, out_nopt, out_nodes
+
+
+class FastSetCover(SetCoverSolver):
+    """Exact compiled branch and bound with uniqueness count (see module docstring)."""
+
+    name = "setcover-bnb"
+
+    def __init__(self, max_nodes: int = 2_000_000, dedupe: bool = True):
+        self.max_nodes = max_nodes  # per-agent node budget; beyond it the agent is re-solved by the ILP
+        self.dedupe = dedupe  # solve each distinct (group, deficit) pattern once
+
+    def label_batch(self, world: CapabilityWorld, X: np.ndarray, groups: np.ndarray | None = None) -> CoverLabels:
+        t0 = time.perf_counter()
+        X = np.atleast_2d(X)
+        deficits = world.deficits(X, groups)
+        allowed = np.broadcast_to(world.allowed(groups) if groups is not None
+                                  else world.allowed(np.zeros(len(X), dtype=int)), (len(X), world.n_actions))
+        if self.dedupe:
+            key = np.concatenate([deficits, allowed], axis=1) if world.access is not None else deficits
+            uniq, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            deficits, allowed = deficits[first], allowed[first]
+        order = np.argsort(world.costs, kind="stable")  # cheapest first
+        bits = pack_bits(world.actions[order])
+        costs = world.costs[order]
+        cost, sets, lengths, nopt, nodes = _solve_all(pack_bits(deficits), np.ascontiguousarray(allowed[:, order]),
+                                                      bits, costs, self.max_nodes, world.n_actions)
+        width = max(1, int(lengths.max(initial=0)))
+        sets = sets[:, :width]
+        sets = np.where(sets >= 0, order[np.maximum(sets, 0)], -1)
+        sets = np.sort(np.where(sets < 0, np.iinfo(np.int64).max, sets), axis=1)
+        sets[sets == np.iinfo(np.int64).max] = -1
+        cost = np.where(np.isfinite(cost), np.where(sets >= 0, world.costs[np.maximum(sets, 0)], 0).sum(1), cost)
+        over = nodes > self.max_nodes
+        if over.any():  # exact fallback for the rare instance the node budget does not settle
+            from solvers.setcover_ilp import PulpSetCover
+
+            fb = PulpSetCover(solver="HiGHS", check_unique=True).label_batch(
+                world, np.where(deficits[over], 0, 1).astype(np.uint8) | ~world.thresholds_of(None).astype(bool),
+                None) if world.access is None and world.n_groups == 1 else None
+            if fb is None:
+                raise RuntimeError("node budget exceeded on a grouped world; raise max_nodes")
+            cost[over], nopt[over] = fb.cost, fb.n_optimal
+            width = max(width, fb.actions.shape[1])
+            sets = np.pad(sets, ((0, 0), (0, width - sets.shape[1])), constant_values=-1)
+            sets[over] = np.pad(fb.actions, ((0, 0), (0, width - fb.actions.shape[1])), constant_values=-1)
+        if self.dedupe:
+            cost, sets, nopt = cost[inverse], sets[inverse], nopt[inverse]
+        elapsed = time.perf_counter() - t0
+        return CoverLabels(cost, sets, nopt.astype(np.int8), np.full(len(X), elapsed / max(len(X), 1)))
