@@ -178,35 +178,32 @@ class FastSetCover(SetCoverSolver):
         deficits = world.deficits(X, groups)
         allowed = np.broadcast_to(world.allowed(groups) if groups is not None
                                   else world.allowed(np.zeros(len(X), dtype=int)), (len(X), world.n_actions))
+        rep = np.arange(len(X))  # the agent each solved row stands for
         if self.dedupe:
             key = np.concatenate([deficits, allowed], axis=1) if world.access is not None else deficits
-            uniq, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+            _, rep, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
             inverse = inverse.reshape(-1)
-            deficits, allowed = deficits[first], allowed[first]
+            deficits, allowed = deficits[rep], allowed[rep]
         order = np.argsort(world.costs, kind="stable")  # cheapest first
-        bits = pack_bits(world.actions[order])
-        costs = world.costs[order]
-        cost, sets, lengths, nopt, nodes = _solve_all(pack_bits(deficits), np.ascontiguousarray(allowed[:, order]),
-                                                      bits, costs, self.max_nodes, world.n_actions)
-        width = max(1, int(lengths.max(initial=0)))
-        sets = sets[:, :width]
-        sets = np.where(sets >= 0, order[np.maximum(sets, 0)], -1)
-        sets = np.sort(np.where(sets < 0, np.iinfo(np.int64).max, sets), axis=1)
-        sets[sets == np.iinfo(np.int64).max] = -1
-        cost = np.where(np.isfinite(cost), np.where(sets >= 0, world.costs[np.maximum(sets, 0)], 0).sum(1), cost)
+        cost, sets, lengths, nopt, nodes = _solve_all(
+            pack_bits(deficits), np.ascontiguousarray(allowed[:, order]), pack_bits(world.actions[order]),
+            world.costs[order], self.max_nodes, world.n_actions)
+        sets = np.where(sets >= 0, order[np.maximum(sets, 0)], -1)[:, : max(1, int(lengths.max(initial=0)))]
         over = nodes > self.max_nodes
         if over.any():  # exact fallback for the rare instance the node budget does not settle
             from solvers.setcover_ilp import PulpSetCover
 
             fb = PulpSetCover(solver="HiGHS", check_unique=True).label_batch(
-                world, np.where(deficits[over], 0, 1).astype(np.uint8) | ~world.thresholds_of(None).astype(bool),
-                None) if world.access is None and world.n_groups == 1 else None
-            if fb is None:
-                raise RuntimeError("node budget exceeded on a grouped world; raise max_nodes")
-            cost[over], nopt[over] = fb.cost, fb.n_optimal
-            width = max(width, fb.actions.shape[1])
+                world, X[rep[over]], None if groups is None else groups[rep[over]])
+            width = max(sets.shape[1], fb.actions.shape[1])
             sets = np.pad(sets, ((0, 0), (0, width - sets.shape[1])), constant_values=-1)
             sets[over] = np.pad(fb.actions, ((0, 0), (0, width - fb.actions.shape[1])), constant_values=-1)
+            cost[over], nopt[over] = fb.cost, fb.n_optimal
+        big = np.iinfo(np.int64).max
+        sets = np.sort(np.where(sets < 0, big, sets), axis=1)  # canonical ascending order
+        sets[sets == big] = -1
+        # Exact sums of the integer-valued efforts rather than the search's running float sum.
+        cost = np.where(np.isfinite(cost), np.where(sets >= 0, world.costs[np.maximum(sets, 0)], 0).sum(1), cost)
         if self.dedupe:
             cost, sets, nopt = cost[inverse], sets[inverse], nopt[inverse]
         elapsed = time.perf_counter() - t0

@@ -1,0 +1,26 @@
+"""Evaluate a trained run on its held-out split: metrics.json, report.md and plots.
+
+    python evaluate.py runs/NAME [--no-plots]
+"""
+
+import argparse
+import sys
+
+from learners.experiment import evaluate_run
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", help="a run directory written by train.py")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    args = p.parse_args(argv)
+    try:
+        evaluate_run(args.run_dir, plots=not args.no_plots)
+    except (ValueError, FileNotFoundError) as err:
+        print(err, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

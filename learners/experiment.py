@@ -1,0 +1,149 @@
+"""Train and evaluate the models an experiment config names (the logic behind the scripts).
+
+A run directory ``<output_dir>/<name>/`` holds ``config.yaml``, ``dataset.json`` (where the
+dataset is and its content hash), ``models/<model>/<filter>/seed<k>/`` (weights + config +
+training metrics) and, after evaluation, ``metrics.json``, ``report.md`` and ``plots/``.
+Training is resumable: a model whose directory is complete is not trained again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from data_gen.dataset import Dataset, build_dataset, load_dataset
+from learners.base import FitContext, Generator, build_generator
+from learners.config import ExperimentConfig, MethodConfig, parse_config
+
+
+def _slug(rule: str) -> str:
+    return rule.replace(">", "gt")
+
+
+def model_dir(run_dir: Path, spec: MethodConfig, rule: str, seed: int) -> Path:
+    return run_dir / "models" / (spec.name or spec.method) / _slug(rule) / f"seed{seed}"
+
+
+def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) -> Path:
+    """Build or reuse the dataset, then train every generator on every filter and seed."""
+    t0 = time.perf_counter()
+    ds = build_dataset(cfg.dataset, cfg.data_dir, cfg.dataset_name, progress=progress)
+    log(f"dataset {ds.path} ({len(ds)} agents, built/reused in {time.perf_counter() - t0:.1f}s)")
+    run_dir = Path(cfg.output_dir) / cfg.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
+    (run_dir / "dataset.json").write_text(json.dumps({
+        "path": str(ds.path.resolve()), "content_hash": ds.manifest["content_hash"],
+        "world_fingerprint": ds.manifest["world_fingerprint"], "statistics": ds.manifest["statistics"]}, indent=2))
+    if cfg.policies:
+        raise ValueError("policies: RL policy training is not available in this version (see the README)")
+    for rule in cfg.evaluation.filters:
+        train, _ = ds.split(rule, cfg.evaluation.test_fraction)
+        for seed in cfg.seeds:
+            for spec in cfg.generators:
+                out = model_dir(run_dir, spec, rule, seed)
+                if (out / "config.json").exists():
+                    log(f"  {spec.name or spec.method} [{rule}, seed {seed}]: already trained, skipped")
+                    continue
+                model = build_generator(spec.method, spec.params)
+                ctx = FitContext.from_world(ds.world, cfg.dataset.max_cfe_len, seed=seed,
+                                            run_dir=out / "training", progress=progress)
+                t1 = time.perf_counter()
+                model.fit(train, None, ctx)
+                seconds = time.perf_counter() - t1
+                model.save(out)
+                (out / "train_info.json").write_text(json.dumps(
+                    {"train_seconds": seconds, "train_agents": len(train), "filter": rule, "seed": seed}))
+                log(f"  {spec.name or spec.method} [{rule}, seed {seed}]: trained on {len(train)} agents "
+                    f"in {seconds:.1f}s")
+    return run_dir
+
+
+def load_run(run_dir: str | Path) -> tuple[ExperimentConfig, Dataset]:
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(f"run: {run_dir} has no config.yaml (not a run directory)")
+    cfg = parse_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
+    info = json.loads((run_dir / "dataset.json").read_text())
+    ds = load_dataset(info["path"])
+    if ds.manifest["content_hash"] != info["content_hash"]:
+        raise ValueError(f"run: dataset {info['path']} changed since training (content hash differs)")
+    return cfg, ds
+
+
+def time_exact_solvers(ds: Dataset, X: np.ndarray, groups: np.ndarray | None, n_agents: int) -> dict[str, Any]:
+    """Per-agent time of the exact solvers on the same agents (the amortization baseline)."""
+    from solvers.setcover_fast import FastSetCover
+    from solvers.setcover_ilp import CvxpySetCover
+
+    out: dict[str, Any] = {}
+    if n_agents == 0 or len(X) == 0:
+        return out
+    idx = np.arange(min(n_agents, len(X)))
+    g = None if ds.world.n_groups == 1 else groups[idx]
+    fast = FastSetCover(dedupe=False)
+    fast.label_batch(ds.world, X[idx[:2]], None if g is None else g[:2])  # compile outside the timing
+    t = time.perf_counter()
+    fast.label_batch(ds.world, X[idx], g)
+    out["exact_bnb_s_per_agent"] = (time.perf_counter() - t) / len(idx)
+    k = min(len(idx), 50)
+    t = time.perf_counter()
+    CvxpySetCover(check_unique=False).label_batch(ds.world, X[idx[:k]], None if g is None else g[:k])
+    out["cvxpy_ilp_s_per_agent"] = (time.perf_counter() - t) / k
+    out["timed_agents"] = {"exact_bnb": int(len(idx)), "cvxpy_ilp": int(k)}
+    return out
+
+
+def evaluate_run(run_dir: str | Path, plots: bool = True, log=print) -> dict[str, Any]:
+    """Evaluate every trained model on its held-out split; writes metrics.json, report.md, plots."""
+    from learners.metrics import generator_metrics
+    from learners.report import write_report
+
+    run_dir = Path(run_dir)
+    cfg, ds = load_run(run_dir)
+    results: dict[str, Any] = {"run": cfg.name, "dataset": ds.manifest["statistics"], "models": {}}
+    arrays: dict[str, Any] = {}
+    for rule in cfg.evaluation.filters:
+        _, test = ds.split(rule, cfg.evaluation.test_fraction)
+        groups = test.groups if ds.world.n_groups > 1 else None
+        if "timing" not in results:
+            results["timing"] = time_exact_solvers(ds, test.X, groups, cfg.evaluation.solver_timing_agents)
+        for spec in cfg.generators:
+            per_seed = []
+            for seed in cfg.seeds:
+                path = model_dir(run_dir, spec, rule, seed)
+                if not (path / "config.json").exists():
+                    raise FileNotFoundError(f"model: {path} is missing; run train.py on this config first")
+                model = Generator.load(path)
+                model.predict(test.X[:8])  # warm-up outside the timing
+                t = time.perf_counter()
+                pred = model.predict(test.X)
+                per_agent = (time.perf_counter() - t) / max(len(test), 1)
+                m = generator_metrics(ds.world, test.X, test.groups, test.sets, test.cost, pred.sets, pred.confidence)
+                arrays[f"{spec.name or spec.method} [{rule}] seed{seed}"] = m.pop("_arrays")
+                m["inference_s_per_agent"] = per_agent
+                base = results["timing"].get("exact_bnb_s_per_agent")
+                if base:
+                    m["speedup_vs_exact_bnb"] = base / max(per_agent, 1e-12)
+                ilp = results["timing"].get("cvxpy_ilp_s_per_agent")
+                if ilp:
+                    m["speedup_vs_cvxpy_ilp"] = ilp / max(per_agent, 1e-12)
+                info = path / "train_info.json"
+                if info.exists():
+                    m["train_seconds"] = json.loads(info.read_text())["train_seconds"]
+                m["seed"] = seed
+                per_seed.append(m)
+            accs = np.array([m["accuracy"]["value"] for m in per_seed])
+            results["models"][f"{spec.name or spec.method} [{rule}]"] = {
+                "method": spec.method, "filter": rule, "test_agents": len(test),
+                "accuracy_mean": float(accs.mean()), "accuracy_std_over_seeds": float(accs.std()),
+                "seeds": per_seed}
+    (run_dir / "metrics.json").write_text(json.dumps(results, indent=2, default=float))
+    table = write_report(run_dir, results, arrays if plots else None)
+    log(table)
+    return results

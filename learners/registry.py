@@ -1,0 +1,1 @@
+"""Imports every generator module so that ``@register`` fills ``GENERATORS``."""

@@ -1,0 +1,101 @@
+"""Markdown report and plots of an evaluated run (the paper's Figures 5, 7a and 8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _pct(p: dict[str, float]) -> str:
+    return f"{p['value']:.3f} ± {p['ci95']:.3f}" if p["n"] else "-"
+
+
+def accuracy_table(results: dict[str, Any]) -> str:
+    lines = ["| model [filter] | test agents | accuracy | 1-action | 2-action | 3-action | validity | "
+             "feasible mistakes | regret | infer µs/agent | × exact B&B | × CVXPY ILP |",
+             "|" + "---|" * 12]
+    for key, r in results["models"].items():
+        m = r["seeds"][0] if len(r["seeds"]) == 1 else None
+        acc = (f"{r['accuracy_mean']:.3f} ± {r['accuracy_std_over_seeds']:.3f} (seeds)" if m is None
+               else _pct(m["accuracy"]))
+        m = m or r["seeds"][0]
+        by = m["accuracy_by_length"]
+        lines.append(
+            f"| {key} | {r['test_agents']} | {acc} | {_pct(by['1']) if '1' in by else '-'} | "
+            f"{_pct(by['2']) if '2' in by else '-'} | {_pct(by['3']) if '3' in by else '-'} | "
+            f"{m['validity']['value']:.3f} | {m['feasible_mistakes']}/{m['mistakes']} | "
+            f"{m['mean_cost_regret']:.4f} | {1e6 * m['inference_s_per_agent']:.1f} | "
+            f"{m.get('speedup_vs_exact_bnb', float('nan')):.0f} | {m.get('speedup_vs_cvxpy_ilp', float('nan')):.0f} |")
+    return "\n".join(lines)
+
+
+def _plots(run_dir: Path, arrays: dict[str, Any]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = run_dir / "plots"
+    out.mkdir(exist_ok=True)
+    names = []
+    keys = list(arrays)
+    # Figure 5: accuracy by CFE length.
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(keys)), 3.5))
+    width = 0.8 / 3
+    for j, k in enumerate((1, 2, 3)):
+        vals = [arrays[key]["hit"][arrays[key]["lengths"] == k].mean() if (arrays[key]["lengths"] == k).any()
+                else np.nan for key in keys]
+        ax.bar(np.arange(len(keys)) + (j - 1) * width, vals, width, label=f"{k}-action")
+    ax.set_xticks(np.arange(len(keys)), keys, rotation=20, ha="right", fontsize=7)
+    ax.set_ylabel("accuracy (exact set match)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+    ax.set_title("Accuracy by CFE length")
+    fig.tight_layout()
+    fig.savefig(out / "accuracy_by_length.png", dpi=120)
+    plt.close(fig)
+    names.append("accuracy_by_length.png")
+    for key in keys:
+        a = arrays[key]
+        slug = "".join(c if c.isalnum() else "_" for c in key).strip("_")
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.3))
+        bins = np.linspace(0, 1, 21)
+        axes[0].hist(a["confidence"][a["hit"]], bins=bins, alpha=0.7, label="right", density=True)
+        axes[0].hist(a["confidence"][~a["hit"]], bins=bins, alpha=0.7, label="wrong", density=True)
+        axes[0].set_xlabel("confidence")
+        axes[0].set_title("Confidence of right vs wrong answers")
+        axes[0].legend()
+        wrong = ~a["hit"]
+        for mask, label in ((wrong & a["valid"], "feasible mistake"), (wrong & ~a["valid"], "infeasible mistake")):
+            axes[1].scatter(a["true_cost"][mask], a["cost"][mask], s=6, alpha=0.6, label=label)
+        lim = [0, max(1.0, float(np.nanmax(np.r_[a["true_cost"], a["cost"]])))]
+        axes[1].plot(lim, lim, "k--", lw=0.8)
+        axes[1].set_xlabel("optimal CFE cost")
+        axes[1].set_ylabel("generated CFE cost")
+        axes[1].set_title("Mistake costs")
+        axes[1].legend(fontsize=7)
+        fig.suptitle(key, fontsize=9)
+        fig.tight_layout()
+        fig.savefig(out / f"{slug}.png", dpi=110)
+        plt.close(fig)
+        names.append(f"{slug}.png")
+    return names
+
+
+def write_report(run_dir: Path, results: dict[str, Any], arrays: dict[str, Any] | None) -> str:
+    table = accuracy_table(results)
+    t = results.get("timing", {})
+    lines = [f"# Run `{results['run']}`", "", "## Accuracy (exact set match, ±1.96·SE)", "", table, ""]
+    if t:
+        lines += ["## Exact solver time per agent (same run)", "",
+                  f"- compiled branch and bound: {1e3 * t['exact_bnb_s_per_agent']:.3f} ms",
+                  f"- CVXPY ILP (HiGHS): {1e3 * t['cvxpy_ilp_s_per_agent']:.3f} ms", ""]
+    s = results["dataset"]
+    lines += ["## Dataset", "", f"- size {s['size']}, by length {s['by_length']}, distinct CFEs {s['distinct_cfes']}",
+              f"- CFEs seen once in the train split: {s['train_share_cfes_seen_once_pct']}%", ""]
+    if arrays:
+        lines += ["## Plots", ""] + [f"![{n}](plots/{n})" for n in _plots(run_dir, arrays)]
+    (run_dir / "report.md").write_text("\n".join(lines) + "\n")
+    return table

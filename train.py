@@ -1,0 +1,38 @@
+"""Train the generators an experiment config names, then evaluate them.
+
+    python train.py [configs/NAME.yaml] [--no-eval] [--quiet]
+
+With no config, the embedded default (configs/default.yaml: a small synthetic set) is used.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from learners.config import load_config
+from learners.experiment import evaluate_run, train_experiment
+
+DEFAULT = Path(__file__).with_name("configs") / "default.yaml"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", nargs="?", default=str(DEFAULT), help="experiment YAML (default: %(default)s)")
+    p.add_argument("--no-eval", action="store_true", help="train only; run evaluate.py later")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except (ValueError, FileNotFoundError) as err:
+        print(err, file=sys.stderr)
+        return 2
+    run_dir = train_experiment(cfg, progress=not args.quiet)
+    print(f"run directory: {run_dir}")
+    if cfg.generators and not args.no_eval:
+        evaluate_run(run_dir)
+        print(f"report: {run_dir / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
