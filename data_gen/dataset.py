@@ -122,11 +122,12 @@ def _read_table(path: Path) -> dict[str, np.ndarray]:
     }
 
 
-def _sha256(path: Path) -> str:
+def content_hash(table: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the deterministic columns (not of the file: runtimes differ between runs)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
+    for col in ("x", "group", "actions", "cost", "n_optimal"):
+        h.update(np.ascontiguousarray(table[col]).astype(np.float64 if col == "cost" else np.int64).tobytes())
+    h.update("\n".join(map(str, table["status"])).encode())
     return h.hexdigest()
 
 
@@ -137,10 +138,16 @@ def load_dataset(path: str | Path) -> Dataset:
         raise FileNotFoundError(f"dataset: no {MANIFEST} in {path} (not built, or interrupted before the end)")
     manifest = json.loads(manifest_path.read_text())
     table_path = path / "agents.parquet"
-    if _sha256(table_path) != manifest["content_hash"]:
+    try:
+        table = _read_table(table_path)
+    except (OSError, pa.ArrowException) as err:
+        raise ValueError(f"dataset: cannot read {table_path} ({err})") from None
+    if content_hash(table) != manifest["content_hash"]:
         raise ValueError(f"dataset: {table_path} does not match the manifest's content hash (modified or corrupt)")
     world = CapabilityWorld.from_dict(json.loads((path / "world.json").read_text()))
-    return Dataset(path, world, _read_table(table_path), manifest)
+    if world.fingerprint() != manifest["world_fingerprint"]:
+        raise ValueError(f"dataset: {path / 'world.json'} does not match the manifest's world fingerprint")
+    return Dataset(path, world, table, manifest)
 
 
 def build_dataset(cfg: DatasetConfig, root: str | Path = "data_cache", name: str = "dataset",
@@ -196,7 +203,7 @@ def build_dataset(cfg: DatasetConfig, root: str | Path = "data_cache", name: str
         "config_hash": cfg.fingerprint(),
         "seed": cfg.seed,
         "world_fingerprint": world.fingerprint(),
-        "content_hash": _sha256(table_path),
+        "content_hash": content_hash(table),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "solver": solver.name,
         "labelling_seconds": round(timing["seconds"], 3),
