@@ -32,6 +32,15 @@ class EvaluationConfig(StrictModel):
     solver_timing_agents: int = Field(200, ge=0, description="agents timed with the exact solver for the speed ratio")
 
 
+class AugmentationConfig(StrictModel):
+    """Worse-off agent augmentation of the training split (paper Algorithm 1)."""
+
+    ag1_per_agent: int = Field(0, ge=0, description="AG1: verified augments added per training agent (0: off)")
+    ag2_min_count: int = Field(0, ge=0, description="AG2: raise rarer CFEs toward this many training agents (0: off)")
+    draws: int = Field(4, ge=1, description="random candidate subsets drawn per augment wanted")
+    rounds: int = Field(3, ge=1, description="AG2 rounds of drawing for CFEs still below the count")
+
+
 class ExperimentConfig(StrictModel):
     """A named experiment: the dataset, the models to train and how to evaluate them."""
 
@@ -43,6 +52,7 @@ class ExperimentConfig(StrictModel):
     generators: list[MethodConfig] = Field(default_factory=list, description="amortized generators to train")
     policies: list[MethodConfig] = Field(default_factory=list, description="RL policies to train")
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="evaluation settings")
+    augmentation: AugmentationConfig = Field(default_factory=AugmentationConfig, description="train-set augmentation")
     seeds: list[int] = Field([0], min_length=1, description="training seeds (one model per seed)")
 
     def model_post_init(self, __context: Any) -> None:

@@ -42,8 +42,16 @@ def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) ->
         "world_fingerprint": ds.manifest["world_fingerprint"], "statistics": ds.manifest["statistics"]}, indent=2))
     if cfg.policies:
         raise ValueError("policies: RL policy training is not available in this version (see the README)")
+    aug = cfg.augmentation
     for rule in cfg.evaluation.filters:
         train, _ = ds.split(rule, cfg.evaluation.test_fraction)
+        aug_stats: dict[str, Any] = {}
+        if aug.ag1_per_agent or aug.ag2_min_count:
+            from data_gen.augmentation import augment
+
+            train, aug_stats = augment(ds.world, train, per_agent=aug.ag1_per_agent, min_count=aug.ag2_min_count,
+                                       draws=aug.draws, rounds=aug.rounds, seed=cfg.dataset.seed)
+            log(f"  augmentation [{rule}]: {aug_stats}")
         for seed in cfg.seeds:
             for spec in cfg.generators:
                 out = model_dir(run_dir, spec, rule, seed)
@@ -58,7 +66,8 @@ def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) ->
                 seconds = time.perf_counter() - t1
                 model.save(out)
                 (out / "train_info.json").write_text(json.dumps(
-                    {"train_seconds": seconds, "train_agents": len(train), "filter": rule, "seed": seed}))
+                    {"train_seconds": seconds, "train_agents": len(train), "filter": rule, "seed": seed,
+                     "augmentation": aug_stats}))
                 log(f"  {spec.name or spec.method} [{rule}, seed {seed}]: trained on {len(train)} agents "
                     f"in {seconds:.1f}s")
     return run_dir
