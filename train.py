@@ -28,7 +28,7 @@ def main(argv=None) -> int:
         return 2
     run_dir = train_experiment(cfg, progress=not args.quiet)
     print(f"run directory: {run_dir}")
-    if cfg.generators and not args.no_eval:
+    if (cfg.generators or cfg.policies) and not args.no_eval:
         evaluate_run(run_dir)
         print(f"report: {run_dir / 'report.md'}")
     return 0

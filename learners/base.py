@@ -42,11 +42,12 @@ class FitContext:
     seed: int = 0
     run_dir: Path | None = None  # where to put checkpoints and CSV logs
     progress: bool = True
+    world: CapabilityWorld | None = None  # the full world: for RL policies, which act in it
 
     @classmethod
     def from_world(cls, world: CapabilityWorld, max_len: int, **kw: Any) -> FitContext:
         return cls(world.n_features, world.n_actions, max_len, world.actions.astype(np.uint8),
-                   list(world.action_names), **kw)
+                   list(world.action_names), world=world, **kw)
 
 
 class Generator(ABC):

@@ -40,8 +40,6 @@ def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) ->
     (run_dir / "dataset.json").write_text(json.dumps({
         "path": str(ds.path.resolve()), "content_hash": ds.manifest["content_hash"],
         "world_fingerprint": ds.manifest["world_fingerprint"], "statistics": ds.manifest["statistics"]}, indent=2))
-    if cfg.policies:
-        raise ValueError("policies: RL policy training is not available in this version (see the README)")
     aug = cfg.augmentation
     for rule in cfg.evaluation.filters:
         train, _ = ds.split(rule, cfg.evaluation.test_fraction)
@@ -53,7 +51,7 @@ def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) ->
                                        draws=aug.draws, rounds=aug.rounds, seed=cfg.dataset.seed)
             log(f"  augmentation [{rule}]: {aug_stats}")
         for seed in cfg.seeds:
-            for spec in cfg.generators:
+            for spec in cfg.generators + cfg.policies:  # a policy is a generator (greedy rollout)
                 out = model_dir(run_dir, spec, rule, seed)
                 if (out / "config.json").exists():
                     log(f"  {spec.name or spec.method} [{rule}, seed {seed}]: already trained, skipped")
@@ -122,7 +120,7 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print) -> dict[str
         groups = test.groups if ds.world.n_groups > 1 else None
         if "timing" not in results:
             results["timing"] = time_exact_solvers(ds, test.X, groups, cfg.evaluation.solver_timing_agents)
-        for spec in cfg.generators:
+        for spec in cfg.generators + cfg.policies:
             per_seed = []
             for seed in cfg.seeds:
                 path = model_dir(run_dir, spec, rule, seed)
