@@ -6,7 +6,13 @@ import pytest
 import data_gen.labelling as labelling
 from data_gen.config import SyntheticDatasetConfig
 from data_gen.dataset import build_dataset, load_dataset
-from data_gen.encodings import CfeVocabulary, decode_full_action, decode_named_action, full_action, named_action
+from data_gen.encodings import (
+    CfeVocabulary,
+    decode_full_action,
+    decode_named_action,
+    full_action,
+    named_action,
+)
 from data_gen.splits import filter_mask, train_test_split
 from data_gen.stats import dataset_statistics, format_table
 from data_gen.synthetic import make_world, sample_agents, threshold_variant
