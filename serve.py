@@ -1,0 +1,61 @@
+"""Serve a trained generator of a run directory over HTTP, or recommend for a file of agents.
+
+    python serve.py runs/NAME [--model NAME] [--filter all] [--seed 0] [--host 127.0.0.1] [--port 8000]
+                    [--fallback-budget-ms 50] [--max-batch 10000]
+    python serve.py runs/NAME --batch-in agents.csv --batch-out out.parquet
+
+Every answer is verified against the run's world; an invalid generated answer is replaced by the
+exact set-cover solver within the fallback budget (status "unknown" past it). API docs at /docs.
+"""
+
+import argparse
+import logging
+import sys
+
+from learners.service import InputError, RecommendationService, ServiceError, create_app, recommend_file
+
+SERVER_BUDGET_MS = 50.0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", help="a trained run directory (runs/NAME)")
+    p.add_argument("--model", default=None, help="model name in the run (default: the config's first generator)")
+    p.add_argument("--filter", default="all", help="the CFE-frequency filter the model was trained on")
+    p.add_argument("--seed", type=int, default=0, help="the training seed of the model")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--fallback-budget-ms", type=float, default=None,
+                   help=f"time the exact fallback may take per request (default {SERVER_BUDGET_MS:g} ms when "
+                        "serving, no limit with --batch-in; 'inf' for no limit)")
+    p.add_argument("--max-batch", type=int, default=10_000, help="largest batch per request (413 above)")
+    p.add_argument("--batch-in", default=None, help="offline: CSV/Parquet of agents (f0..f{n-1} or list column x; "
+                                                    "optional group)")
+    p.add_argument("--batch-out", default=None, help="offline: where to write the answers (.csv or .parquet)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    args = p.parse_args(argv)
+    if (args.batch_in is None) != (args.batch_out is None):
+        p.error("--batch-in and --batch-out go together")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    budget_ms = args.fallback_budget_ms
+    if budget_ms is None:
+        budget_ms = float("inf") if args.batch_in else SERVER_BUDGET_MS
+    budget_s = budget_ms / 1e3
+    try:
+        if args.batch_in:
+            svc = RecommendationService(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
+            counts = recommend_file(svc, args.batch_in, args.batch_out)
+            print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
+            return 0
+        app = create_app(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
+    except (ServiceError, InputError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
