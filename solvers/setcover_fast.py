@@ -70,7 +70,10 @@ def _search(rem, cost, bits, costs, live, chosen, depth, best_cost, best_set, be
     nodes[0] += 1
     if nodes[0] > max_nodes:
         return
-    # Branching capability (fewest providers) and the lower bound.
+    # Per uncovered capability: how many live actions provide it and the cheapest of them.
+    # They give the branching capability (fewest providers), the node's lower bound (the
+    # largest cheapest-provider cost) and, below, a bound for each child before recursing.
+    minc = np.full(W * 64, np.inf)
     lb = 0.0
     best_count = A + 1
     e_w = 0
@@ -79,6 +82,7 @@ def _search(rem, cost, bits, costs, live, chosen, depth, best_cost, best_set, be
         r = rem[w]
         while r != 0:
             low = r & (~r + np.uint64(1))
+            pos = w * 64 + _popcount(low - np.uint64(1))
             cnt = 0
             mc = np.inf
             for a in range(A):
@@ -88,6 +92,7 @@ def _search(rem, cost, bits, costs, live, chosen, depth, best_cost, best_set, be
                         mc = costs[a]
             if cnt == 0:
                 return  # nothing left can provide this capability
+            minc[pos] = mc
             if mc > lb:
                 lb = mc
             if cnt < best_count:
@@ -119,16 +124,39 @@ def _search(rem, cost, bits, costs, live, chosen, depth, best_cost, best_set, be
     for a in range(A):  # actions are sorted by cost: cheapest branch first
         if live[a] and (bits[a, e_w] & e_bit) != 0:
             b = best_cost[0]
-            if b < np.inf and cost + costs[a] > b + _TOL * max(1.0, abs(b)):
+            tol = _TOL * max(1.0, abs(b)) if b < np.inf else 0.0
+            new_cost = cost + costs[a]
+            if b < np.inf and new_cost > b + tol:
                 break
+            child_lb = 0.0
+            empty = True
             for w in range(W):
                 child[w] = rem[w] & ~bits[a, w]
+                r = child[w]
+                if r != 0:
+                    empty = False
+                while r != 0:
+                    low = r & (~r + np.uint64(1))
+                    v = minc[w * 64 + _popcount(low - np.uint64(1))]
+                    if v > child_lb:
+                        child_lb = v
+                    r ^= low
             chosen[depth] = a
             live[a] = False  # chosen here, excluded from later sibling branches
             disabled[k] = a
             k += 1
-            _search(child.copy(), cost + costs[a], bits, costs, live, chosen, depth + 1,
-                    best_cost, best_set, best_len, n_opt, nodes, max_nodes)
+            if empty:  # a leaf: record it without a call
+                if new_cost < b - tol:
+                    best_cost[0] = new_cost
+                    n_opt[0] = 1
+                    best_len[0] = depth + 1
+                    for i in range(depth + 1):
+                        best_set[i] = chosen[i]
+                elif new_cost <= b + tol:
+                    n_opt[0] += 1
+            elif b == np.inf or new_cost + child_lb <= b + tol:
+                _search(child.copy(), new_cost, bits, costs, live, chosen, depth + 1,
+                        best_cost, best_set, best_len, n_opt, nodes, max_nodes)
     for i in range(k):
         live[disabled[i]] = True
 
