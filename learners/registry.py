@@ -1,1 +1,5 @@
 """Imports every generator module so that ``@register`` fills ``GENERATORS``."""
+
+import learners.full_action  # noqa: F401
+import learners.named_action  # noqa: F401
+import learners.named_cfe  # noqa: F401
