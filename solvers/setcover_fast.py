@@ -45,104 +45,111 @@ def _popcount(v):
     return (v * np.uint64(0x0101010101010101)) >> np.uint64(56)
 
 
+@nb.njit(cache=True, inline="always")
+def _lowest_index(v):
+    """Index of the lowest set bit of a non-zero word."""
+    return _popcount((v & (~v + np.uint64(1))) - np.uint64(1))
+
+
 # Not cached: numba's cache of recursive functions crashes when reloaded.
 @nb.njit
-def _search(rem, cost, bits, costs, live, chosen, depth, best_cost, best_set, best_len, n_opt, nodes, max_nodes):
+def _search(depth, cost, bits, providers, costs, live, chosen, rem_ws, minc_ws, dis_ws, best_cost, best_set,
+            best_len, n_opt, nodes, max_nodes):
+    """Expand the node whose uncovered capabilities are ``rem_ws[depth]``.
+
+    ``live`` is a bitmask over the cost-sorted actions and ``providers[j]`` the bitmask of
+    actions that provide capability j, so counting a capability's live providers is a popcount
+    and its cheapest live provider is the lowest set bit. Workspaces are per depth: nothing is
+    allocated per node.
+    """
+    rem = rem_ws[depth]
     W = rem.shape[0]
-    A = bits.shape[0]
-    covered = True
-    for w in range(W):
-        if rem[w] != 0:
-            covered = False
-            break
-    if covered:
-        b = best_cost[0]
-        tol = _TOL * max(1.0, abs(b)) if b < np.inf else 0.0
-        if cost < b - tol:
-            best_cost[0] = cost
-            n_opt[0] = 1
-            best_len[0] = depth
-            for i in range(depth):
-                best_set[i] = chosen[i]
-        elif cost <= b + tol:
-            n_opt[0] += 1
-        return
+    AW = live.shape[0]
     nodes[0] += 1
     if nodes[0] > max_nodes:
         return
-    # Per uncovered capability: how many live actions provide it and the cheapest of them.
-    # They give the branching capability (fewest providers), the node's lower bound (the
-    # largest cheapest-provider cost) and, below, a bound for each child before recursing.
-    minc = np.full(W * 64, np.inf)
+    # Per uncovered capability: number of live providers and the cheapest one. They give the
+    # branching capability (fewest providers), the node's lower bound (the largest cheapest-
+    # provider cost) and, below, a bound for each child before recursing.
+    minc = minc_ws[depth]
     lb = 0.0
-    best_count = A + 1
-    e_w = 0
-    e_bit = np.uint64(0)
+    best_count = 1 << 30
+    e = 0
+    n_rem = 0
     for w in range(W):
         r = rem[w]
         while r != 0:
             low = r & (~r + np.uint64(1))
-            pos = w * 64 + _popcount(low - np.uint64(1))
+            j = w * 64 + _popcount(low - np.uint64(1))
+            n_rem += 1
             cnt = 0
             mc = np.inf
-            for a in range(A):
-                if live[a] and (bits[a, w] & low) != 0:
-                    cnt += 1
-                    if costs[a] < mc:
-                        mc = costs[a]
+            for q in range(AW):
+                pl = providers[j, q] & live[q]
+                if pl != 0:
+                    if cnt == 0:
+                        mc = costs[q * 64 + _lowest_index(pl)]
+                    cnt += _popcount(pl)
             if cnt == 0:
                 return  # nothing left can provide this capability
-            minc[pos] = mc
+            minc[j] = mc
             if mc > lb:
                 lb = mc
             if cnt < best_count:
                 best_count = cnt
-                e_w = w
-                e_bit = low
+                e = j
             r ^= low
-    # Density bound: every uncovered capability is paid for at no less than the best
-    # cost per newly provided capability of any live action.
-    n_rem = 0
-    for w in range(W):
-        n_rem += _popcount(rem[w])
-    ratio = np.inf
-    for a in range(A):
-        if live[a]:
-            m = 0
-            for w in range(W):
-                m += _popcount(bits[a, w] & rem[w])
-            if m > 0 and costs[a] / m < ratio:
-                ratio = costs[a] / m
-    if ratio * n_rem > lb:
-        lb = ratio * n_rem
+    if n_rem > 4:
+        # Density bound: every uncovered capability is paid for at no less than the best cost
+        # per newly provided capability of any live action (only tighter when many remain).
+        ratio = np.inf
+        for q in range(AW):
+            lv = live[q]
+            while lv != 0:
+                low = lv & (~lv + np.uint64(1))
+                a = q * 64 + _popcount(low - np.uint64(1))
+                m = 0
+                for w in range(W):
+                    m += _popcount(bits[a, w] & rem[w])
+                if m > 0 and costs[a] / m < ratio:
+                    ratio = costs[a] / m
+                lv ^= low
+        if ratio * n_rem > lb:
+            lb = ratio * n_rem
     b = best_cost[0]
     if b < np.inf and cost + lb > b + _TOL * max(1.0, abs(b)):
         return
-    disabled = np.empty(best_count, dtype=np.int64)
+    disabled = dis_ws[depth]
+    child = rem_ws[depth + 1]
     k = 0
-    child = np.empty(W, dtype=np.uint64)
-    for a in range(A):  # actions are sorted by cost: cheapest branch first
-        if live[a] and (bits[a, e_w] & e_bit) != 0:
+    stop = False
+    for q in range(AW):  # candidates in cost order: cheapest branch first
+        cand = providers[e, q] & live[q]
+        while cand != 0 and not stop:
+            low = cand & (~cand + np.uint64(1))
+            cand ^= low
+            a = q * 64 + _popcount(low - np.uint64(1))
             b = best_cost[0]
             tol = _TOL * max(1.0, abs(b)) if b < np.inf else 0.0
             new_cost = cost + costs[a]
             if b < np.inf and new_cost > b + tol:
+                stop = True
                 break
             child_lb = 0.0
             empty = True
             for w in range(W):
-                child[w] = rem[w] & ~bits[a, w]
-                r = child[w]
+                r = rem[w] & ~bits[a, w]
+                child[w] = r
                 if r != 0:
                     empty = False
                 while r != 0:
-                    low = r & (~r + np.uint64(1))
-                    v = minc[w * 64 + _popcount(low - np.uint64(1))]
+                    lw = r & (~r + np.uint64(1))
+                    v = minc[w * 64 + _popcount(lw - np.uint64(1))]
                     if v > child_lb:
                         child_lb = v
-                    r ^= low
+                    r ^= lw
             chosen[depth] = a
-            live[a] = False  # chosen here, excluded from later sibling branches
+            live[q] &= ~low  # chosen here, excluded from later sibling branches
             disabled[k] = a
             k += 1
             if empty:  # a leaf: record it without a call
@@ -155,39 +162,62 @@ def _search(rem, cost, bits, costs, live, chosen, depth, best_cost, best_set, be
                 elif new_cost <= b + tol:
                     n_opt[0] += 1
             elif b == np.inf or new_cost + child_lb <= b + tol:
-                _search(child.copy(), new_cost, bits, costs, live, chosen, depth + 1,
+                _search(depth + 1, new_cost, bits, providers, costs, live, chosen, rem_ws, minc_ws, dis_ws,
                         best_cost, best_set, best_len, n_opt, nodes, max_nodes)
+        if stop:
+            break
     for i in range(k):
-        live[disabled[i]] = True
+        a = disabled[i]
+        live[a // 64] |= np.uint64(1) << np.uint64(a % 64)
 
 
 @nb.njit(parallel=True)
-def _solve_all(deficits, allowed, bits, costs, max_nodes, max_len):
-    B = deficits.shape[0]
+def _solve_all(deficits, allowed, bits, providers, costs, max_nodes, max_len):
+    B, W = deficits.shape
     A = bits.shape[0]
+    AW = allowed.shape[1]
+    depth_cap = W * 64 + 2  # every step covers a new capability
     out_cost = np.full(B, np.inf)
     out_set = np.full((B, max_len), -1, dtype=np.int64)
     out_len = np.zeros(B, dtype=np.int64)
     out_nopt = np.zeros(B, dtype=np.int64)
     out_nodes = np.zeros(B, dtype=np.int64)
-    for i in nb.prange(B):
-        live = allowed[i].copy()
+    n_workers = min(B, 4 * nb.get_num_threads())
+    for t in nb.prange(n_workers):  # workspaces allocated once per worker, not per agent or node
+        live = np.empty(AW, dtype=np.uint64)
         chosen = np.empty(A, dtype=np.int64)
-        best_cost = np.full(1, np.inf)
+        rem_ws = np.empty((depth_cap, W), dtype=np.uint64)
+        minc_ws = np.empty((depth_cap, W * 64))
+        dis_ws = np.empty((depth_cap, A), dtype=np.int64)
+        best_cost = np.empty(1)
         best_set = np.empty(A, dtype=np.int64)
         best_len = np.zeros(1, dtype=np.int64)
         n_opt = np.zeros(1, dtype=np.int64)
         nodes = np.zeros(1, dtype=np.int64)
-        _search(deficits[i].copy(), 0.0, bits, costs, live, chosen, 0, best_cost, best_set, best_len,
-                n_opt, nodes, max_nodes)
-        out_nodes[i] = nodes[0]
-        if best_cost[0] < np.inf:
-            out_cost[i] = best_cost[0]
-            out_nopt[i] = n_opt[0]
-            L = min(best_len[0], max_len)
-            out_len[i] = best_len[0]
-            for j in range(L):
-                out_set[i, j] = best_set[j]
+        for i in range(t, B, n_workers):
+            live[:] = allowed[i]
+            best_cost[0] = np.inf
+            best_len[0] = 0
+            n_opt[0] = 0
+            nodes[0] = 0
+            empty = True
+            for w in range(W):
+                rem_ws[0, w] = deficits[i, w]
+                if deficits[i, w] != 0:
+                    empty = False
+            if empty:  # already accepted: the empty set, cost 0, unique
+                out_cost[i] = 0.0
+                out_nopt[i] = 1
+                continue
+            _search(0, 0.0, bits, providers, costs, live, chosen, rem_ws, minc_ws, dis_ws, best_cost, best_set,
+                    best_len, n_opt, nodes, max_nodes)
+            out_nodes[i] = nodes[0]
+            if best_cost[0] < np.inf:
+                out_cost[i] = best_cost[0]
+                out_nopt[i] = n_opt[0]
+                out_len[i] = best_len[0]
+                for j in range(min(best_len[0], max_len)):
+                    out_set[i, j] = best_set[j]
     return out_cost, out_set, out_len, out_nopt, out_nodes
 
 
@@ -213,8 +243,12 @@ class FastSetCover(SetCoverSolver):
             inverse = inverse.reshape(-1)
             deficits, allowed = deficits[rep], allowed[rep]
         order = np.argsort(world.costs, kind="stable")  # cheapest first
+        sorted_actions = world.actions[order]
+        W = pack_bits(deficits[:1]).shape[1]
+        providers = np.zeros((W * 64, world.n_actions), dtype=bool)
+        providers[: world.n_features] = sorted_actions.T
         cost, sets, lengths, nopt, nodes = _solve_all(
-            pack_bits(deficits), np.ascontiguousarray(allowed[:, order]), pack_bits(world.actions[order]),
+            pack_bits(deficits), pack_bits(allowed[:, order]), pack_bits(sorted_actions), pack_bits(providers),
             world.costs[order], self.max_nodes, world.n_actions)
         sets = np.where(sets >= 0, order[np.maximum(sets, 0)], -1)[:, : max(1, int(lengths.max(initial=0)))]
         over = nodes > self.max_nodes
