@@ -90,7 +90,11 @@ class Generator(ABC):
     @classmethod
     def load(cls, path: str | Path) -> Generator:
         path = Path(path)
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"model: {path} has no config.json (not a saved generator)")
         cfg = json.loads((path / "config.json").read_text())
+        import learners.registry  # noqa: F401  (so every method is known)
+
         klass = GENERATORS.get(cfg["method"]) if cls is Generator else cls
         if klass is None or klass.method != cfg["method"]:
             raise ValueError(f"{path}: saved method {cfg['method']!r} is not {getattr(cls, 'method', 'a known method')!r}")

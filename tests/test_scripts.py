@@ -1,0 +1,51 @@
+"""Smoke tests: the scripts run end to end on tiny budgets."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args, cwd):
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def _config(tmp_path, **extra):
+    cfg = {"name": "tiny", "data_dir": str(tmp_path / "data"), "output_dir": str(tmp_path / "runs"),
+           "dataset": {"n_features": 8, "n_actions": 12, "n_agents": 1500, "seed": 1},
+           "generators": [{"method": "hamming_knn", "params": {"k": 3}}],
+           "evaluation": {"filters": ["all", ">10"], "solver_timing_agents": 20}, **extra}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_train_then_evaluate(tmp_path):
+    cfg = _config(tmp_path)
+    out = _run(str(ROOT / "train.py"), str(cfg), "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "| hamming_knn [all]" in out.stdout
+    run = tmp_path / "runs" / "tiny"
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert set(metrics["models"]) == {"hamming_knn [all]", "hamming_knn [>10]"}
+    assert 0.0 <= metrics["models"]["hamming_knn [all]"]["accuracy_mean"] <= 1.0
+    assert (run / "report.md").exists() and (run / "plots" / "accuracy_by_length.png").exists()
+    again = _run(str(ROOT / "evaluate.py"), str(run), "--no-plots", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    stats = _run("-m", "data_gen.stats", str(cfg), "--json", cwd=ROOT)
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["tiny"]["size"] == metrics["dataset"]["size"]
+
+
+def test_bad_config_is_a_clear_error(tmp_path):
+    cfg = _config(tmp_path, dataset={"n_features": 8, "pf": 2.0, "colour": "red"})
+    out = _run(str(ROOT / "train.py"), str(cfg), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "dataset.pf" in out.stderr and "dataset.colour: unknown key" in out.stderr
+    assert "Traceback" not in out.stderr
+    missing = _run(str(ROOT / "evaluate.py"), str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert missing.returncode == 2 and "not a run directory" in missing.stderr
