@@ -145,6 +145,17 @@ class Answers:
     budget_exceeded: np.ndarray  # (B,) bool
 
 
+@dataclass
+class Pending:
+    """A batch after the first pass: answers so far and the agents that still need the fallback."""
+
+    answers: Answers
+    X: np.ndarray
+    groups: np.ndarray | None
+    generated: int  # agents the generator answered
+    bad: np.ndarray  # indices whose generated answer was invalid
+
+
 def _num(v: float) -> float | None:
     return float(v) if math.isfinite(v) else None
 
@@ -265,58 +276,57 @@ class RecommendationService:
     # ------------------------------------------------------------------ recommendations
     def recommend(self, X: np.ndarray, groups: np.ndarray | None = None) -> Answers:
         """Verified recommendations for validated agents (see the module docstring)."""
+        return self.complete(self.first_pass(X, groups))
+
+    def first_pass(self, X: np.ndarray, groups: np.ndarray | None = None) -> Pending:
+        """Steps 1-3 (fast, never waits): world checks and the verified generator answers."""
         w = self.world
         B = len(X)
-        status = np.full(B, "ok", dtype=object)
-        method = np.full(B, WORLD_METHOD, dtype=object)
-        sets: list[tuple[int, ...]] = [()] * B
-        cost, confidence = np.full(B, np.nan), np.full(B, np.nan)
-        verified = np.zeros(B, bool)
-        budget_exceeded = np.zeros(B, bool)
-        optimal: list[bool | None] = [None] * B
-
+        ans = Answers(np.full(B, "ok", dtype=object), [()] * B, np.full(B, np.nan), np.full(B, np.nan),
+                      np.zeros(B, bool), np.full(B, WORLD_METHOD, dtype=object), [None] * B, np.zeros(B, bool))
         deficits = w.deficits(X, groups)
         accepted = ~deficits.any(1)
         reach = self.reach[0 if groups is None or len(self.reach) == 1 else groups]
         coverable = ~(deficits & ~reach).any(1)
-        status[accepted] = "already_positive"
-        status[~accepted & ~coverable] = "no_recourse"
-        verified[accepted | ~coverable] = True
-        cost[accepted] = 0.0
-
+        ans.status[accepted] = "already_positive"
+        ans.status[~accepted & ~coverable] = "no_recourse"
+        ans.verified[accepted | ~coverable] = True
+        ans.cost[accepted] = 0.0
         todo = np.flatnonzero(~accepted & coverable)
         bad = todo
         if len(todo):
             gen_sets, gen_conf = self._generate(X[todo])
-            g_todo = None if groups is None else groups[todo]
-            _, priced, valid = w.rollout(X[todo], gen_sets, g_todo)
+            _, priced, valid = w.rollout(X[todo], gen_sets, None if groups is None else groups[todo])
             good = todo[valid]
-            gen_method = f"generator:{self.generator.method}"
             for i, row in zip(good, gen_sets[valid], strict=True):
-                sets[i] = tuple(int(a) for a in row if a >= 0)
-            method[good], cost[good], confidence[good], verified[good] = gen_method, priced[valid], gen_conf[valid], True
+                ans.sets[i] = tuple(int(a) for a in row if a >= 0)
+            ans.method[good] = f"generator:{self.generator.method}"
+            ans.cost[good], ans.confidence[good], ans.verified[good] = priced[valid], gen_conf[valid], True
             bad = todo[~valid]
+        return Pending(ans, X, groups, len(todo), bad)
+
+    def complete(self, p: Pending) -> Answers:
+        """Step 4: the exact fallback for the invalid generated answers (waits at most the budget)."""
+        ans, bad, w = p.answers, p.bad, self.world
         if len(bad):
-            g_bad = None if groups is None else groups[bad]
-            solved = self.fallback.solve(X[bad], g_bad, self.fallback_budget_s)
+            solved = self.fallback.solve(p.X[bad], None if p.groups is None else p.groups[bad], self.fallback_budget_s)
             fb_method = f"fallback:{self.fallback.solver.name}"
-            done = np.array([r is not None and r[1] for r in solved], bool)
             for i, r in zip(bad, solved, strict=True):
                 if r is None:
-                    status[i], budget_exceeded[i] = "unknown", True
+                    ans.status[i], ans.budget_exceeded[i] = "unknown", True
                 elif not r[1]:  # cannot happen after the coverage check; kept exact anyway
-                    status[i], method[i], verified[i] = "no_recourse", fb_method, True
+                    ans.status[i], ans.method[i], ans.verified[i] = "no_recourse", fb_method, True
                 else:
-                    sets[i], method[i] = r[0], fb_method
-                    optimal[i] = not w.order_matters  # priced in the returned order otherwise
-            if done.any():
-                idx = bad[done]
-                width = max(len(sets[i]) for i in idx)
-                S = np.array([list(sets[i]) + [-1] * (width - len(sets[i])) for i in idx], dtype=np.int64)
-                _, priced, valid = w.rollout(X[idx], S, None if groups is None else groups[idx])
-                cost[idx], verified[idx] = priced, valid
-        self._count(B, len(todo), len(bad), verified, status)
-        return Answers(status, sets, cost, confidence, verified, method, optimal, budget_exceeded)
+                    ans.sets[i], ans.method[i] = r[0], fb_method
+                    ans.optimal[i] = not w.order_matters  # priced in the returned order otherwise
+            idx = np.array([i for i, r in zip(bad, solved, strict=True) if r is not None and r[1]], np.int64)
+            if len(idx):
+                width = max(len(ans.sets[i]) for i in idx)
+                S = np.array([list(ans.sets[i]) + [-1] * (width - len(ans.sets[i])) for i in idx], dtype=np.int64)
+                _, priced, valid = w.rollout(p.X[idx], S, None if p.groups is None else p.groups[idx])
+                ans.cost[idx], ans.verified[idx] = priced, valid
+        self._count(len(p.X), p.generated, len(bad), ans.verified, ans.status)
+        return ans
 
     def _generate(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The generator's sets (ids checked; an impossible row becomes empty, i.e. invalid) and confidences.
@@ -482,7 +492,7 @@ class ModelInfo(BaseModel):
     max_batch: int
     uptime_s: float
     counters: dict[str, int | float] = Field(description="requests, agents, generated, verified, fallbacks, "
-                                                   "budget_exceeded, already_positive, no_recourse, rejected, "
+                                                   "budget_exceeded, already_positive, no_recourse, rejected (4xx responses), "
                                                    "fallback_rate = fallbacks / generated")
 
 
@@ -499,11 +509,13 @@ def _short(v: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
-class _BodyLimit:
-    """ASGI middleware: 413 with a JSON message for a request body over ``limit`` bytes."""
+class _Guard:
+    """ASGI middleware: 413 with a JSON message for a body over ``limit`` bytes (checked from
+    Content-Length before reading, and while reading a body sent without one), and a count of every
+    4xx response in the service's ``rejected`` counter."""
 
-    def __init__(self, app: Any, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app: Any, svc: RecommendationService, limit: int):
+        self.app, self.svc, self.limit = app, svc, limit
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         from fastapi import HTTPException
@@ -512,14 +524,21 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
+        async def counting_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and 400 <= message["status"] < 500:
+                with self.svc._lock:
+                    self.svc.counters["rejected"] += 1
+            await send(message)
+
         detail = f"body: larger than the limit of {self.limit} bytes (see max_batch)"
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
+            await JSONResponse({"detail": detail}, status_code=413)(scope, receive, counting_send)
             return
         seen = 0
 
-        async def counted() -> dict[str, Any]:  # bodies sent without a Content-Length
+        async def limited_receive() -> dict[str, Any]:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
@@ -527,7 +546,7 @@ class _BodyLimit:
                 raise HTTPException(413, detail)
             return message
 
-        await self.app(scope, counted, send)
+        await self.app(scope, limited_receive, counting_send)
 
 
 def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all", seed: int = 0,
@@ -536,17 +555,16 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
+    from starlette.concurrency import run_in_threadpool
 
     svc = RecommendationService(run_dir, model, rule, seed, fallback_budget_s, max_batch)
     app = FastAPI(title="recourse-gym recommendations", version="1",
                   description="Verified recommendations from a trained CFE generator with an exact fallback.")
     # Generous for any JSON layout of a full batch; larger bodies get 413 before parsing.
-    app.add_middleware(_BodyLimit, limit=1_000_000 + max_batch * (16 * svc.world.n_features + 64))
+    app.add_middleware(_Guard, svc=svc, limit=1_000_000 + max_batch * (16 * svc.world.n_features + 64))
     app.state.service = svc
 
     def reject(code: int, detail: str, errors: list[dict[str, str]] | None = None) -> JSONResponse:
-        with svc._lock:
-            svc.counters["rejected"] += 1
         body: dict[str, Any] = {"detail": detail}
         if errors:
             body["errors"] = errors
@@ -583,8 +601,13 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
     @app.post("/recommend", response_model=Recommendation, summary="Recommend actions for one agent",
               responses={413: {"description": "request body too large"},
                          422: {"description": "invalid agent (the message names the field)"}})
-    def recommend(req: AgentRequest) -> dict[str, Any]:
-        return svc.recommend_records([req.x], None if req.group is None else [req.group], "x", "group", True)[0]
+    async def recommend(req: AgentRequest) -> dict[str, Any]:
+        # Sub-millisecond work on the event loop (no thread hand-offs); only a fallback, which may
+        # wait up to the budget, moves to a worker thread.
+        X, g = svc.parse_agents([req.x], None if req.group is None else [req.group], "x", "group", single=True)
+        pending = svc.first_pass(X, g)
+        ans = await run_in_threadpool(svc.complete, pending) if len(pending.bad) else svc.complete(pending)
+        return svc.records(ans)[0]
 
     @app.post("/recommend/batch", response_model=BatchResponse, summary="Recommend actions for a batch of agents",
               responses={413: {"description": "more than max_batch agents"},

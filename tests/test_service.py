@@ -290,7 +290,9 @@ def test_oversize_body_without_content_length_is_413(client):
 def test_rejections_are_counted(client):
     before = client.get("/model").json()["counters"]["rejected"]
     client.post("/recommend", json={"x": [7]})
-    assert client.get("/model").json()["counters"]["rejected"] == before + 1
+    client.get("/nowhere")
+    client.post("/recommend", content=b" " * 3_000_000, headers={"content-type": "application/json"})
+    assert client.get("/model").json()["counters"]["rejected"] == before + 3
 
 
 # ---------------------------------------------------------------------------- provenance

@@ -1,0 +1,286 @@
+"""Serving benchmark: latency, batch throughput and a fuzz run against ``serve.py``, on loopback.
+
+    python benchmarks/serving.py [--run-dir runs/NAME] [--model NAME] [--single 2000] [--batch-size 1000]
+                                 [--batches 20] [--fuzz 3000] [--phase-seconds 120] [--out results.json]
+
+Starts ``serve.py`` in a subprocess on 127.0.0.1 (a free port), waits for /health, then
+
+- single: sequential POST /recommend with one keep-alive ``httpx.Client`` -> p50/p90/p99/max ms;
+- batch: POST /recommend/batch with ``--batch-size`` agents -> agents/s, per-batch p50/max ms;
+- fuzz: malformed requests (wrong lengths, strings, NaN/inf, huge numbers, nested junk, bad
+  JSON, random bytes, oversize batches and bodies, bad groups, extra keys, wrong content types)
+  -> counts of 2xx/4xx/5xx and transport errors, per category; the server must still be healthy;
+
+then reads /model's counters, stops the server and prints JSON. Agents are the run dataset's
+kept agents (negatively classified, optimal CFE of at most 3 actions) plus 10% fresh random ones.
+Without ``--run-dir`` a small run is built under a temporary directory: a 20-feature synthetic
+set (10,000 agents) and a named-CFE MLP trained for a few epochs. Every loop is bounded in
+count and in time (``--phase-seconds``); only loopback traffic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from data_gen.dataset import load_dataset  # noqa: E402
+from learners.config import parse_config  # noqa: E402
+from learners.experiment import train_experiment  # noqa: E402
+
+TARGETS = {"single_p99_ms": 10.0, "batch_agents_per_s": 1000.0, "fuzz_5xx": 0}
+
+
+def build_run(workdir: Path, method: str) -> Path:
+    params = {"hamming_knn": {"k": 5}, "named_cfe": {"hidden": [256, 256], "max_epochs": 8, "patience": 3}}
+    cfg = parse_config({
+        "name": "serving_bench", "data_dir": str(workdir / "data"), "output_dir": str(workdir / "runs"),
+        "dataset": {"n_features": 20, "n_agents": 10_000, "seed": 0},
+        "generators": [{"method": method, "params": params.get(method, {})}]})
+    return train_experiment(cfg, progress=False, log=lambda msg: print(msg, file=sys.stderr))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(run_dir: Path, model: str | None, port: int, max_batch: int, log: Path,
+                 timeout: float) -> subprocess.Popen:
+    cmd = [sys.executable, str(ROOT / "serve.py"), str(run_dir), "--host", "127.0.0.1", "--port", str(port),
+           "--max-batch", str(max_batch), "--log-level", "warning"] + (["--model", model] if model else [])
+    with log.open("w") as f:  # a file, not a pipe: a full pipe would block the server
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f)
+    t_end = time.monotonic() + timeout
+    while time.monotonic() < t_end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    stop_server(proc)
+    raise RuntimeError(f"server did not answer /health within {timeout:.0f}s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def bench_single(client: httpx.Client, X: np.ndarray, n: int, seconds: float) -> dict:
+    for x in X[:50]:  # warm-up
+        client.post("/recommend", json={"x": x.tolist()})
+    lat, codes, by_method = [], {}, {}
+    t_end = time.monotonic() + seconds
+    for i in range(n):
+        if time.monotonic() > t_end:
+            break
+        body = {"x": X[i % len(X)].tolist()}
+        t = time.perf_counter()
+        r = client.post("/recommend", json=body)
+        lat.append(1e3 * (time.perf_counter() - t))
+        codes[r.status_code] = codes.get(r.status_code, 0) + 1
+        by_method.setdefault(r.json().get("method", "error"), []).append(lat[-1])
+    return {"requests": len(lat), "status_codes": codes, "p50_ms": pct(lat, 50), "p90_ms": pct(lat, 90),
+            "p99_ms": pct(lat, 99), "max_ms": max(lat), "mean_ms": float(np.mean(lat)),
+            "by_method": {m: {"requests": len(v), "p50_ms": pct(v, 50), "p99_ms": pct(v, 99)}
+                          for m, v in by_method.items()}}
+
+
+def bench_batch(client: httpx.Client, X: np.ndarray, size: int, n: int, seconds: float) -> dict:
+    rng = np.random.default_rng(1)
+    client.post("/recommend/batch", json={"agents": X[:size].tolist()})  # warm-up
+    lat, agents, statuses = [], 0, {}
+    t_end = time.monotonic() + seconds
+    t0 = time.perf_counter()
+    for _ in range(n):
+        if time.monotonic() > t_end:
+            break
+        body = {"agents": X[rng.choice(len(X), size)].tolist()}
+        t = time.perf_counter()
+        r = client.post("/recommend/batch", json=body)
+        lat.append(1e3 * (time.perf_counter() - t))
+        r.raise_for_status()
+        agents += size
+        for k, v in r.json()["counts"].items():
+            statuses[k] = statuses.get(k, 0) + v
+    total = time.perf_counter() - t0
+    return {"batches": len(lat), "batch_size": size, "agents": agents, "agents_per_s": agents / total,
+            "batch_p50_ms": pct(lat, 50), "batch_max_ms": max(lat), "statuses": statuses}
+
+
+def fuzz_cases(rng: np.random.Generator, n: int, max_batch: int):
+    """Yield (category, method, path, content bytes, content type) for malformed requests."""
+
+    def junk(depth: int = 0):
+        k = rng.integers(0, 8 if depth < 4 else 5)
+        if k == 0:
+            return int(rng.integers(-10**6, 10**6))
+        if k == 1:
+            return float(rng.normal() * 10.0 ** int(rng.integers(-5, 300)))
+        if k == 2:
+            return "".join(chr(c) for c in rng.integers(32, 0x2FFF, rng.integers(0, 12)))
+        if k == 3:
+            return [None, True, False][rng.integers(0, 3)]
+        if k == 4:
+            return None
+        if k == 5:
+            return [junk(depth + 1) for _ in range(rng.integers(0, 6))]
+        return {str(junk(depth + 1))[:10]: junk(depth + 1) for _ in range(rng.integers(0, 4))}
+
+    J = "application/json"
+    bits = lambda m: rng.integers(0, 2, m).tolist()  # noqa: E731
+    dump = lambda o: json.dumps(o).encode()  # noqa: E731
+    gens = {
+        "wrong_length": lambda: ("POST", "/recommend", dump({"x": bits(int(rng.choice([0, 1, 19, 21, 200])))}), J),
+        "strings": lambda: ("POST", "/recommend", dump({"x": [str(b) for b in bits(20)]}), J),
+        "nan_inf": lambda: ("POST", "/recommend", json.dumps(
+            {"x": bits(19) + [float(rng.choice([np.nan, np.inf, -np.inf]))]}).encode(), J),
+        "huge_numbers": lambda: ("POST", "/recommend", (
+            '{"x": [' + ",".join(["0"] * 19 + [str(rng.choice(["1e400", "-1e400", "1e308", "9" * 400, "1.5"]))])
+            + "]}").encode(), J),
+        "nested_junk": lambda: ("POST", str(rng.choice(["/recommend", "/recommend/batch"])),
+                                dump(junk() if rng.random() < 0.5 else {"x": junk(), "agents": junk()}), J),
+        "deep_nesting": lambda: ("POST", "/recommend", b'{"x": ' + b"[" * (d := int(rng.integers(100, 100_000)))
+                                 + b"]" * d + b"}", J),
+        "bad_json": lambda: ("POST", "/recommend/batch",
+                             dump({"agents": [bits(20)]})[: int(rng.integers(0, 20))] + b"}{,", J),
+        "random_bytes": lambda: ("POST", str(rng.choice(["/recommend", "/recommend/batch"])),
+                                 rng.bytes(int(rng.integers(0, 4000))), J),
+        "bad_groups": lambda: ("POST", "/recommend", dump({"x": bits(20), "group": [
+            -1, 1, 10**9, "0", 0.5, True, [0], {"g": 0}][rng.integers(0, 8)]}), J),
+        "batch_shape": lambda: ("POST", "/recommend/batch", dump([
+            {"agents": []}, {"agents": [bits(20), bits(19)]}, {"agents": [bits(20)], "groups": [0, 0]},
+            {"agents": bits(20)}, {"agents": [[bits(20)]]}][rng.integers(0, 5)]), J),
+        "extra_keys": lambda: ("POST", "/recommend", dump({"x": bits(20), "xx": 1, "groups": [0]}), J),
+        "content_type": lambda: ("POST", "/recommend", dump({"x": bits(20)}),
+                                 str(rng.choice(["text/plain", "application/x-www-form-urlencoded", ""]))),
+        "wrong_route": lambda: (str(rng.choice(["GET", "PUT", "DELETE"])), "/recommend", b"", J),
+        "oversize_batch": lambda: ("POST", "/recommend/batch", dump(
+            {"agents": [[0] * 20] * (max_batch + int(rng.integers(1, 100)))}), J),
+        "oversize_body": lambda: ("POST", "/recommend/batch", b" " * (8_000_000 + int(rng.integers(0, 1000))), J),
+    }
+    heavy = {"oversize_batch", "oversize_body"}  # a few of these (megabytes each)
+    names = list(gens)
+    for i in range(n):
+        name = names[i % len(names)]
+        if name in heavy and i // len(names) >= 10:
+            name = "nested_junk"
+        yield (name, *gens[name]())
+
+
+def bench_fuzz(client: httpx.Client, n: int, max_batch: int, seconds: float) -> dict:
+    rng = np.random.default_rng(2)
+    per: dict[str, dict[str, int]] = {}
+    totals = {"2xx": 0, "4xx": 0, "5xx": 0, "transport_error": 0}
+    examples_5xx = []
+    t_end = time.monotonic() + seconds
+    sent = 0
+    for name, method, path, content, ctype in fuzz_cases(rng, n, max_batch):
+        if time.monotonic() > t_end:
+            break
+        headers = {"content-type": ctype} if ctype else {}
+        try:
+            r = client.request(method, path, content=content, headers=headers)
+            key = f"{r.status_code // 100}xx"
+            if r.status_code >= 500 and len(examples_5xx) < 5:
+                examples_5xx.append({"case": name, "status": r.status_code, "body": r.text[:300]})
+        except httpx.TransportError:
+            key = "transport_error"
+        sent += 1
+        totals[key] = totals.get(key, 0) + 1
+        per.setdefault(name, {})
+        per[name][key] = per[name].get(key, 0) + 1
+    return {"requests": sent, **totals, "by_case": per, "examples_5xx": examples_5xx}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-dir", default=None, help="a trained run (default: build a small one in a temp dir)")
+    p.add_argument("--model", default=None, help="model of the run to serve (default: its first generator)")
+    p.add_argument("--method", default="named_cfe", choices=["named_cfe", "hamming_knn"],
+                   help="generator of the run built when --run-dir is not given")
+    p.add_argument("--single", type=int, default=2000, help="sequential single-agent requests")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--batches", type=int, default=20)
+    p.add_argument("--fuzz", type=int, default=3000, help="malformed requests")
+    p.add_argument("--max-batch", type=int, default=10_000, help="the server's max_batch")
+    p.add_argument("--phase-seconds", type=float, default=120.0, help="time limit of each phase")
+    p.add_argument("--work-dir", default=None, help="build the run here and keep it (default: a temporary dir)")
+    p.add_argument("--out", default=None, help="also write the JSON here")
+    args = p.parse_args(argv)
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
+        t0 = time.perf_counter()
+        run_dir = Path(args.run_dir) if args.run_dir else build_run(Path(args.work_dir or tmp), args.method)
+        build_s = time.perf_counter() - t0
+        info = json.loads((run_dir / "dataset.json").read_text())
+        ds = load_dataset(info["path"])
+        rng = np.random.default_rng(0)
+        fresh = (rng.random((max(1, len(ds.X) // 10), ds.world.n_features)) < ds.config.pf).astype(np.uint8)
+        X = np.concatenate([ds.X, fresh])[rng.permutation(len(ds.X) + len(fresh))]
+        if ds.world.n_groups > 1:
+            raise SystemExit("benchmarks/serving.py: use a run whose world has no groups")
+        port = free_port()
+        t0 = time.perf_counter()
+        log = Path(tmp) / "server.log"
+        proc = start_server(run_dir, args.model, port, args.max_batch, log, timeout=300)
+        startup_s = time.perf_counter() - t0
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
+                single = bench_single(client, X, args.single, args.phase_seconds)
+                batch = bench_batch(client, X, args.batch_size, args.batches, args.phase_seconds)
+                fuzz = bench_fuzz(client, args.fuzz, args.max_batch, args.phase_seconds)
+                healthy = client.get("/health").status_code == 200
+                model = client.get("/model").json()
+        finally:
+            stop_server(proc)
+        server_log = log.read_text()
+    result = {
+        "run_dir": str(run_dir) if args.run_dir or args.work_dir else "(temporary, built by the benchmark)",
+        "model": model["model"], "method": model["method"], "world": model["world"] | {"feature_names": None},
+        "model_metrics_accuracy": (model.get("metrics") or {}).get("accuracy"),
+        "cpu_count": os.cpu_count(), "loadavg_1min_before": load_before[0], "loadavg_1min_after": os.getloadavg()[0],
+        "build_run_s": build_s, "server_startup_s": startup_s,
+        "single": single, "batch": batch, "fuzz": fuzz, "healthy_after_fuzz": healthy,
+        "server_counters": model["counters"],
+        "server_errors_logged": server_log.count("ERROR"),
+        "targets": TARGETS,
+        "meets_targets": {"single_p99_ms": single["p99_ms"] <= TARGETS["single_p99_ms"],
+                          "batch_agents_per_s": batch["agents_per_s"] >= TARGETS["batch_agents_per_s"],
+                          "fuzz_5xx": fuzz["5xx"] == 0 and fuzz["transport_error"] == 0 and healthy},
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
