@@ -5,7 +5,8 @@
 
 Starts ``serve.py`` in a subprocess on 127.0.0.1 (a free port), waits for /health, then
 
-- single: sequential POST /recommend with one keep-alive ``httpx.Client`` -> p50/p90/p99/max ms;
+- single: sequential POST /recommend with one keep-alive ``httpx.Client`` -> p50/p90/p99/max ms,
+  overall and by answering method, beside GET /health (no work) as the HTTP baseline;
 - batch: POST /recommend/batch with ``--batch-size`` agents -> agents/s, per-batch p50/max ms;
 - fuzz: malformed requests (wrong lengths, strings, NaN/inf, huge numbers, nested junk, bad
   JSON, random bytes, oversize batches and bodies, bad groups, extra keys, wrong content types)
@@ -44,7 +45,7 @@ TARGETS = {"single_p99_ms": 10.0, "batch_agents_per_s": 1000.0, "fuzz_5xx": 0}
 
 
 def build_run(workdir: Path, method: str) -> Path:
-    params = {"hamming_knn": {"k": 5}, "named_cfe": {"hidden": [256, 256], "max_epochs": 8, "patience": 3}}
+    params = {"hamming_knn": {"k": 5}, "named_cfe": {"hidden": [256, 256], "max_epochs": 20, "patience": 3}}
     cfg = parse_config({
         "name": "serving_bench", "data_dir": str(workdir / "data"), "output_dir": str(workdir / "runs"),
         "dataset": {"n_features": 20, "n_agents": 10_000, "seed": 0},
@@ -109,6 +110,19 @@ def bench_single(client: httpx.Client, X: np.ndarray, n: int, seconds: float) ->
             "p99_ms": pct(lat, 99), "max_ms": max(lat), "mean_ms": float(np.mean(lat)),
             "by_method": {m: {"requests": len(v), "p50_ms": pct(v, 50), "p99_ms": pct(v, 99)}
                           for m, v in by_method.items()}}
+
+
+def bench_baseline(client: httpx.Client, n: int, seconds: float) -> dict:
+    """GET /health (no work) in the same run: what HTTP and this machine's scheduling cost alone."""
+    lat = []
+    t_end = time.monotonic() + seconds
+    for _ in range(n):
+        if time.monotonic() > t_end:
+            break
+        t = time.perf_counter()
+        client.get("/health")
+        lat.append(1e3 * (time.perf_counter() - t))
+    return {"requests": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99)}
 
 
 def bench_batch(client: httpx.Client, X: np.ndarray, size: int, n: int, seconds: float) -> dict:
@@ -254,6 +268,7 @@ def main(argv=None) -> int:
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
                 single = bench_single(client, X, args.single, args.phase_seconds)
+                baseline = bench_baseline(client, args.single, args.phase_seconds)
                 batch = bench_batch(client, X, args.batch_size, args.batches, args.phase_seconds)
                 fuzz = bench_fuzz(client, args.fuzz, args.max_batch, args.phase_seconds)
                 healthy = client.get("/health").status_code == 200
@@ -267,7 +282,7 @@ def main(argv=None) -> int:
         "model_metrics_accuracy": (model.get("metrics") or {}).get("accuracy"),
         "cpu_count": os.cpu_count(), "loadavg_1min_before": load_before[0], "loadavg_1min_after": os.getloadavg()[0],
         "build_run_s": build_s, "server_startup_s": startup_s,
-        "single": single, "batch": batch, "fuzz": fuzz, "healthy_after_fuzz": healthy,
+        "single": single, "http_baseline_get_health": baseline, "batch": batch, "fuzz": fuzz, "healthy_after_fuzz": healthy,
         "server_counters": model["counters"],
         "server_errors_logged": server_log.count("ERROR"),
         "targets": TARGETS,

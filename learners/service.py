@@ -622,7 +622,7 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
         return {"results": results, "counts": counts}
 
     @app.get("/health", response_model=Health, summary="Liveness")
-    def health() -> dict[str, Any]:
+    async def health() -> dict[str, Any]:
         return {"status": "ok", "model": svc.model_name, "uptime_s": time.time() - svc.started}
 
     @app.get("/model", response_model=ModelInfo, summary="The served model, its provenance and counters")
