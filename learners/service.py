@@ -125,6 +125,9 @@ class _FallbackSolver:
             except FutureTimeout:
                 fut.cancel()  # still queued: dropped; already running: finishes into the cache
                 break
+            except Exception:  # a solver failure leaves these agents "unknown" rather than failing the request
+                log.exception("fallback solver failed on %d agents", len(idx))
+                break
             for j, i in enumerate(idx):
                 out[i] = (tuple(int(a) for a in labels.actions[j] if a >= 0), bool(labels.has_cover[j]))
         return out
