@@ -3,3 +3,4 @@
 import learners.full_action  # noqa: F401
 import learners.named_action  # noqa: F401
 import learners.named_cfe  # noqa: F401
+import learners.policies  # noqa: F401
