@@ -14,8 +14,9 @@ discounts), and the episode ends when the classifier accepts. Methods (``method`
   label of an agent is its optimal recourse as an action sequence: without discounts the
   dataset's optimal set (unique, from the exact set cover) in canonical ascending order; with
   discounts (``world.order_matters``) the exact :class:`~solvers.ucs.UniformCostSearch`
-  sequence, computed for at most ``bc_label_agents`` training agents (about 20 ms each at 20
-  features and 100 actions: the bound keeps labelling to minutes; the rest are not cloned).
+  sequence, computed for at most ``bc_label_agents`` training agents (default 8000; about 20 ms
+  each at 20 features and 100 actions: the bound keeps labelling to minutes; the rest are not
+  cloned, RL fine-tuning still sees them).
   The loss is the cross-entropy of the masked action logits on every (state, next optimal
   action) pair along the label, plus ``bc_value_coef`` times the squared error of the value
   head on the label's return-to-go (so that PPO fine-tuning starts with a fitted critic).
@@ -153,9 +154,10 @@ class PolicyParams:
 class MaskablePPOParams(PolicyParams):
     """MaskablePPO with optional behaviour-cloning warm start (``bc_epochs`` > 0)."""
 
+    learning_rate: float = 1e-3  # Adam learning rate of PPO
     n_steps: int = 256  # rollout steps per environment between PPO updates
     batch_size: int = 256  # PPO minibatch size
-    n_epochs: int = 10  # PPO epochs per update
+    n_epochs: int = 4  # PPO epochs per update
     gae_lambda: float = 0.95  # GAE lambda
     clip_range: float = 0.2  # PPO clipping
     ent_coef: float = 0.01  # entropy bonus
@@ -164,7 +166,7 @@ class MaskablePPOParams(PolicyParams):
     bc_learning_rate: float = 1e-3  # Adam learning rate of behaviour cloning
     bc_batch_size: int = 256  # behaviour-cloning minibatch of (state, next action) pairs
     bc_value_coef: float = 0.5  # weight of the value head's return-to-go regression in BC
-    bc_label_agents: int = 5000  # with discounts: training agents labelled by uniform-cost search
+    bc_label_agents: int = 8000  # with discounts: training agents labelled by uniform-cost search
     bc_target: str = "set"  # without discounts: "set" (any remaining optimal action) or "sequence" (the next)
 
     def __post_init__(self) -> None:
@@ -192,9 +194,9 @@ class BCParams(MaskablePPOParams):
 class BCPPOParams(MaskablePPOParams):
     """Behaviour cloning, then MaskablePPO fine-tuning from the cloned weights."""
 
-    total_timesteps: int = 100_000  # environment steps of PPO fine-tuning
+    total_timesteps: int = 50_000  # environment steps of PPO fine-tuning
     bc_epochs: int = 30  # behaviour-cloning epochs
-    learning_rate: float = 5e-5  # small: fine-tuning must not undo the cloned policy
+    learning_rate: float = 1e-4  # small: fine-tuning must not undo the cloned policy
     ent_coef: float = 0.0  # no entropy bonus: the cloned policy is already near-deterministic
     clip_range: float = 0.1  # conservative updates
 
@@ -262,6 +264,7 @@ class CapabilityFeatures(nn.Module):
             avg = np.where(counts[:, None] > 0, influenced / np.maximum(counts, 1)[:, None], 0.0)  # (A, n)
             M = W @ avg.T
         self.n_features, self.n_actions, self.lookahead = n, A, bool(lookahead)
+        self.discounted = bool(w.discount_edges)
         self.features_dim = n + A * (7 if lookahead else 4)
         t = torch.as_tensor(w.classifier.thresholds, dtype=torch.float32).mean(0)
         self.register_buffer("need", t, persistent=False)
@@ -274,8 +277,11 @@ class CapabilityFeatures(nn.Module):
         # uncovered[r, a, b]: needed capabilities still missing after a then b
         rest = deficit[:, None, :] * (1.0 - self.acts)[None]  # (R, A, n)
         uncovered = rest @ (1.0 - self.acts).T  # (R, A, A)
-        after = torch.maximum(x[:, None, :], self.acts[None])  # x | a
-        second = self.b - after @ self.m  # c_b(x | a), (R, A, A)
+        if self.discounted:  # c_b(x | a) = b - (x + a (1 - x)) @ m, (R, A, A)
+            gained = self.acts[None] * (1.0 - x[:, None, :])
+            second = (self.b - x @ self.m)[:, None, :] - gained @ self.m
+        else:
+            second = self.b.expand(len(x), self.n_actions, self.n_actions)
         second = torch.where(uncovered < 0.5, second, torch.tensor(torch.inf))
         best = cost + torch.where(full > 0.5, torch.zeros_like(cost), second.min(2).values)
         done = torch.isfinite(best)
@@ -328,11 +334,15 @@ class PerActionScorer(nn.Module):
         self.mlp = mlp(channels + embedding + n_features + 2 * channels, widths, 1, activation)
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
-        B, n, A = len(f), self.n_features, self.n_actions
-        tok = f[:, n:].reshape(B, self.channels, A).transpose(1, 2)  # (B, A, C)
+        B, n, A, C = len(f), self.n_features, self.n_actions, self.channels
+        tok = f[:, n:].reshape(B, C, A).transpose(1, 2)  # (B, A, C)
         ctx = torch.cat([f[:, :n], tok.mean(1), tok.min(1).values], 1)
-        z = torch.cat([tok, self.embedding.expand(B, A, -1), ctx[:, None].expand(B, A, ctx.shape[1])], 2)
-        return self.mlp(z).squeeze(2)
+        # The first layer on [token, embedding, context], computed by blocks: the embedding part
+        # once per action and the context part once per agent (same result, far fewer flops).
+        first = self.mlp[0]
+        w_tok, w_emb, w_ctx = first.weight.split([C, self.embedding.shape[1], ctx.shape[1]], dim=1)
+        h = tok @ w_tok.T + (self.embedding @ w_emb.T)[None] + (ctx @ w_ctx.T + first.bias)[:, None]
+        return self.mlp[1:](h).squeeze(2)
 
 
 class ActionScorerExtractor(nn.Module):
