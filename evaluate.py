@@ -13,9 +13,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="a run directory written by train.py")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--filters", nargs="+", default=None, help="evaluate only these filters of the run")
     args = p.parse_args(argv)
     try:
-        evaluate_run(args.run_dir, plots=not args.no_plots)
+        evaluate_run(args.run_dir, plots=not args.no_plots, filters=args.filters)
     except (ValueError, FileNotFoundError) as err:
         print(err, file=sys.stderr)
         return 2

@@ -106,8 +106,12 @@ def time_exact_solvers(ds: Dataset, X: np.ndarray, groups: np.ndarray | None, n_
     return out
 
 
-def evaluate_run(run_dir: str | Path, plots: bool = True, log=print) -> dict[str, Any]:
-    """Evaluate every trained model on its held-out split; writes metrics.json, report.md, plots."""
+def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: list[str] | None = None
+                 ) -> dict[str, Any]:
+    """Evaluate every trained model on its held-out split; writes metrics.json, report.md, plots.
+
+    ``filters`` restricts the evaluation to some of the run's filters (default: all of them).
+    """
     from learners.metrics import generator_metrics
     from learners.report import write_report
 
@@ -115,7 +119,10 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print) -> dict[str
     cfg, ds = load_run(run_dir)
     results: dict[str, Any] = {"run": cfg.name, "dataset": ds.manifest["statistics"], "models": {}}
     arrays: dict[str, Any] = {}
-    for rule in cfg.evaluation.filters:
+    unknown = sorted(set(filters or []) - set(cfg.evaluation.filters))
+    if unknown:
+        raise ValueError(f"filters: {unknown} are not filters of this run ({cfg.evaluation.filters})")
+    for rule in filters or cfg.evaluation.filters:
         _, test = ds.split(rule, cfg.evaluation.test_fraction)
         groups = test.groups if ds.world.n_groups > 1 else None
         if "timing" not in results:
