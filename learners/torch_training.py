@@ -28,6 +28,7 @@ from data_gen.dataset import Split
 from learners.base import FitContext
 
 LossFn = Callable[[nn.Module, Sequence[torch.Tensor]], torch.Tensor]
+SCHEDULES = ("onecycle", "constant")
 
 
 @dataclass
@@ -37,11 +38,12 @@ class TorchParams:
     hidden: tuple[int, ...] = (512, 512)  # widths of the hidden layers of the MLP
     batch_norm: bool = True  # batch normalization after each hidden linear layer
     dropout: float = 0.1  # dropout probability after each hidden layer
-    lr: float = 1e-3  # Adam learning rate
+    lr: float = 1e-2  # Adam learning rate (the peak rate under the one-cycle schedule)
+    schedule: str = "onecycle"  # learning-rate schedule over max_epochs: "onecycle" or "constant"
     weight_decay: float = 1e-6  # L2 penalty (Adam weight_decay)
     batch_size: int = 512  # training batch size
-    max_epochs: int = 40  # upper bound on training epochs
-    patience: int = 6  # early stopping: epochs without a better validation loss
+    max_epochs: int = 15  # training epochs (the one-cycle schedule spans all of them)
+    patience: int = 10  # early stopping: epochs without a better validation loss
     val_fraction: float = 0.1  # share of train held out for validation when no val split is given
     num_threads: int = 1  # torch CPU threads in fit and predict (0: torch's default; 1 is fastest on busy cores)
 
@@ -53,6 +55,8 @@ class TorchParams:
             raise ValueError(f"dropout: must be in [0, 1), got {self.dropout}")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction: must be in (0, 1), got {self.val_fraction}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule: expected one of {SCHEDULES}, got {self.schedule!r}")
         if self.num_threads < 0:
             raise ValueError(f"num_threads: must be >= 0, got {self.num_threads}")
         for name in ("batch_size", "max_epochs", "patience"):
@@ -78,9 +82,9 @@ def mlp(n_in: int, hidden: Sequence[int], n_out: int, batch_norm: bool = True, d
 class LossModule(L.LightningModule):
     """Trains ``model`` on ``loss_fn(model, batch)``; logs ``train_loss`` and ``val_loss`` per epoch."""
 
-    def __init__(self, model: nn.Module, loss_fn: LossFn, lr: float, weight_decay: float):
+    def __init__(self, model: nn.Module, loss_fn: LossFn, lr: float, weight_decay: float, schedule: str):
         super().__init__()
-        self.model, self.loss_fn, self.lr, self.weight_decay = model, loss_fn, lr, weight_decay
+        self.model, self.loss_fn, self.lr, self.weight_decay, self.schedule = model, loss_fn, lr, weight_decay, schedule
 
     def _step(self, batch: Sequence[torch.Tensor], name: str) -> torch.Tensor:
         loss = self.loss_fn(self.model, batch)
@@ -93,8 +97,14 @@ class LossModule(L.LightningModule):
     def validation_step(self, batch: Sequence[torch.Tensor], batch_idx: int) -> torch.Tensor:
         return self._step(batch, "val_loss")
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.Adam(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        if self.schedule == "constant":
+            return opt
+        # One-cycle (warm-up, then cosine annealing) over every step that max_epochs allows.
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, pct_start=0.2,
+                                                    total_steps=int(self.trainer.estimated_stepping_batches))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
 @contextmanager
@@ -156,7 +166,7 @@ def fit_lightning(model: nn.Module, loss_fn: LossFn, train_tensors: Sequence[tor
     (epochs run, best validation loss, seconds). Checkpoints and ``metrics.csv`` go under
     ``ctx.run_dir`` when given, else under a temporary directory removed afterwards."""
     seed_everything(ctx.seed)
-    lit = LossModule(model, loss_fn, params.lr, params.weight_decay)
+    lit = LossModule(model, loss_fn, params.lr, params.weight_decay, params.schedule)
     t0 = time.perf_counter()
     with ExitStack() as stack:
         root = Path(ctx.run_dir) if ctx.run_dir is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -177,6 +187,8 @@ def fit_lightning(model: nn.Module, loss_fn: LossFn, train_tensors: Sequence[tor
             enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1)
         trainer.fit(lit, _loader(train_tensors, params.batch_size, True, ctx.seed),
                     _loader(val_tensors, max(params.batch_size, 8192), False, ctx.seed))
+        if not ckpt.best_model_path:
+            raise ValueError("val: the validation loss was never finite (no usable validation rows?)")
         best = torch.load(ckpt.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
         lit.load_state_dict(best)
     model.eval()
