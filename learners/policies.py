@@ -37,7 +37,9 @@ cheapest completion with at most one more action, priced in order. These feature
 weights; they are computed from the world (saved with the policy). The head (``head``) is a
 :class:`PerActionScorer` (default): one small MLP shared by all actions scores each action
 from its features, a learned action embedding and the agent context; or a plain MLP over all
-features (``"mlp"``; DQN's Q-network). A plain MLP on the raw observation (``features="raw",
+features (``"mlp"``; DQN's Q-network). With lookahead features the scorer's logits are a
+residual on the greedy two-step lookahead (``lookahead_prior``, default): training starts from
+that heuristic, and the held-out selection keeps it when learning does not beat it. A plain MLP on the raw observation (``features="raw",
 head="mlp"``) is available; on the 20-feature benchmark it clones the exact labels far worse
 (about 75% optimal after 80 BC epochs, against 98-99% for the default): the shared scorer
 compares actions by their features instead of memorising one output unit per action.
@@ -77,8 +79,6 @@ import itertools
 import json
 import time
 from abc import abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -91,6 +91,7 @@ from torch import nn
 from data_gen.dataset import Split
 from envs.capability import CapabilityWorld
 from learners.base import FitContext, Generator, Prediction, register
+from learners.torch_training import torch_threads
 
 try:  # the "rl" extra; without it policies can still be loaded and served (weights.pt)
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
@@ -102,18 +103,6 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 _MASKED = -1e8  # logit of a masked action (as sb3-contrib's MaskableCategorical)
 _MAX_PERMUTED = 6  # optimal_first_actions: longer remainders are not permuted (6! = 720 orders)
 _ROLLOUT_CHUNK = 2048  # agents per forward pass in a rollout step (bounds the per-action tensors)
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run a block with ``n`` intra-op torch threads (0: leave the setting alone)."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------- hyperparameters
