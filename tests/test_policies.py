@@ -30,7 +30,7 @@ PPO = {"n_steps": 64, "batch_size": 64, "n_epochs": 2}
 PARAMS = {
     "maskable_ppo": RL | PPO,
     "bc": {"bc_epochs": 3, "bc_batch_size": 32, "net_arch": [16, 16]},
-    "bc_ppo": RL | PPO | {"bc_epochs": 2, "bc_batch_size": 32},
+    "bc_ppo": RL | PPO | {"bc_epochs": 2, "bc_batch_size": 32, "lookahead_prior": False},
     "dqn": RL | {"learning_starts": 64, "batch_size": 32, "buffer_size": 1000, "target_update_interval": 64},
 }
 
