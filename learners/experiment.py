@@ -150,6 +150,14 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: li
                 info = path / "train_info.json"
                 if info.exists():
                     m["train_seconds"] = json.loads(info.read_text())["train_seconds"]
+                if hasattr(model, "predict_sequences"):  # an RL policy: optimality against the exact optimum
+                    from learners.policy_eval import policy_metrics
+
+                    pm = policy_metrics(model, ds.world, test.X, test.groups,
+                                        exact_agents=cfg.evaluation.solver_timing_agents or None, repeats=1)
+                    m["policy"] = {k: v for k, v in pm.items() if k != "set_cover_vs_ucs"}
+                    if "set_cover_vs_ucs" in pm:
+                        m["policy"]["set_cover_vs_ucs"] = pm["set_cover_vs_ucs"]
                 m["seed"] = seed
                 per_seed.append(m)
             accs = np.array([m["accuracy"]["value"] for m in per_seed])

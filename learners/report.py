@@ -92,6 +92,15 @@ def write_report(run_dir: Path, results: dict[str, Any], arrays: dict[str, Any] 
         lines += ["## Exact solver time per agent (same run)", "",
                   f"- compiled branch and bound: {1e3 * t['exact_bnb_s_per_agent']:.3f} ms",
                   f"- CVXPY ILP (HiGHS): {1e3 * t['cvxpy_ilp_s_per_agent']:.3f} ms", ""]
+    pol = [(k, r["seeds"][0]["policy"]) for k, r in results["models"].items() if "policy" in r["seeds"][0]]
+    if pol:
+        lines += ["## Policies against the exact optimum", "",
+                  "| policy | optimality | validity | mean regret | mean steps | exact solver | infer µs/agent |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {k} | {_pct(p['optimality'])} | {p['validity']['value']:.3f} | {p['mean_regret']:.5f} | "
+                  f"{p['mean_steps']:.2f} | {p['exact_solver']} ({p['exact_agents']} agents) | "
+                  f"{1e6 * p['inference_s_per_agent']:.1f} |" for k, p in pol]
+        lines.append("")
     s = results["dataset"]
     lines += ["## Dataset", "", f"- size {s['size']}, by length {s['by_length']}, distinct CFEs {s['distinct_cfes']}",
               f"- CFEs seen once in the train split: {s['train_share_cfes_seen_once_pct']}%", ""]
