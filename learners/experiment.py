@@ -136,7 +136,9 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: li
                 model = Generator.load(path)
                 model.predict(test.X[:8])  # warm-up outside the timing
                 t = time.perf_counter()
-                pred = model.predict(test.X)
+                # Policies act in the world, so they need each agent's hidden group there.
+                pred = (model.predict(test.X, groups) if hasattr(model, "predict_sequences") and groups is not None
+                        else model.predict(test.X))
                 per_agent = (time.perf_counter() - t) / max(len(test), 1)
                 m = generator_metrics(ds.world, test.X, test.groups, test.sets, test.cost, pred.sets, pred.confidence)
                 arrays[f"{spec.name or spec.method} [{rule}] seed{seed}"] = m.pop("_arrays")
