@@ -1,0 +1,9 @@
+"""MACE (Karimi et al. 2020): nearest plausible, diverse counterfactuals with a certified lower bound.
+
+Backends: ``z3`` (the paper's SMT formulation and Algorithm 1) and ``milp`` (HiGHS, same semantics).
+"""
+
+from solvers.mace.distance import deltas, distance, norm_weights, raw_features
+from solvers.mace.mace import MACE
+
+__all__ = ["MACE", "deltas", "distance", "norm_weights", "raw_features"]
