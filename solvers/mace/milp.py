@@ -97,6 +97,7 @@ class MilpBackend:
         n = len(inst.x_hat)
         # Columns 0..n-1 are the encoded features, within the plausibility box.
         self.x = [self.p.var(inst.lower[c], inst.upper[c], integer=bool(inst.integral[c])) for c in range(n)]
+        self.dev: dict[int, tuple[int, int, int | None]] = {}  # numeric column -> (up, down, change binary)
         self._domain()
         self._distance()
         self._classifier()
@@ -139,9 +140,11 @@ class MilpBackend:
                     continue
                 p.cost[up] += b / r.span
                 p.cost[dn] += b / r.span
+                ch = None
                 if a > 0:
                     ch = p.var(0.0, 1.0, cost=a, integer=True)
                     p.row([up, dn, ch], [1.0, 1.0, -(inst.upper[c0] - inst.lower[c0])], hi=0.0)
+                self.dev[c0] = (up, dn, ch)
                 if t is not None:
                     p.row([t, up, dn], [1.0, -1.0 / r.span, -1.0 / r.span], 0.0)
 
@@ -179,6 +182,8 @@ class MilpBackend:
             # thermometer: x >= L_k and x <= U_{k+1} for the last k with w_k = 1
             p.row([self.x[c], *ws], [1.0, *(-np.diff([inst.lower[c], *ls]))], inst.lower[c])
             p.row([self.x[c], *ws], [1.0, *(-np.diff([*us, inst.upper[c]]))], hi=us[0])
+            if c in self.dev:
+                self._interval_cuts(c, us, ls, ws)
         score_idx, score_val = [], []
         for tree in m.trees:
             leaves_under: dict[int, list[int]] = {}
@@ -211,6 +216,37 @@ class MilpBackend:
             score_val += [float(tree.p1[leaf]) for leaf in yv]
         T = len(m.trees)
         p.row(score_idx, np.asarray(score_val) / T, 0.5 + inst.margin)
+
+    def _interval_cuts(self, c: int, us: list[float], ls: list[float], ws: list[int]) -> None:
+        """Valid inequalities that price the split indicators directly (the LP bound is 0 without them).
+
+        The thermometer alone lets a fractional w move up at one level and down at another with x
+        unchanged. Here |x - x^| >= sum over crossed levels above x^ of the step to the next level
+        (w_k = 1) plus the same below x^ (w_k = 0), and x changed >= the first level crossed either way.
+        """
+        p, xh = self.p, float(self.inst.x_hat[c])
+        up, dn, ch = self.dev[c]
+        idx, val, rhs, prev = [up, dn], [1.0, 1.0], 0.0, xh
+        for lo, w in zip(ls, ws, strict=True):  # levels above x^: crossing costs the step
+            if lo > xh:
+                idx.append(w)
+                val.append(-(lo - prev))
+                prev = lo
+        nxt = xh
+        for u, w in zip(us[::-1], ws[::-1], strict=True):  # levels below x^: staying left costs the step
+            if u < xh:
+                idx.append(w)
+                val.append(nxt - u)
+                rhs += nxt - u
+                nxt = u
+        p.row(idx, val, rhs)
+        if ch is not None:
+            above = [w for lo, w in zip(ls, ws, strict=True) if lo > xh]
+            below = [w for u, w in zip(us, ws, strict=True) if u < xh]
+            if above:
+                p.row([ch, above[0]], [1.0, -1.0], 0.0)
+            if below:
+                p.row([ch, below[-1]], [1.0, 1.0], 1.0)
 
     @staticmethod
     def _postorder(tree) -> list[int]:
