@@ -74,10 +74,30 @@ class MACE(Solver):
         return Instance(schema, world.model, x, raws, weights, lo, hi, integral_columns(schema),
                         float(self.epsilon), float(self.margin), float(self.eta), seed=int(self.seed))
 
-    def _backend(self, inst: Instance, tighten: float) -> MilpBackend | Z3Backend:
-        if self.backend == "milp":
-            return MilpBackend(inst, tol=1e-8 / tighten)
-        return Z3Backend(inst)
+    def _search(self, inst: Instance, tighten: float, time_limit: float) -> Outcome:
+        """One backend search. z3: Algorithm 1. MILP: minimise within growing distance budgets.
+
+        The MILP galloping search solves min d s.t. d <= D for D = 4^k / 1024 (k = 0..5): a D with no
+        counterfactual proves delta_min >= D (as an UNSAT step of Algorithm 1); the first feasible one
+        holds the global optimum, and its dual bound is global too.
+        """
+        if self.backend == "z3":
+            be = Z3Backend(inst)
+            for prev in inst.previous:
+                be.add_diversity(prev)
+            return be.minimize(time_limit)
+        t0, floor, calls = time.perf_counter(), 0.0, 0
+        budgets = [4.0**k / 1024 for k in range(6)] if inst.weights[1] + inst.weights[2] > 0 else [1.0]
+        for D in budgets:
+            be = MilpBackend(inst, tol=1e-8 / tighten, budget=D)
+            for prev in inst.previous:
+                be.add_diversity(prev)
+            out = be.minimize(time_limit - (time.perf_counter() - t0))
+            calls += 1
+            if out.status != "infeasible" or D >= 1.0:
+                return Outcome(out.x, out.status, max(out.delta_min, floor), calls)
+            floor = D
+        raise AssertionError("unreachable: the last budget is 1")
 
     def _one(self, inst: Instance) -> tuple[Outcome, np.ndarray | None, str]:
         """One run of the search, retried with a larger margin until its point verifies."""
@@ -88,10 +108,7 @@ class MACE(Solver):
                 break
             tight = Instance(**{**vars(inst), "margin": inst.margin * k, "eta": inst.eta * k,
                                 "diversity_gap": inst.diversity_gap * k})
-            be = self._backend(tight, k)
-            for prev in inst.previous:
-                be.add_diversity(prev)
-            out = be.minimize(left)
+            out = self._search(tight, k, left)
             if out.x is None:
                 return out, None, out.status
             x = clean(inst, out.x)

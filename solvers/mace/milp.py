@@ -91,8 +91,10 @@ class _Program:
 class MilpBackend:
     """Builds the MILP of one instance once; diversity clauses are added between runs."""
 
-    def __init__(self, inst: Instance, tol: float = 1e-8) -> None:
-        self.inst, self.tol = inst, tol
+    def __init__(self, inst: Instance, tol: float = 1e-8, budget: float = 1.0) -> None:
+        if budget < 1.0:
+            inst = _within(inst, budget)
+        self.inst, self.tol, self.budget = inst, tol, budget
         self.p = _Program()
         n = len(inst.x_hat)
         # Columns 0..n-1 are the encoded features, within the plausibility box.
@@ -315,6 +317,27 @@ class MilpBackend:
         p.row(terms, np.ones(len(terms)), 1.0)  # no term at all: infeasible, as it should be
 
     def minimize(self, time_limit: float) -> Outcome:
+        if self.budget < 1.0:  # d <= budget (the box above is implied by it; this row is the rest)
+            used = [i for i, c in enumerate(self.p.cost) if c != 0]
+            self.p.row(used, [self.p.cost[i] for i in used], hi=self.budget - self.p.offset)
         status, sol, bound = self.p.solve(time_limit, self.inst.epsilon, self.inst.seed, self.tol)
         x = None if sol is None else sol[: len(self.inst.x_hat)]
         return Outcome(x, status, bound, 1)  # type: ignore[arg-type]
+
+
+def _within(inst: Instance, budget: float) -> Instance:
+    """The instance restricted to d <= budget: numeric columns boxed by delta_j <= budget / (beta + gamma).
+
+    d >= (beta + gamma)·delta_j for every numeric feature j, so the box loses no counterfactual within the
+    budget; on large forests it turns most splits constant and the MILP small (the optimum is usually near).
+    """
+    _, b, g = inst.weights
+    lo, hi = inst.lower.copy(), inst.upper.copy()
+    for r in inst.raws:
+        c = r.columns[0]
+        if r.kind == "numeric" and b + g > 0 and r.span > 0:
+            rad = r.span * budget / (b + g)
+            lo[c], hi[c] = max(lo[c], inst.x_hat[c] - rad), min(hi[c], inst.x_hat[c] + rad)
+            if inst.integral[c]:
+                lo[c], hi[c] = math.ceil(lo[c] - 1e-9), math.floor(hi[c] + 1e-9)
+    return Instance(**{**vars(inst), "lower": lo, "upper": hi})
