@@ -89,13 +89,17 @@ class MACE(Solver):
         t0, floor, calls = time.perf_counter(), 0.0, 0
         budgets = [4.0**k / 1024 for k in range(6)] if inst.weights[1] + inst.weights[2] > 0 else [1.0]
         for D in budgets:
-            be = MilpBackend(inst, tol=1e-8 / tighten, budget=D)
+            be = MilpBackend(inst, tol=1e-9 / tighten, budget=D)  # 1e-8 let HiGHS prune a better node once
             for prev in inst.previous:
                 be.add_diversity(prev)
             out = be.minimize(time_limit - (time.perf_counter() - t0))
             calls += 1
-            if out.status != "infeasible" or D >= 1.0:
-                return Outcome(out.x, out.status, max(out.delta_min, floor), calls)
+            # Within the box of budget D lies every point with d <= D: an optimum <= D is global (its
+            # bound too); none, or an optimum above D, proves d* > D, as an UNSAT step would.
+            done = out.status in ("feasible", "unknown") or (
+                out.status == "optimal" and float(inst.distance(out.x[None])[0]) <= D + inst.epsilon)
+            if done or D >= 1.0:  # outside the box every d > D, so the box's bound holds globally only up to D
+                return Outcome(out.x, out.status, max(min(out.delta_min, D), floor), calls)
             floor = D
         raise AssertionError("unreachable: the last budget is 1")
 

@@ -8,7 +8,8 @@ Encodings (paper §4.2 distance and plausibility; the models of §4.1 as mixed-i
   one binary w per distinct split level of a column (w = 1 iff the point goes right, x >= L),
   monotone along the column and tied to x by a thermometer (two rows per column); per tree
   continuous leaf weights y with sum 1, and for every split node sum(y, left leaves) <= 1 - w,
-  sum(y, right leaves) <= w; accept iff sum_t sum_l p1_l y_l / T >= 1/2 + margin.
+  sum(y, right leaves) <= w, written in flow form (q_k = sum of y under node k) and pruned to the
+  nodes the plausibility box can reach; accept iff sum_t sum_l p1_l y_l / T >= 1/2 + margin.
 - logistic regression: w.x + b >= margin.
 - ReLU MLP: big-M per unstable neuron, with pre-activation bounds by interval arithmetic from the
   plausibility box (stable neurons need no binary); final logit >= margin.
@@ -31,14 +32,18 @@ from solvers.mace.domain import Instance, Outcome, preactivation_bounds
 
 
 class _Program:
-    """A minimisation MILP assembled column by column and row by row."""
+    """A minimisation MILP assembled column by column and row by row (flat lists: cheap to append)."""
 
     def __init__(self) -> None:
         self.lb: list[float] = []
         self.ub: list[float] = []
         self.cost: list[float] = []
         self.integer: list[bool] = []
-        self.rows: list[tuple[np.ndarray, np.ndarray, float, float]] = []
+        self.ri: list[int] = []  # row of each nonzero
+        self.ci: list[int] = []  # column of each nonzero
+        self.va: list[float] = []  # value of each nonzero
+        self.rlo: list[float] = []
+        self.rhi: list[float] = []
         self.offset = 0.0
 
     def var(self, lb: float, ub: float, cost: float = 0.0, integer: bool = False) -> int:
@@ -49,21 +54,25 @@ class _Program:
         return len(self.lb) - 1
 
     def row(self, idx, vals, lo: float = -math.inf, hi: float = math.inf) -> None:
-        self.rows.append((np.asarray(idx, np.int64), np.asarray(vals, float), lo, hi))
+        r = len(self.rlo)
+        idx = list(idx)
+        self.ri.extend([r] * len(idx))
+        self.ci.extend(int(i) for i in idx)
+        self.va.extend(float(v) for v in vals)
+        self.rlo.append(lo)
+        self.rhi.append(hi)
 
     def solve(self, time_limit: float, gap: float, seed: int, tol: float) -> tuple[str, np.ndarray | None, float]:
-        n = len(self.lb)
-        ri = np.concatenate([np.full(len(r[0]), i) for i, r in enumerate(self.rows)]) if self.rows else np.zeros(0)
-        ci = np.concatenate([r[0] for r in self.rows]) if self.rows else np.zeros(0)
-        va = np.concatenate([r[1] for r in self.rows]) if self.rows else np.zeros(0)
-        A = csc_matrix((va, (ri.astype(np.int64), ci.astype(np.int64))), shape=(len(self.rows), n))
+        n, m = len(self.lb), len(self.rlo)
+        A = csc_matrix((np.asarray(self.va, float), (np.asarray(self.ri, np.int64), np.asarray(self.ci, np.int64))),
+                       shape=(m, n))
         A.sum_duplicates()
         lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = n, len(self.rows)
+        lp.num_col_, lp.num_row_ = n, m
         lp.col_cost_ = np.asarray(self.cost, float)
         lp.col_lower_, lp.col_upper_ = np.asarray(self.lb, float), np.asarray(self.ub, float)
-        lp.row_lower_ = np.array([r[2] for r in self.rows], float)
-        lp.row_upper_ = np.array([r[3] for r in self.rows], float)
+        lp.row_lower_ = np.asarray(self.rlo, float)
+        lp.row_upper_ = np.asarray(self.rhi, float)
         lp.offset_ = self.offset
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
@@ -186,36 +195,32 @@ class MilpBackend:
             p.row([self.x[c], *ws], [1.0, *(-np.diff([*us, inst.upper[c]]))], hi=us[0])
             if c in self.dev:
                 self._interval_cuts(c, us, ls, ws)
+        # Flow form of the same polytope: q_k = the sum of the leaf weights under node k, so a split
+        # node needs q_left + q_right = q_k, q_left <= 1 - w, q_right <= w (O(nodes) nonzeros instead
+        # of O(leaves x depth)). Subtrees the box rules out are never built.
         score_idx, score_val = [], []
         for tree in m.trees:
-            leaves_under: dict[int, list[int]] = {}
-            yv: dict[int, int] = {}
-            order = self._postorder(tree)
-            for k in order:
+            root = p.var(1.0, 1.0)
+            stack = [(0, root)]
+            while stack:
+                k, q = stack.pop()
                 if tree.left[k] < 0:
-                    yv[k] = p.var(0.0, 1.0)
-                    leaves_under[k] = [k]
-                else:
-                    leaves_under[k] = leaves_under[int(tree.left[k])] + leaves_under[int(tree.right[k])]
-            for k in order:
-                if tree.left[k] < 0:
+                    score_idx.append(q)
+                    score_val.append(float(tree.p1[k]))
                     continue
                 c = int(tree.feature[k])
                 u, lo = inst.split(c, float(tree.threshold[k]))
-                left = [yv[leaf] for leaf in leaves_under[int(tree.left[k])]]
-                right = [yv[leaf] for leaf in leaves_under[int(tree.right[k])]]
                 if lo <= inst.lower[c]:  # always right
-                    p.row(left, np.ones(len(left)), hi=0.0)
+                    stack.append((int(tree.right[k]), q))
                 elif u >= inst.upper[c]:  # always left
-                    p.row(right, np.ones(len(right)), hi=0.0)
+                    stack.append((int(tree.left[k]), q))
                 else:
                     w = wvar[(c, u)]
-                    p.row([*left, w], [*np.ones(len(left)), 1.0], hi=1.0)
-                    p.row([*right, w], [*np.ones(len(right)), -1.0], hi=0.0)
-            ys = list(yv.values())
-            p.row(ys, np.ones(len(ys)), 1.0, 1.0)
-            score_idx += ys
-            score_val += [float(tree.p1[leaf]) for leaf in yv]
+                    ql, qr = p.var(0.0, 1.0), p.var(0.0, 1.0)
+                    p.row([ql, qr, q], [1.0, 1.0, -1.0], 0.0, 0.0)
+                    p.row([ql, w], [1.0, 1.0], hi=1.0)
+                    p.row([qr, w], [1.0, -1.0], hi=0.0)
+                    stack += [(int(tree.left[k]), ql), (int(tree.right[k]), qr)]
         T = len(m.trees)
         p.row(score_idx, np.asarray(score_val) / T, 0.5 + inst.margin)
 
@@ -249,16 +254,6 @@ class MilpBackend:
                 p.row([ch, above[0]], [1.0, -1.0], 0.0)
             if below:
                 p.row([ch, below[-1]], [1.0, 1.0], 1.0)
-
-    @staticmethod
-    def _postorder(tree) -> list[int]:
-        out, stack = [], [0]
-        while stack:
-            k = stack.pop()
-            out.append(k)
-            if tree.left[k] >= 0:
-                stack += [int(tree.left[k]), int(tree.right[k])]
-        return out[::-1]  # children before parents
 
     def _mlp(self, m: MLPModel) -> None:
         inst, p = self.inst, self.p
@@ -317,9 +312,8 @@ class MilpBackend:
         p.row(terms, np.ones(len(terms)), 1.0)  # no term at all: infeasible, as it should be
 
     def minimize(self, time_limit: float) -> Outcome:
-        if self.budget < 1.0:  # d <= budget (the box above is implied by it; this row is the rest)
-            used = [i for i, c in enumerate(self.p.cost) if c != 0]
-            self.p.row(used, [self.p.cost[i] for i in used], hi=self.budget - self.p.offset)
+        # No explicit row d <= budget: the box already holds every point with d <= budget, and HiGHS
+        # 1.15 once returned a wrong optimum with that objective-parallel row (tests/test_mace.py).
         status, sol, bound = self.p.solve(time_limit, self.inst.epsilon, self.inst.seed, self.tol)
         x = None if sol is None else sol[: len(self.inst.x_hat)]
         return Outcome(x, status, bound, 1)  # type: ignore[arg-type]
