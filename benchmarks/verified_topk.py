@@ -4,7 +4,7 @@
 
 For every named-CFE model (every filter and seed) of each run, on the run's held-out split:
 exact-set accuracy of the argmax and of ``learners.verified.verified_top_k`` for each k, and the
-decoding time per agent. Prints markdown and writes ``benchmarks/results/verified_topk.json``.
+decoding time per agent. Prints markdown and writes ``benchmarks/results/verified_topk.json`` (+ ``.md``).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ def main(argv=None) -> None:
     p.add_argument("--k", type=int, nargs="+", default=[5, 20, 50], help="candidates per agent")
     p.add_argument("--out", default="benchmarks/results/verified_topk.json", help="JSON output")
     args = p.parse_args(argv)
-    rows = []
-    print("| run | filter | seed | test agents | argmax | " + " | ".join(f"top-{k}" for k in args.k)
+    rows, lines = [], []
+    emit = lambda line: (print(line, flush=True), lines.append(line))  # noqa: E731
+    emit("| run | filter | seed | test agents | argmax | " + " | ".join(f"top-{k}" for k in args.k)
           + f" | µs/agent (top-{args.k[-1]}) |")
-    print("|---|---|---|---|---|" + "---|" * len(args.k) + "---|")
+    emit("|---|---|---|---|---|" + "---|" * len(args.k) + "---|")
     for run in args.runs:
         cfg, ds = load_run(run)
         for cfg_dir in sorted(Path(run, "models").glob("*/*/seed*/config.json")):
@@ -60,11 +61,12 @@ def main(argv=None) -> None:
                 row[f"us_{k}"] = (time.perf_counter() - t) / len(test) * 1e6
                 row[f"top{k}"] = float(exact(pred.sets, test.sets).mean())
             rows.append(row)
-            print(f"| {Path(run).name} | {rule} | {mdir.name} | {len(test)} | {row['argmax']:.3f} | "
-                  + " | ".join(f"{row[f'top{k}']:.3f}" for k in args.k) + f" | {row[f'us_{args.k[-1]}']:.0f} |",
-                  flush=True)
+            emit(f"| {Path(run).name} | {rule} | {mdir.name} | {len(test)} | {row['argmax']:.3f} | "
+                 + " | ".join(f"{row[f'top{k}']:.3f}" for k in args.k) + f" | {row[f'us_{args.k[-1]}']:.0f} |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=1))
+    Path(args.out).with_suffix(".md").write_text("# Named CFE: argmax vs verified top-k (exact-set accuracy)\n\n"
+                                                 + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
