@@ -21,9 +21,17 @@ from solvers.base import Solver
 from solvers.mace.distance import Norm, norm_weights, raw_features
 from solvers.mace.domain import Instance, Outcome, clean, integral_columns, plausible_box, problems
 from solvers.mace.milp import MilpBackend
-from solvers.mace.smt import Z3Backend
 
 BACKENDS = ("milp", "z3")
+
+
+def _z3_backend():
+    """The z3 backend class, imported on use: z3-solver is the optional ``smt`` extra."""
+    try:
+        from solvers.mace.smt import Z3Backend
+    except ImportError as err:
+        raise ImportError(f"backend: 'z3' needs z3-solver (pip install 'recourse-gym[smt]'): {err}") from None
+    return Z3Backend
 _TIGHTEN = (1.0, 100.0, 10000.0)  # margin/eta multipliers of the retries after a failed verification
 
 
@@ -82,7 +90,7 @@ class MACE(Solver):
         holds the global optimum, and its dual bound is global too.
         """
         if self.backend == "z3":
-            be = Z3Backend(inst)
+            be = _z3_backend()(inst)
             for prev in inst.previous:
                 be.add_diversity(prev)
             return be.minimize(time_limit)
