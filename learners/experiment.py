@@ -149,6 +149,17 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: li
                 ilp = results["timing"].get("cvxpy_ilp_s_per_agent")
                 if ilp:
                     m["speedup_vs_cvxpy_ilp"] = ilp / max(per_agent, 1e-12)
+                k = cfg.evaluation.verified_top_k
+                if k and hasattr(model, "classes_") and hasattr(model, "predict_proba"):
+                    from learners.verified import verified_top_k  # the k likeliest CFEs, checked in the world
+
+                    t = time.perf_counter()
+                    vp = verified_top_k(model, ds.world, test.X, groups, k=k)
+                    m["verified_top_k"] = {
+                        "k": k, "s_per_agent": (time.perf_counter() - t) / max(len(test), 1),
+                        "accuracy": float(np.mean(generator_metrics(
+                            ds.world, test.X, test.groups, test.sets, test.cost, vp.sets, vp.confidence
+                        )["accuracy"]["value"]))}
                 info = path / "train_info.json"
                 if info.exists():
                     m["train_seconds"] = json.loads(info.read_text())["train_seconds"]

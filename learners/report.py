@@ -101,6 +101,15 @@ def write_report(run_dir: Path, results: dict[str, Any], arrays: dict[str, Any] 
                   f"{p['mean_steps']:.2f} | {p['exact_solver']} ({p['exact_agents']} agents) | "
                   f"{1e6 * p['inference_s_per_agent']:.1f} |" for k, p in pol]
         lines.append("")
+    ver = [(k, r["seeds"]) for k, r in results["models"].items() if "verified_top_k" in r["seeds"][0]]
+    if ver:
+        lines += ["## Named CFE with verified top-k decoding (learners/verified.py)", "",
+                  "The cheapest of the k likeliest CFEs that the classifier accepts (k classifier queries per agent).",
+                  "", "| model [filter] | k | accuracy (mean over seeds) | µs/agent |", "|---|---|---|---|"]
+        lines += [f"| {k} | {seeds[0]['verified_top_k']['k']} | "
+                  f"{np.mean([m['verified_top_k']['accuracy'] for m in seeds]):.4f} | "
+                  f"{1e6 * np.mean([m['verified_top_k']['s_per_agent'] for m in seeds]):.0f} |" for k, seeds in ver]
+        lines.append("")
     s = results["dataset"]
     lines += ["## Dataset", "", f"- size {s['size']}, by length {s['by_length']}, distinct CFEs {s['distinct_cfes']}",
               f"- CFEs seen once in the train split: {s['train_share_cfes_seen_once_pct']}%", ""]

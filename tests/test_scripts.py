@@ -17,7 +17,8 @@ def _run(*args, cwd):
 def _config(tmp_path, **extra):
     cfg = {"name": "tiny", "data_dir": str(tmp_path / "data"), "output_dir": str(tmp_path / "runs"),
            "dataset": {"n_features": 8, "n_actions": 12, "n_agents": 1500, "seed": 1},
-           "generators": [{"method": "hamming_knn", "params": {"k": 3}}],
+           "generators": [{"method": "hamming_knn", "params": {"k": 3}},
+                          {"method": "named_cfe", "name": "MC", "params": {"hidden": [32], "max_epochs": 2}}],
            "evaluation": {"filters": ["all", ">10"], "solver_timing_agents": 20}, **extra}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -31,7 +32,11 @@ def test_train_then_evaluate(tmp_path):
     assert "| hamming_knn [all]" in out.stdout
     run = tmp_path / "runs" / "tiny"
     metrics = json.loads((run / "metrics.json").read_text())
-    assert set(metrics["models"]) == {"hamming_knn [all]", "hamming_knn [>10]"}
+    assert set(metrics["models"]) == {"hamming_knn [all]", "hamming_knn [>10]", "MC [all]", "MC [>10]"}
+    mc = metrics["models"]["MC [all]"]["seeds"][0]
+    # unique optima, order-blind costs: if the argmax is right, the cheapest accepted candidate is it
+    assert mc["verified_top_k"]["accuracy"] >= mc["accuracy"]["value"] - 1e-12
+    assert "verified top-k" in (run / "report.md").read_text()
     assert 0.0 <= metrics["models"]["hamming_knn [all]"]["accuracy_mean"] <= 1.0
     assert (run / "report.md").exists() and (run / "plots" / "accuracy_by_length.png").exists()
     again = _run(str(ROOT / "evaluate.py"), str(run), "--no-plots", cwd=tmp_path)
