@@ -28,6 +28,7 @@ from data_gen.mace_labels import label_tabular  # noqa: E402
 from data_gen.splits import train_test_split  # noqa: E402
 from data_gen.tabular import build, negatives  # noqa: E402
 from learners.base import FitContext, build_generator  # noqa: E402
+from learners.metrics import exact_match, proportion  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 
 
@@ -69,12 +70,8 @@ def main(argv=None) -> None:
         t = time.perf_counter()
         pred = model.predict(test.X)
         per_agent = (time.perf_counter() - t) / max(len(test), 1)
-        width = max(pred.sets.shape[1], test.sets.shape[1])
-        pad = lambda a: np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=-1)  # noqa: E731
-        hit = (pad(pred.sets) == pad(test.sets)).all(1)
-        acc = float(hit.mean())
-        rows[method] = {"accuracy": acc, "ci95": float(1.96 * np.sqrt(acc * (1 - acc) / max(len(hit), 1))),
-                        "fit_seconds": fit_s, "seconds_per_agent": per_agent,
+        acc = proportion(exact_match(pred.sets, test.sets))
+        rows[method] = {"accuracy": acc["value"], "ci95": acc["ci95"], "fit_seconds": fit_s, "seconds_per_agent": per_agent,
                         "amortization": mace_sec / per_agent if per_agent > 0 else None}
     result = {"world": b.world.name, "norm": args.norm, "agents": len(X), "summary": labels.summary(),
               "label_wall_seconds": label_wall, "mace_seconds_per_agent": mace_sec,

@@ -42,9 +42,8 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from data_gen.dataset import Split, build_dataset  # noqa: E402
-from learners.base import FitContext, build_generator  # noqa: E402
 from learners.config import parse_config  # noqa: E402
-from learners.experiment import evaluate_run, model_dir  # noqa: E402
+from learners.experiment import evaluate_run, model_dir, train_model  # noqa: E402
 
 MODELS = {"MC": "named_cfe", "NA": "named_action", "FA": "full_action_seq"}
 # Per-model parameter overrides of each budget ({}: the generator's defaults).
@@ -178,16 +177,8 @@ class Tables:
                 train, aug_stats = self.augmented(key, ds, rule, aug)
             for seed in missing:
                 out = model_dir(run_dir, spec, rule, seed)
-                model = build_generator(spec.method, spec.params)
-                ctx = FitContext.from_world(ds.world, cfg.dataset.max_cfe_len, seed=seed, run_dir=out / "training",
-                                            progress=False)
-                t1 = time.perf_counter()
-                model.fit(train, None, ctx)
-                seconds = time.perf_counter() - t1
-                model.save(out)
-                (out / "train_info.json").write_text(json.dumps(
-                    {"train_seconds": seconds, "train_agents": len(train), "filter": rule, "seed": seed,
-                     "augmentation": aug_stats, "budget": self.tag}))
+                seconds = train_model(cfg, ds, spec, train, rule, seed, out,
+                                      {"augmentation": aug_stats, "budget": self.tag}, progress=False)
                 self.log(f"  {cfg.name} seed {seed}: trained on {len(train)} agents in {seconds:.0f}s")
         res = evaluate_run(run_dir, plots=False, log=lambda *a: None)
         m = res["models"][f"{label} [{rule}]"]

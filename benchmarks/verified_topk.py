@@ -16,19 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from learners.base import Generator  # noqa: E402
 from learners.experiment import load_run  # noqa: E402
+from learners.metrics import exact_match  # noqa: E402
 from learners.verified import verified_top_k  # noqa: E402
-
-
-def exact(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    w = max(pred.shape[1], truth.shape[1])
-    pad = lambda a: np.pad(a, ((0, 0), (0, w - a.shape[1])), constant_values=-1)  # noqa: E731
-    return (pad(pred) == pad(truth)).all(1)
 
 
 def main(argv=None) -> None:
@@ -54,12 +47,12 @@ def main(argv=None) -> None:
             model = Generator.load(mdir)
             groups = test.groups if ds.world.n_groups > 1 else None
             row = {"run": run, "filter": rule, "seed": mdir.name, "n": len(test),
-                   "argmax": float(exact(model.predict(test.X).sets, test.sets).mean())}
+                   "argmax": float(exact_match(model.predict(test.X).sets, test.sets).mean())}
             for k in args.k:
                 t = time.perf_counter()
                 pred = verified_top_k(model, ds.world, test.X, groups, k=k)
                 row[f"us_{k}"] = (time.perf_counter() - t) / len(test) * 1e6
-                row[f"top{k}"] = float(exact(pred.sets, test.sets).mean())
+                row[f"top{k}"] = float(exact_match(pred.sets, test.sets).mean())
             rows.append(row)
             emit(f"| {Path(run).name} | {rule} | {mdir.name} | {len(test)} | {row['argmax']:.3f} | "
                  + " | ".join(f"{row[f'top{k}']:.3f}" for k in args.k) + f" | {row[f'us_{args.k[-1]}']:.0f} |")

@@ -107,12 +107,15 @@ def _write_table(path: Path, table: dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
+def fixed_size_column(t: pa.Table, col: str) -> np.ndarray:
+    """A FixedSizeList column of a Parquet table as a 2-D array (rows x list size)."""
+    arr = t.column(col).combine_chunks()
+    return arr.values.to_numpy(zero_copy_only=False).reshape(len(arr), arr.type.list_size)
+
+
 def _read_table(path: Path) -> dict[str, np.ndarray]:
     t = pq.read_table(path)
-
-    def fixed(col: str) -> np.ndarray:
-        arr = t.column(col).combine_chunks()
-        return arr.values.to_numpy().reshape(len(arr), arr.type.list_size)
+    fixed = lambda col: fixed_size_column(t, col)  # noqa: E731
 
     return {
         "x": fixed("x").astype(np.uint8), "actions": fixed("actions").astype(np.int64),

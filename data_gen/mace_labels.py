@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from data_gen.dataset import Split
+from data_gen.dataset import Split, fixed_size_column
 from data_gen.encodings import CfeVocabulary
 from envs.schema import FeatureSchema
 from envs.tabular import TabularWorld
@@ -151,12 +151,7 @@ class MaceLabelSet:
             raise FileNotFoundError(f"labels: no manifest.json in {path}")
         manifest = json.loads((path / "manifest.json").read_text())
         t = pq.read_table(path / "labels.parquet")
-
-        def fixed(col: str) -> np.ndarray:
-            arr = t.column(col).combine_chunks()
-            return arr.values.to_numpy(zero_copy_only=False).reshape(len(arr), arr.type.list_size)
-
-        return cls(fixed("x"), fixed("cf"), t.column("distance").to_numpy(), t.column("delta_min").to_numpy(),
+        return cls(fixed_size_column(t, "x"), fixed_size_column(t, "cf"), t.column("distance").to_numpy(), t.column("delta_min").to_numpy(),
                    np.asarray(t.column("status").to_pylist()), t.column("runtime").to_numpy(),
                    manifest["feature_names"], np.asarray(manifest["column_feature"], np.int64))
 

@@ -102,8 +102,10 @@ class LossModule(L.LightningModule):
         if self.schedule == "constant":
             return opt
         # One-cycle (warm-up, then cosine annealing) over every step that max_epochs allows.
+        # At least 10 steps: below that the 20% warm-up phase is empty and OneCycleLR divides by zero
+        # (tiny training sets); a run shorter than the schedule just ends before the annealing does.
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, pct_start=0.2,
-                                                    total_steps=int(self.trainer.estimated_stepping_batches))
+                                                    total_steps=max(10, int(self.trainer.estimated_stepping_batches)))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 

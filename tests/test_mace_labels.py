@@ -9,17 +9,9 @@ from data_gen import tabular as tab
 from data_gen.mace_labels import MaceLabelSet, label_tabular, raw_feature_index, scale_states
 from learners.base import FitContext, build_generator
 from solvers.mace import MACE
+from tests.data import requires_data
 
-
-def _has_data() -> bool:
-    try:
-        tab.data_dir_path()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _has_data(), reason="no ../shared/data and no RECOURSE_DATA_DIR")
+pytestmark = requires_data
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +89,13 @@ def test_generators_train_on_mace_labels(compas, labels):
         acc = (pred.sets[:, : split.sets.shape[1]] == split.sets).all(1).mean()
         majority = np.bincount(split.class_ids).max() / len(split)
         assert acc >= majority - 1e-9, (method, acc, majority)
+
+
+def test_a_tiny_training_run_does_not_break_the_lr_schedule(compas, labels):
+    world, _ = compas
+    split, _ = labels.to_split(world.schema)
+    ctx = FitContext(n_features=split.X.shape[1], n_actions=len(labels.feature_names),
+                     max_len=split.sets.shape[1], progress=False)
+    # 5 epochs of one batch = 5 steps: OneCycleLR's 20% warm-up spans zero steps and divided by zero
+    model = build_generator("named_cfe", {"hidden": (8,), "max_epochs": 5, "batch_size": 10_000}).fit(split, None, ctx)
+    assert model.predict(split.X).sets.shape[0] == len(split)

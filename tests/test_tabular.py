@@ -25,17 +25,9 @@ from data_gen.tabular import (
     train_model,
 )
 from envs.tabular import TabularWorld
+from tests.data import requires_data
 
-
-def _has_data() -> bool:
-    try:
-        tab.data_dir_path()
-    except FileNotFoundError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _has_data(), reason="no ../shared/data and no RECOURSE_DATA_DIR")
+pytestmark = requires_data
 
 # README figures: rows and favourable labels (1) per data set.
 EXPECTED = {"adult": (45_222, 11_208), "german": (1_000, 700), "compas": (5_278, 2_795),
