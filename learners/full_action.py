@@ -192,8 +192,8 @@ class Seq2Seq(nn.Module):
         return self.head(out), h
 
     @staticmethod
-    def start(batch: int, n_features: int) -> torch.Tensor:
-        tok = torch.zeros(batch, 1, n_features + 2)
+    def start(batch: int, n_features: int, device: torch.device | None = None) -> torch.Tensor:
+        tok = torch.zeros(batch, 1, n_features + 2, device=device)
         tok[..., -1] = 1.0
         return tok
 
@@ -212,11 +212,11 @@ class FullActionSeqGenerator(_FullActionGenerator):
     def _loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         x, target = batch
         n = self.n_features_
-        prev = torch.cat([Seq2Seq.start(len(x), n), nn.functional.pad(target[:, :-1], (0, 1))], dim=1)
+        prev = torch.cat([Seq2Seq.start(len(x), n, x.device), nn.functional.pad(target[:, :-1], (0, 1))], dim=1)
         state = torch.maximum(x[:, None], torch.cummax(prev[..., :n], dim=1).values)
         logits, _ = model.step(state, prev, model.initial(x))
         length = (target[..., n].argmax(1))[:, None]  # slot of the stop symbol
-        slot = torch.arange(target.shape[1])[None]
+        slot = torch.arange(target.shape[1], device=x.device)[None]
         mask = torch.cat([(slot < length)[..., None].expand(-1, -1, n), (slot <= length)[..., None]], dim=-1)
         return weighted_bce_l1(logits, target, self.params.p_w, self.params.alpha, mask.float())
 

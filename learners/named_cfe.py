@@ -2,6 +2,9 @@
 known, so a CFE is a class of a vocabulary built from the training sets.
 
 - ``NamedCfeGenerator``: multi-class MLP with softmax and cross-entropy (the paper's MC model).
+  With ``output="factored"`` a class's logit is not a free output unit but the dot product of an
+  agent embedding with an embedding computed from the class's action set (plus a free bias), so
+  a rare CFE shares what its actions teach (an extension, not the paper's model).
 - ``HammingKnnGenerator``: the baseline; majority CFE of the k training agents nearest in
   Hamming distance.
 """
@@ -18,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from data_gen.dataset import Split
-from data_gen.encodings import CfeVocabulary
+from data_gen.encodings import CfeVocabulary, named_action
 from learners.base import FitContext, Generator, Prediction, register
 from learners.torch_training import (
     TorchParams,
@@ -45,6 +48,37 @@ class NamedCfeParams(TorchParams):
     hidden: tuple[int, ...] = (512, 512)  # widths of the hidden layers (paper: 2 x 2000)
     dropout: float = 0.3  # dropout probability after each hidden layer
     max_epochs: int = 20  # training epochs (the one-cycle schedule spans all of them)
+    output: str = "softmax"  # "softmax": one free output unit per CFE class (paper); "factored": see FactoredLogits
+    embed_dim: int = 128  # factored output: width of the agent and action-set embeddings
+    set_hidden: tuple[int, ...] = (256,)  # factored output: hidden widths of the action-set encoder
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.set_hidden = tuple(int(h) for h in self.set_hidden)
+        if self.output not in OUTPUTS:
+            raise ValueError(f"output: expected one of {OUTPUTS}, got {self.output!r}")
+        if self.embed_dim < 1 or any(h < 1 for h in self.set_hidden):
+            raise ValueError(f"embed_dim, set_hidden: widths must be >= 1, got {self.embed_dim}, {self.set_hidden}")
+
+
+OUTPUTS = ("softmax", "factored")
+
+
+class FactoredLogits(nn.Module):
+    """Class logits ``f(x) . g(s_c) + b_c``: ``f`` is an MLP of the agent, ``g`` an MLP of class c's
+    multi-hot action set ``s_c`` and ``b_c`` a free bias. The optimal set cover of an ``all_ones``
+    world is of this form exactly (``f(x) = 1 - x``; ``g(s)`` the features ``s`` leaves uncovered,
+    one ReLU layer; ``b_c`` minus the cost), so what is learned for one CFE carries to every CFE
+    that shares its actions."""
+
+    def __init__(self, agent_encoder: nn.Module, set_encoder: nn.Module, class_sets: torch.Tensor):
+        super().__init__()
+        self.agent_encoder, self.set_encoder = agent_encoder, set_encoder
+        self.bias = nn.Parameter(torch.zeros(len(class_sets)))
+        self.register_buffer("class_sets", class_sets, persistent=False)  # (C, A) multi-hot, rebuilt on load
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.agent_encoder(x) @ self.set_encoder(self.class_sets).T + self.bias
 
 
 @register
@@ -56,11 +90,15 @@ class NamedCfeGenerator(Generator):
 
     def _build(self) -> nn.Module:
         p = self.params
-        return mlp(self.n_features_, p.hidden, len(self.classes_), p.batch_norm, p.dropout)
+        if p.output == "softmax":
+            return mlp(self.n_features_, p.hidden, len(self.classes_), p.batch_norm, p.dropout)
+        multi_hot = torch.as_tensor(named_action(self.classes_, self.n_actions_), dtype=torch.float32)
+        return FactoredLogits(mlp(self.n_features_, p.hidden, p.embed_dim, p.batch_norm, p.dropout),
+                              mlp(self.n_actions_, p.set_hidden, p.embed_dim, batch_norm=False), multi_hot)
 
     def fit(self, train: Split, val: Split | None, ctx: FitContext) -> NamedCfeGenerator:
         vocab = _vocabulary(train, ctx)
-        self.classes_, self.n_features_ = vocab.sets_.astype(np.int64), ctx.n_features
+        self.classes_, self.n_features_, self.n_actions_ = vocab.sets_.astype(np.int64), ctx.n_features, ctx.n_actions
         train, val = train_val(train, val, self.params.val_fraction, ctx.seed)
         seed_everything(ctx.seed)
         self.model_ = self._build()
@@ -89,10 +127,12 @@ class NamedCfeGenerator(Generator):
     def _save_state(self, path: Path) -> dict[str, Any]:
         torch.save(self.model_.state_dict(), path / "weights.pt")
         np.savez(path / "classes.npz", sets=self.classes_)
-        return {"n_features": self.n_features_, "n_classes": len(self.classes_), "fit": self.fit_info_}
+        return {"n_features": self.n_features_, "n_actions": self.n_actions_, "n_classes": len(self.classes_),
+                "fit": self.fit_info_}
 
     def _load_state(self, path: Path, meta: dict[str, Any]) -> None:
         self.n_features_, self.fit_info_ = meta["n_features"], meta["fit"]
+        self.n_actions_ = meta.get("n_actions", 0)  # models saved before the factored output lack it
         with np.load(path / "classes.npz", allow_pickle=False) as z:
             self.classes_ = z["sets"].astype(np.int64)
         self.model_ = self._build()

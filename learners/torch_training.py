@@ -1,6 +1,6 @@
 """Training machinery shared by every torch generator: an MLP builder, a LightningModule that
 wraps any loss, one ``fit_lightning`` (Adam with L2, early stopping with best-weights restoration,
-checkpoints, CSV metrics, seeded, CPU) and batched inference.
+checkpoints, CSV metrics, seeded; CPU unless ``accelerator`` says otherwise) and batched inference.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from learners.base import FitContext
 
 LossFn = Callable[[nn.Module, Sequence[torch.Tensor]], torch.Tensor]
 SCHEDULES = ("onecycle", "constant")
+ACCELERATORS = ("cpu", "gpu", "auto")
 
 
 @dataclass
@@ -46,6 +47,7 @@ class TorchParams:
     patience: int = 10  # early stopping: epochs without a better validation loss
     val_fraction: float = 0.1  # share of train held out for validation when no val split is given
     num_threads: int = 1  # torch CPU threads in fit and predict (0: torch's default; 1 is fastest on busy cores)
+    accelerator: str = "cpu"  # Lightning accelerator for fit: "cpu", "gpu" or "auto" (predict runs on the CPU)
 
     def __post_init__(self) -> None:
         self.hidden = tuple(int(h) for h in self.hidden)  # JSON gives a list back
@@ -59,6 +61,8 @@ class TorchParams:
             raise ValueError(f"schedule: expected one of {SCHEDULES}, got {self.schedule!r}")
         if self.num_threads < 0:
             raise ValueError(f"num_threads: must be >= 0, got {self.num_threads}")
+        if self.accelerator not in ACCELERATORS:
+            raise ValueError(f"accelerator: expected one of {ACCELERATORS}, got {self.accelerator!r}")
         for name in ("batch_size", "max_epochs", "patience"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -183,7 +187,7 @@ def fit_lightning(model: nn.Module, loss_fn: LossFn, train_tensors: Sequence[tor
         ckpt = ModelCheckpoint(dirpath=root / "checkpoints", filename="best", monitor="val_loss", mode="min",
                                save_top_k=1, save_weights_only=True, enable_version_counter=False)
         trainer = L.Trainer(
-            accelerator="cpu", devices=1, max_epochs=params.max_epochs, default_root_dir=root,
+            accelerator=params.accelerator, devices=1, max_epochs=params.max_epochs, default_root_dir=root,
             callbacks=[EarlyStopping(monitor="val_loss", mode="min", patience=params.patience), ckpt],
             logger=CSVLogger(root, name="logs", version=""), enable_progress_bar=ctx.progress,
             enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1)
@@ -193,7 +197,7 @@ def fit_lightning(model: nn.Module, loss_fn: LossFn, train_tensors: Sequence[tor
             raise ValueError("val: the validation loss was never finite (no usable validation rows?)")
         best = torch.load(ckpt.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
         lit.load_state_dict(best)
-    model.eval()
+    model.cpu().eval()  # predict and save run on the CPU, whichever accelerator trained
     return {"epochs": int(trainer.current_epoch), "best_val_loss": float(ckpt.best_model_score),
             "fit_seconds": round(time.perf_counter() - t0, 3)}
 

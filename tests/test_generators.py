@@ -15,9 +15,18 @@ from learners.named_cfe import HammingKnnGenerator
 
 METHODS = ["named_cfe", "hamming_knn", "named_action", "full_action_seq", "full_action_multilabel"]
 TORCH_METHODS = [m for m in METHODS if m != "hamming_knn"]
+# Every case runs through the same checks; a case is a method or a "method:variant" with its own params.
+CASES = METHODS + ["named_cfe:factored"]
+TORCH_CASES = [c for c in CASES if c != "hamming_knn"]
 SMALL = {"hidden": [64, 64], "batch_size": 128, "max_epochs": 15, "patience": 4}
-PARAMS = {m: dict(SMALL) for m in TORCH_METHODS} | {"hamming_knn": {"k": 5}}
+PARAMS = {m: dict(SMALL) for m in TORCH_CASES} | {"hamming_knn": {"k": 5}}
 PARAMS["full_action_seq"] |= {"hidden": [64], "state_size": 64}
+PARAMS["named_cfe:factored"] |= {"output": "factored", "hidden": [], "embed_dim": 32, "set_hidden": [32],
+                                 "max_epochs": 30}
+
+
+def method_of(case: str) -> str:
+    return case.split(":")[0]
 SAVED_FILES = {"config.json", "weights.pt", "arrays.npz", "classes.npz"}
 
 
@@ -40,10 +49,10 @@ def fitted(tiny, ctx):
     _, train, _ = tiny
     cache: dict[str, Generator] = {}
 
-    def get(method: str) -> Generator:
-        if method not in cache:
-            cache[method] = build_generator(method, PARAMS[method]).fit(train, None, ctx)
-        return cache[method]
+    def get(case: str) -> Generator:
+        if case not in cache:
+            cache[case] = build_generator(method_of(case), PARAMS[case]).fit(train, None, ctx)
+        return cache[case]
 
     return get
 
@@ -57,7 +66,7 @@ def accuracy(pred_sets: np.ndarray, true_sets: np.ndarray) -> float:
     return float((padded(pred_sets, w) == padded(true_sets, w)).all(1).mean())
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", CASES)
 def test_beats_most_frequent_cfe(method, tiny, fitted):
     _, train, test = tiny
     uniq, counts = np.unique(train.sets, axis=0, return_counts=True)
@@ -66,11 +75,11 @@ def test_beats_most_frequent_cfe(method, tiny, fitted):
     assert acc > max(0.8, baseline + 0.3), (method, acc, baseline)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_save_load_roundtrip(method, tiny, fitted, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_save_load_roundtrip(case, tiny, fitted, tmp_path):
     _, _, test = tiny
-    model = fitted(method)
-    path = model.save(tmp_path / method)
+    model, method = fitted(case), method_of(case)
+    path = model.save(tmp_path / case.replace(":", "_"))
     files = {p.name for p in path.iterdir()}
     assert "config.json" in files and files <= SAVED_FILES
     cfg = json.loads((path / "config.json").read_text())
@@ -92,7 +101,7 @@ def test_save_load_roundtrip(method, tiny, fitted, tmp_path):
         other.load(path)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", CASES)
 def test_prediction_shapes(method, tiny, fitted, ctx):
     _, _, test = tiny
     model = fitted(method)
@@ -117,12 +126,12 @@ def test_unknown_hyperparameter_is_named(method):
         GENERATORS[method](no_such_knob=3)
 
 
-@pytest.mark.parametrize("method", TORCH_METHODS)
-def test_same_seed_same_model(method, tiny, ctx):
+@pytest.mark.parametrize("case", TORCH_CASES)
+def test_same_seed_same_model(case, tiny, ctx):
     _, train, test = tiny
-    params = PARAMS[method] | {"max_epochs": 2}
-    a = build_generator(method, params).fit(train, None, ctx).predict(test.X)
-    b = build_generator(method, params).fit(train, None, ctx).predict(test.X)
+    params = PARAMS[case] | {"max_epochs": 2}
+    a = build_generator(method_of(case), params).fit(train, None, ctx).predict(test.X)
+    b = build_generator(method_of(case), params).fit(train, None, ctx).predict(test.X)
     np.testing.assert_array_equal(a.sets, b.sets)
     np.testing.assert_array_equal(a.confidence, b.confidence)
 
@@ -156,3 +165,40 @@ def test_fit_with_validation_split_and_run_dir(tiny, ctx, tmp_path):
     assert model.fit_info_["epochs"] >= 1
     assert (tmp_path / "run" / "logs" / "metrics.csv").exists()
     assert list((tmp_path / "run" / "checkpoints").glob("*.ckpt"))
+
+
+def test_factored_output_can_express_the_exact_set_cover(tiny, ctx):
+    """FactoredLogits' docstring claim, with hand-set weights: f(x) = lam (1 - x), g(s) = -(features s
+    leaves uncovered), b_c = -cost(s_c). Its argmax is then the cheapest training CFE that covers
+    every missing feature, i.e. the optimum whenever the optimum is in the vocabulary."""
+    ds, train, test = tiny
+    model = build_generator("named_cfe", {"output": "factored", "hidden": [], "embed_dim": ctx.n_features,
+                                          "set_hidden": [ctx.n_features], "max_epochs": 1}).fit(train, None, ctx)
+    net, n, lam = model.model_, ctx.n_features, 1e3
+    V = torch.as_tensor(ds.world.actions, dtype=torch.float32)  # (A, n)
+    with torch.no_grad():
+        enc = net.agent_encoder[0]
+        enc.weight.copy_(-lam * torch.eye(n))
+        enc.bias.fill_(lam)
+        first, last = net.set_encoder[0], net.set_encoder[-1]
+        first.weight.copy_(-V.T)
+        first.bias.fill_(1.0)
+        last.weight.copy_(-torch.eye(n))
+        last.bias.zero_()
+        net.bias.copy_(-torch.as_tensor(ds.world.set_costs(model.classes_), dtype=torch.float32))
+    pred = model.predict(test.X).sets
+    vocab = {tuple(r[r >= 0]) for r in model.classes_}
+    known = np.array([tuple(r[r >= 0]) in vocab for r in test.sets])
+    assert known.mean() > 0.8
+    np.testing.assert_allclose(ds.world.set_costs(pred)[known], test.cost[known], rtol=1e-6)
+    _, _, valid = ds.world.rollout(test.X, pred)
+    assert valid[known].all()
+
+
+def test_factored_output_checks_its_params():
+    with pytest.raises(ValueError, match="output"):
+        build_generator("named_cfe", {"output": "sparse"})
+    with pytest.raises(ValueError, match="embed_dim"):
+        build_generator("named_cfe", {"output": "factored", "embed_dim": 0})
+    with pytest.raises(ValueError, match="accelerator"):
+        build_generator("named_action", {"accelerator": "tpu"})
