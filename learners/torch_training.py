@@ -44,7 +44,7 @@ class TorchParams:
     weight_decay: float = 1e-6  # L2 penalty (Adam weight_decay)
     batch_size: int = 512  # training batch size
     max_epochs: int = 15  # training epochs (the one-cycle schedule spans all of them)
-    patience: int = 10  # early stopping: epochs without a better validation loss
+    patience: int = 10  # early stopping: epochs without a better validation loss, counted after the warm-up
     val_fraction: float = 0.1  # share of train held out for validation when no val split is given
     num_threads: int = 1  # torch CPU threads in fit and predict (0: torch's default; 1 is fastest on busy cores)
     accelerator: str = "cpu"  # Lightning accelerator for fit: "cpu", "gpu" or "auto" (predict runs on the CPU)
@@ -111,6 +111,25 @@ class LossModule(L.LightningModule):
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, pct_start=0.2,
                                                     total_steps=max(10, int(self.trainer.estimated_stepping_batches)))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class WarmupEarlyStopping(EarlyStopping):
+    """Early stopping that starts counting after ``start_epoch``. Under the one-cycle schedule the
+    learning rate rises for the first 20% of the epochs, and the validation loss may rise with it;
+    counting those epochs stopped long runs (80 epochs: 16 of warm-up) before the rate came down."""
+
+    def __init__(self, start_epoch: int = 0, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.start_epoch = start_epoch
+
+    def _run_early_stopping_check(self, trainer: L.Trainer) -> None:
+        if trainer.current_epoch >= self.start_epoch:
+            super()._run_early_stopping_check(trainer)
+
+
+def warmup_epochs(params: TorchParams) -> int:
+    """Epochs of rising learning rate (one-cycle's 20% warm-up; none under a constant rate)."""
+    return int(np.ceil(0.2 * params.max_epochs)) if params.schedule == "onecycle" else 0
 
 
 @contextmanager
@@ -188,7 +207,8 @@ def fit_lightning(model: nn.Module, loss_fn: LossFn, train_tensors: Sequence[tor
                                save_top_k=1, save_weights_only=True, enable_version_counter=False)
         trainer = L.Trainer(
             accelerator=params.accelerator, devices=1, max_epochs=params.max_epochs, default_root_dir=root,
-            callbacks=[EarlyStopping(monitor="val_loss", mode="min", patience=params.patience), ckpt],
+            callbacks=[WarmupEarlyStopping(warmup_epochs(params), monitor="val_loss", mode="min",
+                                           patience=params.patience), ckpt],
             logger=CSVLogger(root, name="logs", version=""), enable_progress_bar=ctx.progress,
             enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1)
         trainer.fit(lit, _loader(train_tensors, params.batch_size, True, ctx.seed),

@@ -202,3 +202,27 @@ def test_factored_output_checks_its_params():
         build_generator("named_cfe", {"output": "factored", "embed_dim": 0})
     with pytest.raises(ValueError, match="accelerator"):
         build_generator("named_action", {"accelerator": "tpu"})
+
+
+@pytest.mark.parametrize("schedule, min_epochs", [("onecycle", 4), ("constant", 0)])
+def test_early_stopping_waits_for_the_warm_up(schedule, min_epochs, ctx):
+    """A validation loss that only rises stops training after ``patience`` epochs, counted from the
+    end of one-cycle's warm-up (20% of 20 epochs = 4), not from the first epoch."""
+    from torch import nn
+
+    from learners.torch_training import TorchParams, fit_lightning
+
+    calls = {"val": 0}
+
+    def loss(model: nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        out = ((model(x) - y) ** 2).mean()
+        if not model.training:
+            calls["val"] += 1
+            return out * 0 + calls["val"]  # rises at every validation epoch
+        return out
+
+    data = (torch.randn(64, 3), torch.randn(64, 1))
+    params = TorchParams(max_epochs=20, patience=1, batch_size=32, schedule=schedule)
+    info = fit_lightning(nn.Linear(3, 1), loss, data, data, params, ctx)
+    assert min_epochs + 1 <= info["epochs"] <= min_epochs + 3, info
