@@ -278,9 +278,10 @@ class Tables:
                               + " / ".join(self.secs(key, label, "all", a) for a in AUGS) + " |")
             others = sorted(k for k in c if k.split("|")[2] != "all" and k.split("|")[3] != "none")
             if others:
+                parts = [k.split("|") for k in others]  # dataset, model, filter, augmentation
                 md += ["", "Other filters, after augmentation: " + "; ".join(
-                    f"{k.split('|')[0]} {k.split('|')[1]} [{k.split('|')[2]}] {AUG_NAMES[k.split('|')[3]]}: "
-                    f"{self.fmt(*k.split('|'))}" for k in others)]
+                    f"{key} {label} [{rule}] {AUG_NAMES[aug]}: {self.fmt(key, label, rule, aug)}"
+                    for key, label, rule, aug in parts)]
             md += ["", "Targets: MC ≥ .975 at 20 features, ≥ .85 at 50; the best generator ≥ .80 at 100 "
                    "(augmentation allowed). Verified top-20 (learners.verified) queries the classifier, so it is "
                    "not a pure generator's figure.", ""]

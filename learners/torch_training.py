@@ -30,6 +30,7 @@ from learners.base import FitContext
 LossFn = Callable[[nn.Module, Sequence[torch.Tensor]], torch.Tensor]
 SCHEDULES = ("onecycle", "constant")
 ACCELERATORS = ("cpu", "gpu", "auto")
+WARMUP_FRACTION = 0.2  # share of the one-cycle schedule with a rising learning rate
 
 
 @dataclass
@@ -108,7 +109,7 @@ class LossModule(L.LightningModule):
         # One-cycle (warm-up, then cosine annealing) over every step that max_epochs allows.
         # At least 10 steps: below that the 20% warm-up phase is empty and OneCycleLR divides by zero
         # (tiny training sets); a run shorter than the schedule just ends before the annealing does.
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, pct_start=0.2,
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, pct_start=WARMUP_FRACTION,
                                                     total_steps=max(10, int(self.trainer.estimated_stepping_batches)))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
@@ -116,7 +117,9 @@ class LossModule(L.LightningModule):
 class WarmupEarlyStopping(EarlyStopping):
     """Early stopping that starts counting after ``start_epoch``. Under the one-cycle schedule the
     learning rate rises for the first 20% of the epochs, and the validation loss may rise with it;
-    counting those epochs stopped long runs (80 epochs: 16 of warm-up) before the rate came down."""
+    counting those epochs stopped long runs (80 epochs: 16 of warm-up) before the rate came down.
+    Lightning's own ``min_epochs`` would not do: it lets the count run during the warm-up and stops
+    the moment the warm-up ends. (Overrides a private hook; tests/test_generators.py pins it.)"""
 
     def __init__(self, start_epoch: int = 0, **kwargs: Any):
         super().__init__(**kwargs)
@@ -129,7 +132,7 @@ class WarmupEarlyStopping(EarlyStopping):
 
 def warmup_epochs(params: TorchParams) -> int:
     """Epochs of rising learning rate (one-cycle's 20% warm-up; none under a constant rate)."""
-    return int(np.ceil(0.2 * params.max_epochs)) if params.schedule == "onecycle" else 0
+    return int(np.ceil(WARMUP_FRACTION * params.max_epochs)) if params.schedule == "onecycle" else 0
 
 
 @contextmanager
