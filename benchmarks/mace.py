@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from data_gen.tabular import build, negatives  # noqa: E402
+from data_gen.classifiers import build, negatives  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 from solvers.mace.distance import distance  # noqa: E402
 

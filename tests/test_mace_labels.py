@@ -5,13 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data_gen import tabular as tab
+from data_gen import classifiers as tab
 from data_gen.mace_labels import MaceLabelSet, label_tabular, raw_feature_index, scale_states
 from learners.base import FitContext, build_generator
 from solvers.mace import MACE
-from tests.data import requires_data
-
-pytestmark = requires_data
 
 
 @pytest.fixture(scope="module")

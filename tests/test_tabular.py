@@ -12,22 +12,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 from sklearn.tree import DecisionTreeClassifier
 
-from data_gen import tabular as tab
-from data_gen.tabular import (
-    ADULT_EDUCATION,
-    DATASETS,
-    TabularData,
-    TabularEncoder,
-    build,
-    build_world,
-    load_raw,
-    negatives,
-    train_model,
-)
+from data_gen import classifiers, loaders
+from data_gen.classifiers import build, build_world, negatives, train_model
+from data_gen.loaders import ADULT_EDUCATION, DATASETS, TabularData, TabularEncoder, load_raw
 from envs.tabular import TabularWorld
-from tests.data import requires_data
-
-pytestmark = requires_data
 
 # README figures: rows and favourable labels (1) per data set.
 EXPECTED = {"adult": (45_222, 11_208), "german": (1_000, 700), "compas": (5_278, 2_795),
@@ -70,7 +58,7 @@ def test_german_decoded(raw):
 
 
 def test_data_dir_override(monkeypatch, tmp_path):
-    real = tab.data_dir_path()
+    real = loaders.data_dir_path()
     monkeypatch.setenv("RECOURSE_DATA_DIR", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="RECOURSE_DATA_DIR"):
         load_raw("compas")
@@ -163,7 +151,7 @@ def test_bad_input_names_the_feature(raw, encoders):
 
 def test_ordinal_outside_observed_range():
     df = pd.DataFrame({"g": [1, 2]})
-    enc = TabularEncoder.fit([tab.RawFeature("g", "ordinal", "increase", (1, 2, 3))], df)
+    enc = TabularEncoder.fit([loaders.RawFeature("g", "ordinal", "increase", (1, 2, 3))], df)
     assert enc.schema.features[0].categories == ("1", "2", "3") and enc.schema.features[0].upper == 1
     with pytest.raises(ValueError, match=r"'g'.*3 \(code 2\) is outside"):
         enc.encode(pd.DataFrame({"g": [3]}))
@@ -198,10 +186,10 @@ def test_white_box_matches_sklearn(raw, encoders, model_class):
 
 
 def test_model_kwargs_and_errors():
-    assert tab.model_params("forest") == {"n_estimators": 10, "max_depth": 8}
-    assert tab.model_params("tree", max_depth=None) == {"max_depth": None}
+    assert classifiers.model_params("forest") == {"n_estimators": 10, "max_depth": 8}
+    assert classifiers.model_params("tree", max_depth=None) == {"max_depth": None}
     with pytest.raises(ValueError, match="unknown 'svm'"):
-        tab.model_params("svm")
+        classifiers.model_params("svm")
 
 
 def test_build_world_cache(tmp_path):
@@ -229,7 +217,7 @@ def test_build_world_cache(tmp_path):
 
 def test_cli(tmp_path, capsys):
     out = tmp_path / "table.md"
-    tab.main(["--datasets", "compas", "--models", "tree", "lr", "--cache-dir", str(tmp_path / "c"),
+    classifiers.main(["--datasets", "compas", "--models", "tree", "lr", "--cache-dir", str(tmp_path / "c"),
               "--out", str(out)])
     text = out.read_text()
     assert text.count("| compas |") == 2 and "leaves per tree" in text

@@ -1,10 +1,14 @@
-"""Tabular worlds on real data: Adult, German Credit, COMPAS and Credit default.
+"""The real data sets: bundled files, loaders, raw-feature specs and the encoder.
 
-Each data set has a loader (files under ``../shared/data`` or ``RECOURSE_DATA_DIR``; never copied
-into the repo), a raw-feature spec (kind and mutability, MACE Appendix B.2 and GeCo Appendix A.1),
-a ``TabularEncoder`` between raw records and the encoded columns of ``envs.tabular.TabularWorld``,
-and the four MACE classifiers (tree, forest, logistic regression, ReLU MLP) as white-box copies.
-``build_world`` trains (or reuses from a JSON cache) the model of one data set.
+The seven data sets of ``data/`` (Adult, German Credit, COMPAS, Credit default, Hill-Valley,
+Arrhythmia, LSVT) ship with the repository, gzip-compressed, with the SHA-256 of every file's
+content in ``data/SHA256SUMS``; ``data_path`` checks it before a file is read, so a corrupted or
+different copy fails loudly instead of training a different model. ``RECOURSE_DATA_DIR`` (or a
+``data_dir`` argument) points at another copy, compressed or not.
+
+Each tabular data set has a loader, a raw-feature spec (kind and mutability, MACE Appendix B.2
+and GeCo Appendix A.1) and a ``TabularEncoder`` between raw records and the encoded columns of
+``envs.tabular.TabularWorld``. Classifiers are trained in ``data_gen.classifiers``.
 
 Label 1 is always the favourable outcome. GeCo's implications between features (e.g. "more
 education implies older") are not schema rules; solvers add them as constraints.
@@ -12,13 +16,9 @@ education implies older") are not schema rules; solvers add them as constraints.
 
 from __future__ import annotations
 
-import argparse
+import gzip
 import hashlib
-import json
 import os
-import shutil
-import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,20 +26,11 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from sklearn.ensemble import RandomForestClassifier
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
-from sklearn.neural_network import MLPClassifier
-from sklearn.preprocessing import StandardScaler
-from sklearn.tree import DecisionTreeClassifier
 
-from envs.models import TreeEnsemble, WhiteBoxModel, from_sklearn
 from envs.schema import Feature, FeatureSchema, Mutability
-from envs.tabular import TabularWorld
 
 RawKind = Literal["real", "integer", "ordinal", "binary", "categorical"]
-CACHE_VERSION = 1
 
 
 # --------------------------------------------------------------------------------------------- spec
@@ -194,8 +185,8 @@ def _load_adult(data_dir: Path) -> tuple[pd.DataFrame, np.ndarray]:
     ``education-num``, kept as the ordinal education level) are dropped.
     """
     opts = {"header": None, "names": ADULT_COLUMNS, "skipinitialspace": True, "na_values": "?"}
-    parts = [pd.read_csv(data_dir / "adult" / "adult.data", **opts),
-             pd.read_csv(data_dir / "adult" / "adult.test", skiprows=1, **opts)]
+    parts = [pd.read_csv(data_path("adult/adult.data", data_dir), **opts),
+             pd.read_csv(data_path("adult/adult.test", data_dir), skiprows=1, **opts)]
     df = pd.concat(parts, ignore_index=True).dropna().reset_index(drop=True)
     y = (df["income"].str.rstrip(".") == ">50K").to_numpy(np.int64)
     return df[[f.name for f in ADULT_FEATURES]], y
@@ -203,7 +194,7 @@ def _load_adult(data_dir: Path) -> tuple[pd.DataFrame, np.ndarray]:
 
 def _load_german(data_dir: Path) -> tuple[pd.DataFrame, np.ndarray]:
     """UCI german.data with A-codes decoded; label 1 = good credit risk."""
-    df = pd.read_csv(data_dir / "german" / "german.data", sep=" ", header=None, names=GERMAN_COLUMNS)
+    df = pd.read_csv(data_path("german/german.data", data_dir), sep=" ", header=None, names=GERMAN_COLUMNS)
     for col, codes in GERMAN_CODES.items():
         unknown = set(df[col]) - set(codes)
         if unknown:
@@ -215,14 +206,14 @@ def _load_german(data_dir: Path) -> tuple[pd.DataFrame, np.ndarray]:
 
 def _load_compas(data_dir: Path) -> tuple[pd.DataFrame, np.ndarray]:
     """MACE's processed COMPAS (5,278 rows); label 1 = no two-year recidivism."""
-    df = pd.read_csv(data_dir / "compas" / "compas_mace_processed_geco.csv", index_col=0)
+    df = pd.read_csv(data_path("compas/compas_mace_processed_geco.csv", data_dir), index_col=0)
     y = (1 - df["TwoYearRecid"]).to_numpy(np.int64)
     return df[[f.name for f in COMPAS_FEATURES]].astype(np.int64), y
 
 
 def _load_credit(data_dir: Path) -> tuple[pd.DataFrame, np.ndarray]:
     """MACE's processed Credit (29,623 rows); label 1 = no default next month."""
-    df = pd.read_csv(data_dir / "credit" / "credit_processed.csv")
+    df = pd.read_csv(data_path("credit/credit_processed.csv", data_dir))
     y = df["NoDefaultNextMonth (label)"].to_numpy(np.int64)
     ints = [f.name for f in CREDIT_FEATURES if f.kind != "real"]
     df[ints] = df[ints].astype(np.int64)
@@ -237,14 +228,63 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
+# ------------------------------------------------------------------------------------- the files
+
+BUNDLED_DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+CHECKSUMS_FILE = BUNDLED_DATA_DIR / "SHA256SUMS"
+_verified: dict[Path, tuple[int, int]] = {}  # path -> (size, mtime_ns) of files already checked
+
+
 def data_dir_path(data_dir: str | Path | None = None) -> Path:
-    """The data directory: the argument, else ``$RECOURSE_DATA_DIR``, else ``<repo>/../shared/data``."""
-    default = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-    path = Path(data_dir or os.environ.get("RECOURSE_DATA_DIR") or default)
+    """The data directory: the argument, else ``$RECOURSE_DATA_DIR``, else the bundled ``data/``."""
+    path = Path(data_dir or os.environ.get("RECOURSE_DATA_DIR") or BUNDLED_DATA_DIR)
     if not path.is_dir():
-        raise FileNotFoundError(f"data_dir: {path} is not a directory (pass data_dir or set "
-                                "RECOURSE_DATA_DIR)")
+        source = "data_dir" if data_dir else "RECOURSE_DATA_DIR" if os.environ.get("RECOURSE_DATA_DIR") \
+            else "bundled data"
+        raise FileNotFoundError(f"{source}: {path} is not a directory")
     return path.resolve()
+
+
+def checksums() -> dict[str, str]:
+    """SHA-256 of each data file's (uncompressed) content, by path relative to the data directory."""
+    sums = {}
+    for line in CHECKSUMS_FILE.read_text().splitlines():
+        if line.strip():
+            digest, rel = line.split(maxsplit=1)
+            sums[rel.strip()] = digest
+    return sums
+
+
+def data_path(rel: str, data_dir: str | Path | None = None) -> Path:
+    """The file ``rel`` (e.g. ``adult/adult.data``) of the data directory, plain or ``.gz``, checked.
+
+    Its content's SHA-256 must equal the one in ``data/SHA256SUMS``; a file is hashed once per
+    process (again if it changes on disk).
+    """
+    root = data_dir_path(data_dir)
+    path = next((p for p in (root / rel, root / f"{rel}.gz") if p.is_file()), None)
+    if path is None:
+        raise FileNotFoundError(f"data file {rel!r}: neither {root / rel} nor {root / rel}.gz exists")
+    stat = path.stat()
+    if _verified.get(path) == (stat.st_size, stat.st_mtime_ns):
+        return path
+    expected = checksums().get(rel)
+    if expected is None:
+        raise ValueError(f"data file {rel!r}: not listed in {CHECKSUMS_FILE}")
+    content = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    actual = hashlib.sha256(content).hexdigest()
+    if actual != expected:
+        raise ValueError(f"data file {rel!r}: SHA-256 of {path} is {actual}, expected {expected} "
+                         "(a corrupted or different copy; restore it or point RECOURSE_DATA_DIR elsewhere)")
+    _verified[path] = (stat.st_size, stat.st_mtime_ns)
+    return path
+
+
+def data_text(rel: str, data_dir: str | Path | None = None) -> str:
+    """The checked content of the text file ``rel`` of the data directory, decompressed."""
+    path = data_path(rel, data_dir)
+    raw = path.read_bytes()
+    return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode()
 
 
 def _spec(dataset: str) -> DatasetSpec:
@@ -257,6 +297,46 @@ def load_raw(dataset: str, data_dir: str | Path | None = None) -> tuple[pd.DataF
     """The raw feature frame (the spec's columns, in order) and the 0/1 labels (1 = favourable)."""
     return _spec(dataset).load(data_dir_path(data_dir))
 
+
+
+# --------------------------------------------------------------------- high-dimensional numeric sets
+
+def _load_hill_valley(data_dir: Path | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """UCI Hill-Valley with noise, training then testing (1,212 x 100); label 1 = hill."""
+    parts = [pd.read_csv(data_path(f"hill_valley/Hill_Valley_with_noise_{s}.data", data_dir))
+             for s in ("Training", "Testing")]
+    df = pd.concat(parts, ignore_index=True)
+    return df.drop(columns="class").astype(float), df["class"].to_numpy(np.int64)
+
+
+def _load_arrhythmia(data_dir: Path | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """UCI Arrhythmia (452 x 279, '?' as NaN); label 1 = normal ECG (class 1), as in the PSO paper."""
+    names = data_text("arrhythmia/arrhythmia_columns.txt", data_dir).split()
+    df = pd.read_csv(data_path("arrhythmia/arrhythmia.data", data_dir), header=None, names=names,
+                     na_values="?")
+    return df.drop(columns=names[-1]).astype(float), (df[names[-1]] == 1).to_numpy(np.int64)
+
+
+def _load_lsvt(data_dir: Path | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """UCI LSVT (126 x 310 dysphonia measures + age and gender); label 1 = acceptable phonation."""
+    stem = "lsvt/LSVT_voice_rehabilitation"
+    X = pd.read_csv(data_path(f"{stem}_Data.csv", data_dir))
+    demo = pd.read_csv(data_path(f"{stem}_Subject_demographics.csv", data_dir))
+    y = pd.read_csv(data_path(f"{stem}_Binary_response.csv", data_dir)).iloc[:, 0]
+    X = pd.concat([X, demo[["Age", "Gender, 0->Male, 1->Female"]]], axis=1).astype(float)
+    return X, (y == 1).to_numpy(np.int64)
+
+
+NUMERIC_DATASETS: dict[str, Callable[[Path | None], tuple[pd.DataFrame, np.ndarray]]] = {
+    "hill_valley": _load_hill_valley, "arrhythmia": _load_arrhythmia, "lsvt": _load_lsvt,
+}
+
+
+def load_numeric(dataset: str, data_dir: str | Path | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """A high-dimensional all-numeric data set (MD-PSO's benchmarks): float frame, 0/1 labels."""
+    if dataset not in NUMERIC_DATASETS:
+        raise ValueError(f"dataset: unknown numeric data set {dataset!r} (known: {sorted(NUMERIC_DATASETS)})")
+    return NUMERIC_DATASETS[dataset](data_dir_path(data_dir))
 
 # ------------------------------------------------------------------------------------------ encoder
 
@@ -433,166 +513,3 @@ def load_data(dataset: str, *, seed: int = 0, data_dir: str | Path | None = None
     h.update(y.tobytes())
     h.update(f"{seed}/{test_size}".encode())
     return TabularData(X[train], y[train], X[test], y[test], encoder, h.hexdigest()[:16])
-
-
-# Defaults follow MACE B.1 (scikit-learn defaults; forest of 10 trees as in sklearn 0.20; MLP 10x10),
-# except that trees are depth-limited: exact solvers scale with the leaves. Seed 0, unlimited vs
-# max_depth=8, test accuracy (leaves per tree): Adult tree 0.817 (6,485) vs 0.855 (122), forest
-# 0.842 (~6,300) vs 0.848 (~128); Credit tree 0.718 (5,004) vs 0.802 (187), forest 0.785 vs 0.806;
-# German and COMPAS also equal or better at depth 8.
-MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tree": {"max_depth": 8},
-    "forest": {"n_estimators": 10, "max_depth": 8},
-    "lr": {"max_iter": 1000},
-    "mlp": {"hidden_layer_sizes": (10, 10)},
-}
-
-
-def _estimator(model_class: str, seed: int, params: dict[str, Any]) -> Any:
-    cls = {"tree": DecisionTreeClassifier, "forest": RandomForestClassifier, "lr": LogisticRegression,
-           "mlp": MLPClassifier}[model_class]
-    try:
-        return cls(random_state=seed, **params)
-    except TypeError as err:
-        raise ValueError(f"model_kwargs: {err}") from None
-
-
-def model_params(model_class: str, **model_kwargs: Any) -> dict[str, Any]:
-    """The estimator's keyword arguments: the defaults of ``model_class`` updated by ``model_kwargs``."""
-    if model_class not in MODEL_DEFAULTS:
-        raise ValueError(f"model_class: unknown {model_class!r} (known: {sorted(MODEL_DEFAULTS)})")
-    return {**MODEL_DEFAULTS[model_class], **model_kwargs}
-
-
-def train_model(model_class: str, data: TabularData, *, seed: int = 0,
-                **model_kwargs: Any) -> tuple[WhiteBoxModel, dict[str, Any]]:
-    """Fit a seeded sklearn model and return its white-box copy (checked equal on the test set) and metrics.
-
-    LR and MLP see StandardScaler-ed inputs; the scaler is folded into the white-box copy.
-    """
-    params = model_params(model_class, **model_kwargs)
-    est = _estimator(model_class, seed, params)
-    scaled = model_class in ("lr", "mlp")
-    scaler = StandardScaler().fit(data.X_train) if scaled else None
-
-    def prep(X: np.ndarray) -> np.ndarray:
-        return scaler.transform(X) if scaled else X
-
-    t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        est.fit(prep(data.X_train), data.y_train)
-    fit_s = time.perf_counter() - t0
-    model = from_sklearn(est, scaler.mean_, scaler.scale_) if scaled else from_sklearn(est)
-    disagree = int((model.predict(data.X_test) != (est.predict(prep(data.X_test)) == 1)).sum())
-    if disagree:
-        raise RuntimeError(f"white-box {model_class} disagrees with sklearn on {disagree} test rows")
-    trees = model.trees if isinstance(model, TreeEnsemble) else None
-    metrics = {
-        "train_accuracy": float(np.mean(model.predict(data.X_train) == data.y_train)),
-        "test_accuracy": float(np.mean(model.predict(data.X_test) == data.y_test)),
-        "leaves_per_tree": None if trees is None else [int((t.left < 0).sum()) for t in trees],
-        "n_train": len(data.y_train),
-        "n_test": len(data.y_test),
-        "n_columns": len(data.encoder.schema),
-        "n_test_negatives": int((~model.predict(data.X_test)).sum()),
-        "fit_seconds": round(fit_s, 3),
-        "converged": not any(issubclass(w.category, ConvergenceWarning) for w in caught),
-        "params": params,
-    }
-    return model, metrics
-
-
-@dataclass
-class TabularBuild:
-    """What ``build`` returns: the world, its encoded data and the model's metrics."""
-
-    world: TabularWorld
-    data: TabularData
-    metrics: dict[str, Any]
-    cache_path: Path
-    cached: bool = False
-
-
-def build(dataset: str, model_class: str, *, seed: int = 0, data_dir: str | Path | None = None,
-          cache_dir: str | Path | None = "data_cache/tabular", **model_kwargs: Any) -> TabularBuild:
-    """Train (or reuse from ``cache_dir``) the model of one data set; ``cache_dir=None``: no cache."""
-    data = load_data(dataset, seed=seed, data_dir=data_dir)
-    params = model_params(model_class, **model_kwargs)
-    key = json.dumps({"v": CACHE_VERSION, "dataset": dataset, "model": model_class, "seed": seed,
-                      "params": params, "data": data.fingerprint}, sort_keys=True, default=list)
-    path = Path(cache_dir or ".") / f"{dataset}-{model_class}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-    name = f"{dataset}/{model_class}"
-    files = [path / n for n in ("model.json", "encoder.json", "metrics.json")]
-    if cache_dir is not None and all(p.exists() for p in files):
-        encoder = TabularEncoder.from_dict(json.loads(files[1].read_text()))
-        if encoder != data.encoder:
-            raise ValueError(f"cache: {files[1]} does not match the data's encoder (remove {path})")
-        world = TabularWorld(name, encoder.schema, WhiteBoxModel.load(files[0]), encoder)
-        return TabularBuild(world, data, json.loads(files[2].read_text()), path, cached=True)
-    model, metrics = train_model(model_class, data, seed=seed, **model_kwargs)
-    metrics = json.loads(json.dumps({"dataset": dataset, "model": model_class, "seed": seed, **metrics},
-                                    default=list))  # as the cache holds them
-    if cache_dir is not None:
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        tmp.mkdir(parents=True, exist_ok=True)
-        model.save(tmp / "model.json")
-        (tmp / "encoder.json").write_text(json.dumps(data.encoder.to_dict()))
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))
-        try:
-            tmp.rename(path)
-        except OSError:  # a concurrent build finished first; its files are equal
-            shutil.rmtree(tmp)
-    return TabularBuild(TabularWorld(name, data.encoder.schema, model, data.encoder), data, metrics, path)
-
-
-def build_world(dataset: str, model_class: str, *, seed: int = 0, data_dir: str | Path | None = None,
-                cache_dir: str | Path | None = "data_cache/tabular", **model_kwargs: Any) -> TabularWorld:
-    """The TabularWorld of ``dataset`` with a ``model_class`` classifier (see ``build``)."""
-    built = build(dataset, model_class, seed=seed, data_dir=data_dir, cache_dir=cache_dir, **model_kwargs)
-    return built.world
-
-
-def negatives(world: TabularWorld, X: np.ndarray) -> np.ndarray:
-    """The rows of ``X`` the world's model rejects: the agents to explain."""
-    X = np.atleast_2d(np.asarray(X, float))
-    return X[~world.accepts(X)]
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-def results_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Markdown table of build metrics."""
-    lines = ["| data set | model | train | test | encoded cols | train acc | test acc | test negatives "
-             "| leaves per tree (mean / max) | converged | fit s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|:-:|---:|"]
-    for m in rows:
-        leaves = m["leaves_per_tree"]
-        shown = f"{np.mean(leaves):.0f} / {max(leaves)}" if leaves else "-"
-        lines.append(f"| {m['dataset']} | {m['model']} | {m['n_train']} | {m['n_test']} | {m['n_columns']} "
-                     f"| {m['train_accuracy']:.4f} | {m['test_accuracy']:.4f} | {m['n_test_negatives']} "
-                     f"| {shown} | {'yes' if m['converged'] else 'no'} | {m['fit_seconds']:.2f} |")
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Train the tabular worlds' classifiers and tabulate them.")
-    ap.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
-    ap.add_argument("--models", nargs="+", default=list(MODEL_DEFAULTS), choices=list(MODEL_DEFAULTS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--data-dir", default=None, help="default: $RECOURSE_DATA_DIR, else ../shared/data")
-    ap.add_argument("--cache-dir", default="data_cache/tabular")
-    ap.add_argument("--out", default="benchmarks/results/tabular_models.md")
-    args = ap.parse_args(argv)
-    rows = [build(d, m, seed=args.seed, data_dir=args.data_dir, cache_dir=args.cache_dir).metrics
-            for d in args.datasets for m in args.models]
-    table = f"Tabular classifiers (seed {args.seed}, 80/20 stratified split; `python -m data_gen.tabular`)"
-    table += f"\n\nModel defaults: `{json.dumps(MODEL_DEFAULTS)}` (sklearn's otherwise; seeded).\n\n"
-    table += results_table(rows)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(table)
-    print(table)
-
-
-if __name__ == "__main__":
-    main()
