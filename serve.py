@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 
-from learners.service import InputError, RecommendationService, ServiceError, create_app, recommend_file
+from serving.service import InputError, RecommendationService, ServiceError, create_app, recommend_file
 
 SERVER_BUDGET_MS = 50.0
 

@@ -1,4 +1,4 @@
-"""The recommendation service (learners/service.py, serve.py): answers, verification, fallback,
+"""The recommendation service (serving/, serve.py): answers, verification, fallback,
 bad input, provenance and the offline batch command."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from data_gen.dataset import Split, load_dataset
 from learners.base import GENERATORS, FitContext, Generator, Prediction
 from learners.config import parse_config
 from learners.experiment import train_experiment
-from learners.service import ServiceError, create_app
+from serving.service import ServiceError, create_app
 from solvers.setcover_fast import FastSetCover
 
 
