@@ -8,8 +8,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from data_gen.compute import ComputeConfig
+
 ClassifierVariant = Literal["all_ones", "first5", "last5", "first10", "last10", "mid5", "mix"]
 MIX_VARIANTS: tuple[str, ...] = ("first5", "last5", "first10", "last10", "mid5")
+
+
+EXECUTION_FIELDS = ("chunk_size", "compute")  # how a dataset is built, not what it contains
 
 
 class StrictModel(BaseModel):
@@ -37,6 +42,7 @@ class SyntheticDatasetConfig(StrictModel):
     require_unique: bool = Field(True, description="keep only agents with a unique optimal CFE")
     seed: int = Field(0, description="seed of the world, the agents and the splits")
     chunk_size: int = Field(20_000, ge=1, description="agents per labelling chunk (the unit of resumption)")
+    compute: ComputeConfig = Field(ComputeConfig(), description="where labelling runs: local processes or Ray")
 
     @model_validator(mode="after")
     def _check(self) -> SyntheticDatasetConfig:
@@ -57,8 +63,8 @@ class SyntheticDatasetConfig(StrictModel):
         return self
 
     def fingerprint(self) -> str:
-        """Hash of the settings that determine the data (the chunk size does not)."""
-        d = self.model_dump(exclude={"chunk_size"})
+        """Hash of the settings that determine the data (the chunk size and the compute backend do not)."""
+        d = self.model_dump(exclude=set(EXECUTION_FIELDS))
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 

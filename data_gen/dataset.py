@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_gen.config import DatasetConfig
+from data_gen.config import EXECUTION_FIELDS, DatasetConfig
 from data_gen.encodings import CfeVocabulary
 from data_gen.labelling import label_population
 from data_gen.splits import filter_mask, train_test_split
@@ -159,7 +159,8 @@ def build_dataset(cfg: DatasetConfig, root: str | Path = "data_cache", name: str
     out = dataset_dir(cfg, root, name)
     if (out / MANIFEST).exists():
         manifest = json.loads((out / MANIFEST).read_text())
-        if manifest["config"] == json.loads(cfg.model_dump_json()):
+        same = {k: v for k, v in manifest["config"].items() if k not in EXECUTION_FIELDS}
+        if same == json.loads(cfg.model_dump_json(exclude=set(EXECUTION_FIELDS))):
             return load_dataset(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -176,7 +177,7 @@ def build_dataset(cfg: DatasetConfig, root: str | Path = "data_cache", name: str
 
         solver = FastSetCover()
     labels, timing = label_population(world, X[todo], None if groups is None else groups[todo], solver,
-                                      out / "chunks", cfg.chunk_size, progress=progress)
+                                      out / "chunks", cfg.chunk_size, progress=progress, compute=cfg.compute)
     width = max(labels.actions.shape[1], cfg.max_cfe_len)
     actions = np.full((len(X), width), -1, dtype=np.int64)
     actions[todo, : labels.actions.shape[1]] = labels.actions

@@ -16,9 +16,7 @@ the schema's bounds), so the named-action and named-CFE generators train on them
 from __future__ import annotations
 
 import json
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
+from data_gen.compute import ChunkResult, ComputeConfig, chunk_bounds, run_chunks
 from data_gen.dataset import Split, fixed_size_column
 from data_gen.encodings import CfeVocabulary
 from envs.schema import FeatureSchema
@@ -156,12 +154,12 @@ class MaceLabelSet:
                    manifest["feature_names"], np.asarray(manifest["column_feature"], np.int64))
 
 
-def _solve_chunk(args: tuple) -> dict[str, np.ndarray]:
-    solver, world, X = args
+def _solve_chunk(shared: tuple[Any, TabularWorld], X: np.ndarray) -> ChunkResult:
+    solver, world = shared
     D = X.shape[1]
     out = {"cf": np.full((len(X), D), np.nan), "distance": np.full(len(X), np.inf),
            "delta_min": np.zeros(len(X)), "status": np.empty(len(X), dtype="<U16"), "runtime": np.zeros(len(X))}
-    for i, x in enumerate(X):
+    for i, x in enumerate(X):  # MACE solves one agent at a time (one MILP or SMT problem each)
         t = time.perf_counter()
         r = solver.solve(world, x)[0]
         out["runtime"][i] = time.perf_counter() - t
@@ -177,42 +175,18 @@ def _solve_chunk(args: tuple) -> dict[str, np.ndarray]:
 
 
 def label_tabular(world: TabularWorld, X: np.ndarray, solver: Any, work_dir: str | Path, *,
-                  chunk_size: int = 25, n_jobs: int = 2, progress: bool = True) -> MaceLabelSet:
-    """Run ``solver`` (MACE) on every row of ``X``; resumable from ``work_dir/chunk_*.npz``."""
+                  chunk_size: int = 25, n_jobs: int = 2, progress: bool = True,
+                  compute: ComputeConfig | None = None) -> MaceLabelSet:
+    """Run ``solver`` (MACE) on every row of ``X``; resumable from ``work_dir/chunk_*.npz``.
+
+    ``compute`` (default: local, ``n_jobs`` processes) says where the chunks run; its
+    ``chunk_size``, when set, overrides ``chunk_size``.
+    """
     X = world.schema.validate(X, name="X")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size: must be >= 1, got {chunk_size}")
-    work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    bounds = [(s, min(s + chunk_size, len(X))) for s in range(0, len(X), chunk_size)]
-
-    def chunk_path(i: int) -> Path:
-        return work_dir / f"chunk_{i:05d}.npz"
-
-    todo = [i for i in range(len(bounds)) if not chunk_path(i).exists()]
-    done_rows = sum(e - s for i, (s, e) in enumerate(bounds) if i not in todo)
-    bar = tqdm(total=len(X), initial=done_rows, desc=f"MACE labels ({world.name})", unit="agent",
-               disable=not progress, smoothing=0.1)
-
-    def save(i: int, res: dict[str, np.ndarray]) -> None:
-        tmp = work_dir / f"chunk_{i:05d}.tmp.npz"
-        np.savez(tmp, **res)
-        os.replace(tmp, chunk_path(i))  # atomic: a chunk is whole or absent
-        bar.update(bounds[i][1] - bounds[i][0])
-
-    jobs = [(solver, world, X[s:e]) for s, e in (bounds[i] for i in todo)]
-    if n_jobs > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=n_jobs) as pool:
-            for i, res in zip(todo, pool.map(_solve_chunk, jobs), strict=True):
-                save(i, res)
-    else:
-        for i, job in zip(todo, jobs, strict=True):
-            save(i, _solve_chunk(job))
-    bar.close()
-    parts = []
-    for i in range(len(bounds)):
-        with np.load(chunk_path(i)) as z:
-            parts.append({k: z[k] for k in z.files})
+    compute = compute or ComputeConfig(n_workers=n_jobs)
+    bounds = chunk_bounds(len(X), compute.chunk_size or chunk_size)
+    parts = run_chunks(_solve_chunk, (solver, world), [X[s:e] for s, e in bounds], work_dir, compute=compute,
+                       sizes=[e - s for s, e in bounds], desc=f"MACE labels ({world.name})", progress=progress)
     names, of_column = raw_feature_index(world.schema)
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in
            ("cf", "distance", "delta_min", "status", "runtime")}

@@ -101,20 +101,20 @@ def test_interrupted_labelling_resumes(tmp_path, monkeypatch):
     cfg = SyntheticDatasetConfig(**SMALL)
     reference = build_dataset(cfg, tmp_path / "ref", "small", progress=False)
     calls = {"n": 0}
-    real = labelling._label_one
+    real = labelling._label_chunk
 
-    def flaky(args):
+    def flaky(shared, chunk):
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt  # interrupted after the first chunk
-        return real(args)
+        return real(shared, chunk)
 
-    monkeypatch.setattr(labelling, "_label_one", flaky)
+    monkeypatch.setattr(labelling, "_label_chunk", flaky)
     with pytest.raises(KeyboardInterrupt):
         build_dataset(cfg, tmp_path / "run", "small", progress=False)
     chunks = sorted((tmp_path / "run").glob("*/chunks/chunk_*.npz"))
     assert len(chunks) == 1
-    monkeypatch.setattr(labelling, "_label_one", real)
+    monkeypatch.setattr(labelling, "_label_chunk", real)
     resumed = build_dataset(cfg, tmp_path / "run", "small", progress=False)
     assert np.array_equal(resumed.sets, reference.sets) and np.array_equal(resumed.X, reference.X)
     assert resumed.manifest["content_hash"] == reference.manifest["content_hash"]
