@@ -28,6 +28,7 @@ from data_gen.labelling import label_population
 from data_gen.splits import filter_mask, train_test_split
 from data_gen.synthetic import make_world, sample_agents
 from envs.capability import CapabilityWorld
+from solvers.base import CoverLabels
 
 MANIFEST = "manifest.json"
 
@@ -153,6 +154,17 @@ def load_dataset(path: str | Path) -> Dataset:
     return Dataset(path, world, table, manifest)
 
 
+def label_status(labels: CoverLabels, max_cfe_len: int, require_unique: bool = True) -> np.ndarray:
+    """Why each labelled (rejected) agent is dropped -- ``no_recourse``, ``too_long``,
+    ``not_unique`` -- or ``kept`` (one rule for datasets and for ceilings computed from the world)."""
+    status = np.full(len(labels.cost), "kept", dtype=object)
+    status[~labels.has_cover] = "no_recourse"
+    status[(status == "kept") & (labels.length > max_cfe_len)] = "too_long"
+    if require_unique:
+        status[(status == "kept") & (labels.n_optimal != 1)] = "not_unique"
+    return status
+
+
 def build_dataset(cfg: DatasetConfig, root: str | Path = "data_cache", name: str = "dataset",
                   progress: bool = True, solver: Any = None) -> Dataset:
     """Build the dataset a config describes, or reuse it when it already exists."""
@@ -188,12 +200,7 @@ def build_dataset(cfg: DatasetConfig, root: str | Path = "data_cache", name: str
     runtime = np.zeros(len(X))
     runtime[todo] = labels.runtime
     length = (actions >= 0).sum(1)
-    sub = status[todo]
-    sub[~labels.has_cover] = "no_recourse"
-    sub[(sub == "kept") & (labels.length > cfg.max_cfe_len)] = "too_long"
-    if cfg.require_unique:
-        sub[(sub == "kept") & (labels.n_optimal != 1)] = "not_unique"
-    status[todo] = sub
+    status[todo] = label_status(labels, cfg.max_cfe_len, cfg.require_unique)
     table = {"x": X, "group": np.zeros(len(X), int) if groups is None else groups, "actions": actions,
              "length": length, "cost": cost, "n_optimal": n_optimal, "runtime": runtime,
              "status": status.astype(str)}
