@@ -25,7 +25,8 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm.auto import tqdm
+
+from data_gen.progress import progress_bar
 
 ChunkResult = dict[str, np.ndarray]
 ChunkTask = Callable[[Any, Any], ChunkResult]
@@ -90,8 +91,8 @@ def run_chunks(task: ChunkTask, shared: Any, chunks: Sequence[Any], work_dir: st
         raise ValueError(f"sizes: {len(sizes)} sizes for {len(chunks)} chunks")
     done = set(finished_chunks(work_dir, len(chunks)))
     todo = [i for i in range(len(chunks)) if i not in done]
-    bar = tqdm(total=sum(sizes), initial=sum(sizes[i] for i in done), desc=desc, unit=unit,
-               disable=not progress, smoothing=0.1)
+    bar = progress_bar(total=sum(sizes), initial=sum(sizes[i] for i in done), desc=desc, unit=unit,
+                       enabled=progress, smoothing=0.1)
 
     def finish(i: int, result: ChunkResult) -> None:
         save_chunk(chunk_path(work_dir, i), result)
