@@ -12,8 +12,9 @@ and BC + RL (``bc_ppo``). Each is evaluated on the test agents by
 on every test agent without discounts; UniformCostSearch on the first ``--exact-agents`` with
 them), validity of the raw greedy rollout (no completion by a solver), regret, steps, and the
 batched inference time per agent beside the exact solver's time per agent in the same run.
-A reference row, ``lookahead argmin``, rolls out the argmin of the policies' two-step lookahead
-feature with no learning at all: what the input features alone achieve.
+A reference row, ``lookahead argmin``, is the ``lookahead`` policy
+(:class:`learners.policies.lookahead.LookaheadPolicy`): the argmin of the policies' two-step
+lookahead feature with no learning at all, what the input features alone achieve.
 
 Prints JSON and writes a markdown table. Training runs are logged under
 ``benchmarks/results/runs/`` (git-ignored).
@@ -31,37 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from data_gen.config import SyntheticDatasetConfig  # noqa: E402
 from data_gen.dataset import build_dataset  # noqa: E402
 from learners.base import FitContext, build_generator  # noqa: E402
-from learners.policies import CapabilityFeatures, PolicyRollout, greedy_rollout  # noqa: E402
 from learners.policy_eval import exact_optimum, policy_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
-
-
-class LookaheadArgmin:
-    """No learning: at each step take the action whose two-step completion is cheapest
-    (CapabilityFeatures' lookahead gap = 0), the same features the learned policies see."""
-
-    def __init__(self, world: Any):
-        self.world = world
-        self.features = CapabilityFeatures(None, world.to_dict(), 1.0, lookahead=True)
-        n, A = world.n_features, world.n_actions
-
-        def score(obs: torch.Tensor) -> torch.Tensor:
-            f = self.features(obs)
-            done, gap = f[:, n + 4 * A : n + 5 * A], f[:, n + 6 * A : n + 7 * A]
-            return torch.where(done > 0.5, -gap, -1e6 + f[:, n + A : n + 2 * A])  # else: largest share
-
-        self.net = score
-
-    def predict_sequences(self, X: np.ndarray, groups: np.ndarray | None = None) -> PolicyRollout:
-        return greedy_rollout(self.world, self.net, X, groups)
 
 
 def run_setting(edges: int, args: argparse.Namespace, log) -> dict[str, Any]:
@@ -109,8 +88,8 @@ def run_setting(edges: int, args: argparse.Namespace, log) -> dict[str, Any]:
         log(f"[edges={edges}] {label}: optimality {m['optimality']['value']:.4f}, validity "
             f"{m['validity']['value']:.4f}, regret {m['mean_regret']:.5f}, "
             f"{1e6 * m['inference_s_per_agent']:.1f} µs/agent, trained in {seconds:.0f}s")
-    out["policies"]["lookahead argmin (no learning)"] = policy_metrics(LookaheadArgmin(world), world, test.X,
-                                                                      exact=exact)
+    lookahead = build_generator("lookahead", {}).fit(train, None, FitContext.from_world(world, int(ds.length.max())))
+    out["policies"]["lookahead argmin (no learning)"] = policy_metrics(lookahead, world, test.X, exact=exact)
     return out
 
 

@@ -1,5 +1,5 @@
-"""RL policies (learners/policies.py): training, batched greedy rollout, persistence, BC quality,
-policy metrics and the experiment runner. Tiny worlds and budgets: the whole module runs in
+"""RL policies (learners/policies/): training, batched greedy rollout, persistence, BC quality,
+the lookahead baseline, policy metrics and the experiment runner. Tiny worlds and budgets: the whole module runs in
 well under a minute and a half on 2 cores."""
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from worlds import random_world  # noqa: E402
 from data_gen.dataset import Split  # noqa: E402
 from envs import SetCoverEnv  # noqa: E402
 from learners.base import FitContext, Generator, build_generator  # noqa: E402
-from learners.policies import CapabilityFeatures, greedy_rollout  # noqa: E402
+from learners.policies import CapabilityFeatures, LookaheadPolicy, greedy_rollout  # noqa: E402
 from learners.policy_eval import best_order_costs, policy_metrics  # noqa: E402
 from solvers.setcover_fast import FastSetCover  # noqa: E402
 from solvers.ucs import UniformCostSearch  # noqa: E402
 
-METHODS = ["maskable_ppo", "bc", "bc_ppo", "dqn"]
+METHODS = ["maskable_ppo", "bc", "bc_ppo", "dqn"]  # trained with sb3
+ALL_METHODS = [*METHODS, "lookahead"]  # every registered policy
 RL = {"total_timesteps": 256, "n_envs": 2, "eval_freq": 128, "n_eval_episodes": 4, "checkpoint_freq": 128,
       "net_arch": [16, 16]}
 PPO = {"n_steps": 64, "batch_size": 64, "n_epochs": 2}
@@ -32,6 +33,7 @@ PARAMS = {
     "bc": {"bc_epochs": 3, "bc_batch_size": 32, "net_arch": [16, 16]},
     "bc_ppo": RL | PPO | {"bc_epochs": 2, "bc_batch_size": 32, "lookahead_prior": False},
     "dqn": RL | {"learning_starts": 64, "batch_size": 32, "buffer_size": 1000, "target_update_interval": 64},
+    "lookahead": {},
 }
 
 
@@ -93,21 +95,25 @@ def test_trains_and_predicts_valid_shaped_output(method, tiny, fitted):
     assert (model.run_dir / "logs" / "progress.csv").exists()
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", ALL_METHODS)
 def test_save_load_gives_identical_recommendations(method, tiny, fitted, tmp_path):
     world, X, _ = tiny
     model = fitted(method)
     model.save(tmp_path)
-    assert {"config.json", "weights.pt", "world.json", "sb3_model.zip"} <= {p.name for p in tmp_path.iterdir()}
+    sb3 = method in METHODS
+    files = {p.name for p in tmp_path.iterdir()}
+    assert {"config.json", "weights.pt", "world.json"} <= files and ("sb3_model.zip" in files) == sb3
     torch.load(tmp_path / "weights.pt", weights_only=True)  # a plain state_dict, no pickle
     loaded = Generator.load(tmp_path)
-    assert loaded.model_ is None  # serving rebuilt the network without sb3
+    assert type(loaded) is type(model) and loaded.params == model.params
+    if sb3:
+        assert loaded.model_ is None  # serving rebuilt the network without sb3
     a, b = model.predict_sequences(X), loaded.predict_sequences(X)
     assert np.array_equal(a.sequences, b.sequences)
     assert np.allclose(a.confidence, b.confidence, rtol=1e-6)
     again = tmp_path / "again"
     loaded.save(again)  # re-saving a loaded policy keeps the sb3 zip for resuming
-    assert (again / "sb3_model.zip").exists()
+    assert (again / "sb3_model.zip").exists() == sb3
 
 
 def test_resume_training_from_the_sb3_zip(tiny, fitted, tmp_path):
@@ -175,6 +181,23 @@ def test_bc_reaches_high_optimality(discounts):
         best = np.array([brute_force_covers(world, x)[0] for x in test])
     optimal = r.accepted & (r.cost <= best + 1e-9)
     assert optimal.mean() >= 0.9, optimal.mean()
+
+
+@pytest.mark.parametrize("discounts", [0, 10])
+def test_lookahead_is_optimal_within_two_steps(discounts):
+    """The lookahead baseline takes the cheapest completion within two actions (priced in order),
+    so it is optimal on every agent whose optimal recourse has at most two actions (the exact
+    optimum by uniform-cost search, which test_bc_reaches_high_optimality checks by brute force)."""
+    world = random_world(5, n=6, A=8, discounts=discounts)
+    X = all_agents(world, 6)
+    model = build_generator("lookahead", {}).fit(split_of(world, X), None, FitContext.from_world(world, 6))
+    assert isinstance(model, LookaheadPolicy) and not list(model.net_.parameters())  # nothing learned
+    r = model.predict_sequences(X)
+    assert r.accepted.all() and ((r.confidence > 0) & (r.confidence <= 1 + 1e-9)).all()
+    exact = [UniformCostSearch().solve(world, x)[0] for x in X]  # checked against brute force above
+    best, short = np.array([e.cost for e in exact]), np.array([len(e.action_ids) <= 2 for e in exact])
+    assert short.any() and (r.cost[short] <= best[short] + 1e-9).all()
+    assert (r.cost >= best - 1e-9).all()
 
 
 @pytest.mark.parametrize("discounts", [0, 10])
