@@ -4,7 +4,8 @@
                                       [--table-seeds t4=0 variants=0] [--budget quick|full|gpu]
                                       [--models MC MCf NA FA] [--aug-models MC MCf]
                                       [--threads 1] [--accelerator cpu|gpu] [--aug-features 50 100]
-                                      [--t3-filters all] [--out benchmarks/results/paper_tables.md] [--commit]
+                                      [--t3-filters all] [--group-modes per_group input blind]
+                                      [--timing-agents 2000] [--out benchmarks/results/paper_tables.md] [--commit]
 
 Models: MC (the paper's multi-class named-CFE MLP), MCf (the same with the factored output layer),
 NA (named-action), FA (sequential full-action).
@@ -12,11 +13,14 @@ NA (named-action), FA (sequential full-action).
 - t3aug: MC and MCf on the all filter, before and after AG1 and AG1+AG2 (paper Table 3, bottom)
 - t3: 50 and 100 features, every model (paper Table 3, top)
 - t2: 20 features, every model on the all, >10 and >40 filters (paper Table 2)
-- t4: manual and probabilistic groups, accuracy per group (paper Table 4)
+- t4: manual and probabilistic groups, accuracy per group (paper Table 4), for the protocols
+  ``--group-modes``: per_group (the paper's), input (group one-hot) and blind, beside the
+  group-blind ceilings
 - variants: the five differential-validity classifier variants and their hidden mix
 
 Tables run in the order given. Every cell is the mean over seeds ± the standard deviation over
-seeds, with the paper's within-run ±1.96·SE in brackets for the first seed.
+seeds, with the paper's within-run ±1.96·SE in brackets for the first seed, then the accuracy on
+the test agents whose x is not in training ("unseen x").
 
 Budgets: ``full`` trains every generator with its own defaults (learners/*Params); ``quick``
 overrides epochs (see ``BUDGETS``) so that the whole set fits in a couple of CPU hours; ``gpu``
@@ -49,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data_gen.dataset import Split, build_dataset  # noqa: E402
 from learners.config import parse_config  # noqa: E402
 from learners.experiment import evaluate_run, model_dir, train_model  # noqa: E402
+from learners.report import ratio  # noqa: E402
 
 MODELS = {"MC": "named_cfe", "MCf": "named_cfe", "NA": "named_action", "FA": "full_action_seq"}
 # Parameters that make a model what it is, under every budget. MCf: the named-CFE network with the
@@ -78,6 +83,7 @@ TARGETS = {  # issue 3
     ("t2", "NA", "all"): 0.95, ("t2", "FA", "all"): 0.95, ("t3", "MC", 50): 0.85, ("t3", "best", 100): 0.80,
 }
 FILTERS = ["all", ">10", ">40"]
+T4_MODES = {"per_group": "(a) per group", "input": "(b) group input", "blind": "(c) blind"}  # Table 4 protocols
 PLANNED_SEEDS = 3  # a cell with fewer seeds is marked "seed ... only"
 VARIANTS = ("first5", "last5", "first10", "last10", "mid5", "mix")
 
@@ -98,6 +104,11 @@ def slug(rule: str) -> str:
     return rule.replace(">", "gt")
 
 
+def cell_id(key: str, label: str, rule: str, aug: str, group_mode: str = "blind") -> str:
+    """A cell's key in the JSON: dataset|model|filter|augmentation, plus |group mode unless blind."""
+    return f"{key}|{label}|{rule}|{aug}" + ("" if group_mode == "blind" else f"|{group_mode}")
+
+
 class Tables:
     def __init__(self, args: argparse.Namespace):
         self.args = args
@@ -107,7 +118,8 @@ class Tables:
         self.root = Path(args.root) / self.tag
         self.aug_root = Path(args.root) / "_aug"
         self.out = Path(args.out)
-        self.timing_agents = 200 if args.budget == "full" else 0
+        self.timing_agents = args.timing_agents if args.timing_agents is not None else (
+            200 if args.budget == "full" else 0)
         self.datasets: dict[str, object] = {}
         self.cells: dict[str, dict] = {}
         self.notes: list[str] = []
@@ -160,9 +172,10 @@ class Tables:
         sub = Split(*(getattr(full, f)[:n] for f in ("X", "groups", "sets", "cost", "class_ids", "runtime")))
         return sub, {"ag1_added": stats["ag1_added"], "train_before": stats["train_before"], "train_after": n}
 
-    def cell(self, key: str, label: str, rule: str, aug: str, seeds: list[int]) -> dict:
-        """Train (missing seeds only) and evaluate one cell; returns its summary."""
-        cid = f"{key}|{label}|{rule}|{aug}"
+    def cell(self, key: str, label: str, rule: str, aug: str, seeds: list[int], group_mode: str = "blind") -> dict:
+        """Train (missing seeds only) and evaluate one cell; returns its summary. ``group_mode``:
+        blind, input or per_group (learners/grouped.py; grouped datasets only)."""
+        cid = cell_id(key, label, rule, aug, group_mode)
         done = self.cells.get(cid)
         if done and set(seeds) <= set(done["seeds"]):
             return done
@@ -170,9 +183,9 @@ class Tables:
         params = {**MODEL_PARAMS.get(label, {}), **self.overrides.get(label, {}), "num_threads": self.args.threads,
                   "accelerator": self.args.accelerator}
         cfg = parse_config({
-            "name": f"{key}_{aug}_{slug(rule)}_{label}", "dataset": ds_cfg, "dataset_name": name,
-            "output_dir": str(self.root), "seeds": seeds,
-            "generators": [{"method": MODELS[label], "name": label, "params": params}],
+            "name": f"{key}_{aug}_{slug(rule)}_{label}" + ("" if group_mode == "blind" else f"_{group_mode}"),
+            "dataset": ds_cfg, "dataset_name": name, "output_dir": str(self.root), "seeds": seeds,
+            "generators": [{"method": MODELS[label], "name": label, "params": params, "group_mode": group_mode}],
             "evaluation": {"filters": [rule], "solver_timing_agents": self.timing_agents},
             **({"augmentation": AUGS[aug]} if AUGS[aug] else {}),
         })
@@ -207,35 +220,45 @@ class Tables:
                              "train_seconds": s.get("train_seconds"), "train_agents": tinfo.get("train_agents"),
                              "epochs": meta.get("meta", {}).get("fit", {}).get("epochs"),
                              "by_group": {g: v["value"] for g, v in s.get("accuracy_by_group", {}).items()},
+                             "accuracy_unseen": s["accuracy_unseen"]["value"],
+                             "inference_s_per_agent": s["inference_s_per_agent"],
+                             "speedup_vs_exact_bnb": s.get("speedup_vs_exact_bnb"),
                              "verified_top_k": s.get("verified_top_k", {}).get("accuracy")})
             aug_stats = aug_stats or tinfo.get("augmentation", {})
         summary = {"dataset": key, "model": label, "filter": rule, "aug": aug, "seeds": seeds,
                    "params": {k: v for k, v in params.items() if k not in ("num_threads", "accelerator")},
                    "accelerator": self.args.accelerator,
+                   "group_mode": group_mode,
                    "mean": m["accuracy_mean"], "std": m["accuracy_std_over_seeds"], "test_agents": m["test_agents"],
+                   "unseen_mean": m["accuracy_unseen_mean"], "unseen_agents": m["unseen_test_agents"],
+                   "test_split": res["filters"][rule], "timing": res.get("timing", {}),
                    "train_seconds_mean": float(np.mean([p["train_seconds"] or 0 for p in per_seed])),
                    "augmentation": aug_stats, "per_seed": per_seed}
         self.cells[cid] = summary
         self.mine.add(cid)
-        self.log(f"cell {cid}: {summary['mean']:.4f} ± {summary['std']:.4f} over seeds {seeds}, "
+        self.log(f"cell {cid}: {summary['mean']:.4f} ± {summary['std']:.4f} over seeds {seeds} (unseen x "
+                 f"{summary['unseen_mean']:.4f}, {summary['unseen_agents']} agents), "
                  f"train {summary['train_seconds_mean']:.0f}s/seed")
         self.write()
         return summary
 
     # ------------------------------------------------------------------ rendering
-    def fmt(self, key: str, label: str, rule: str, aug: str = "none", target: float | None = None) -> str:
-        c = self.cells.get(f"{key}|{label}|{rule}|{aug}")
+    def fmt(self, key: str, label: str, rule: str, aug: str = "none", target: float | None = None,
+            group_mode: str = "blind", unseen: bool = True) -> str:
+        c = self.cells.get(cell_id(key, label, rule, aug, group_mode))
         if c is None:
             return "-"
         s = f"{c['mean']:.3f} ± {c['std']:.3f} [±{c['per_seed'][0]['ci95']:.3f}]"
+        if unseen and c.get("unseen_mean") is not None:
+            s += f" · unseen x {c['unseen_mean']:.3f}"
         if len(c["seeds"]) < PLANNED_SEEDS:
             s += f" (seed {','.join(map(str, c['seeds']))} only)"
         if target is not None:
             s += " ✓" if c["mean"] >= target else f" ✗ (<{target})"
         return s
 
-    def secs(self, key: str, label: str, rule: str, aug: str = "none") -> str:
-        c = self.cells.get(f"{key}|{label}|{rule}|{aug}")
+    def secs(self, key: str, label: str, rule: str, aug: str = "none", mode: str = "blind") -> str:
+        c = self.cells.get(cell_id(key, label, rule, aug, mode))
         return "-" if c is None else f"{c['train_seconds_mean']:.0f}"
 
     def render(self) -> str:
@@ -315,18 +338,39 @@ class Tables:
         # Table 4
         if any(k.startswith(("manual|", "probabilistic|")) for k in c):
             md += ["## Table 4: grouped access to actions (20 features, all filter)", "",
-                   "| setting | model | overall | " + " | ".join(f"group {g}" for g in range(5)) + " | train s |",
-                   "|---|---|---|" + "---|" * 6]
+                   "Protocols (learners/grouped.py): **(a) per group**, the paper's: one generator per group, "
+                   "trained on that group's agents; **(b) group input**: one generator over x and the one-hot "
+                   "group id; **(c) blind**: x only, on the pooled groups. The same test split for all. Ceilings "
+                   "of (c) (learners/metrics.py): *Bayes*, the expected accuracy of the best possible group-blind "
+                   "predictor (given x, the group is uniform over the groups that keep x; every test x is solved "
+                   "exactly in every group and the CFE optimal for the most of them is answered); *empirical*, "
+                   "the best any function of x can score on this test set's own (x, CFE) joint (for each distinct "
+                   "x its most frequent CFE; loose, as an x unique in the test set is always right). ✓: at or "
+                   "above the paper in every group.", "",
+                   "| setting | model | protocol | overall | unseen x | " + " | ".join(f"group {g}" for g in range(5))
+                   + " | train s |", "|---|---|---|---|---|" + "---|" * 6]
             for setting in ("manual", "probabilistic"):
+                rows = 0
                 for label in MODELS:
-                    cc = c.get(f"{setting}|{label}|all|none")
-                    if cc is None:
-                        continue
-                    by = [np.mean([p["by_group"].get(str(g), np.nan) for p in cc["per_seed"]]) for g in range(5)]
-                    md.append(f"| {setting} | {label} | {self.fmt(setting, label, 'all')} | "
-                              + " | ".join(f"{v:.3f}" for v in by) + f" | {self.secs(setting, label, 'all')} |")
-                if any(f"{setting}|{label}|all|none" in c for label in MODELS):
-                    md.append(f"| {setting} | paper | - | " + " | ".join(PAPER_T4[setting]) + " | - |")
+                    for mode in T4_MODES:
+                        cc = c.get(cell_id(setting, label, "all", "none", mode))
+                        if cc is None:
+                            continue
+                        rows += 1
+                        by = [np.mean([p["by_group"].get(str(g), np.nan) for p in cc["per_seed"]]) for g in range(5)]
+                        ok = all(v >= float(t) for v, t in zip(by, PAPER_T4[setting], strict=True))
+                        unseen = "-" if cc.get("unseen_mean") is None else f"{cc['unseen_mean']:.3f}"
+                        md.append(f"| {setting} | {label} | {T4_MODES[mode]}{' ✓' if ok else ''} | "
+                                  f"{self.fmt(setting, label, 'all', group_mode=mode, unseen=False)} | {unseen} | "
+                                  + " | ".join(f"{v:.3f}" for v in by) + f" | {self.secs(setting, label, 'all', mode=mode)} |")
+                ceiling = next((x["test_split"]["group_blind_ceiling"] for k, x in sorted(c.items())
+                                if k.startswith(f"{setting}|") and "group_blind_ceiling" in x.get("test_split", {})), None)
+                for kind in ("bayes", "empirical") if ceiling else ():
+                    cc = ceiling[kind]
+                    md.append(f"| {setting} | - | ceiling of (c), {kind} | {cc['value']:.3f} | - | "
+                              + " | ".join(f"{cc['by_group'][str(g)]:.3f}" for g in range(5)) + " | - |")
+                if rows:
+                    md.append(f"| {setting} | paper | - | - | - | " + " | ".join(PAPER_T4[setting]) + " | - |")
             md.append("")
         # Variants
         if any(k.startswith("variant_") for k in c):
@@ -340,6 +384,18 @@ class Tables:
                 size = self.dataset(key).manifest["statistics"]["size"]
                 md.append(f"| {v} | {size} | " + " | ".join(self.fmt(key, m, "all") for m in MODELS)
                           + f" | {PAPER_VARIANTS.get(v, '-')} | " + " / ".join(self.secs(key, m, "all") for m in MODELS) + " |")
+            md.append("")
+        timed = [(k, x) for k, x in sorted(c.items()) if x.get("timing", {}).get("exact_bnb_s_per_agent")]
+        if timed:
+            md += ["## Speed: generator vs the exact solver, same run", "",
+                   "Batched inference per agent on the cell's test split, and the compiled exact branch and "
+                   "bound (FastSetCover) on the first test agents of the same run (evaluate.py). × > 1: the "
+                   "generator is faster.", "",
+                   "| cell | generator µs/agent | exact B&B µs/agent (agents) | × exact B&B |", "|---|---|---|---|"]
+            for k, x in timed:
+                t, inf = x["timing"], np.mean([p["inference_s_per_agent"] for p in x["per_seed"]])
+                md.append(f"| {k} | {1e6 * inf:.1f} | {1e6 * t['exact_bnb_s_per_agent']:.1f} "
+                          f"({t['timed_agents']['exact_bnb']}) | {ratio(t['exact_bnb_s_per_agent'] / inf)} |")
             md.append("")
         if self.notes:
             md += ["## Notes", ""] + [f"- {n}" for n in self.notes] + [""]
@@ -411,6 +467,10 @@ def main(argv=None) -> None:
     p.add_argument("--augs", nargs="+", default=list(AUGS), choices=list(AUGS), help="t3aug augmentations")
     p.add_argument("--aug-filters", nargs="+", default=["all"], choices=FILTERS,
                    help="t3aug filters (the paper's Table 3 uses all; >10 and >40 are listed under the table)")
+    p.add_argument("--group-modes", nargs="+", default=list(T4_MODES), choices=list(T4_MODES),
+                   help="t4 protocols: per_group (the paper's), input (one-hot group), blind")
+    p.add_argument("--timing-agents", type=int, default=None,
+                   help="test agents timed with the exact solver for the speed ratio (default: 200 full budget, else 0)")
     p.add_argument("--agents", type=int, default=100_000, help="agents generated per dataset")
     p.add_argument("--root", default="benchmarks/results/runs", help="run directories")
     p.add_argument("--out", default="benchmarks/results/paper_tables.md", help="markdown output (+ .json)")
@@ -449,7 +509,8 @@ def main(argv=None) -> None:
         elif table == "t4":
             for setting in ("manual", "probabilistic"):
                 for label in args.models:
-                    T.cell(setting, label, "all", "none", seeds)
+                    for mode in args.group_modes:
+                        T.cell(setting, label, "all", "none", seeds, group_mode=mode)
         elif table == "variants":
             for v in VARIANTS:
                 for label in args.models:

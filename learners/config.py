@@ -8,10 +8,10 @@ with an error that names the field. Generators and policies are listed by ``meth
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from data_gen.config import DatasetConfig, StrictModel
 
@@ -22,6 +22,14 @@ class MethodConfig(StrictModel):
     method: str = Field(description="registered method name, e.g. 'named_cfe' or 'maskable_ppo'")
     name: str | None = Field(None, description="run-directory name of this model (default: the method)")
     params: dict[str, Any] = Field(default_factory=dict, description="hyperparameters, checked by the method")
+    group_mode: Literal["blind", "input", "per_group"] = Field(
+        "blind", description="grouped worlds: blind (x only), input (x + one-hot group) or per_group (one model "
+                             "per group, the paper's Table 4 protocol); see learners/grouped.py")
+
+    @property
+    def label(self) -> str:
+        """The model's name in run directories and reports: ``name``, else the method (and its group mode)."""
+        return self.name or (self.method if self.group_mode == "blind" else f"{self.method}_{self.group_mode}")
 
 
 class EvaluationConfig(StrictModel):
@@ -59,6 +67,22 @@ class ExperimentConfig(StrictModel):
     def model_post_init(self, __context: Any) -> None:
         if self.dataset_name is None:
             object.__setattr__(self, "dataset_name", self.name)
+
+    @model_validator(mode="after")
+    def _check_group_modes(self) -> ExperimentConfig:
+        for i, spec in enumerate(self.policies):
+            if spec.group_mode != "blind":
+                raise ValueError(f"policies.{i}.group_mode: policies act in the world and see the group there; "
+                                 "only 'blind' applies")
+        labels = [spec.label for spec in self.generators + self.policies]
+        if len(set(labels)) < len(labels):
+            raise ValueError(f"generators, policies: model names must differ (give each a 'name'), got {labels}")
+        grouped = self.dataset.groups != "none" or self.dataset.classifier == "mix"
+        for i, spec in enumerate(self.generators):
+            if spec.group_mode != "blind" and not grouped:
+                raise ValueError(f"generators.{i}.group_mode: {spec.group_mode!r} needs a dataset with groups "
+                                 "(dataset.groups: manual | probabilistic, or classifier: mix)")
+        return self
 
 
 def _format_error(err: ValidationError, source: str) -> str:

@@ -17,8 +17,9 @@ import numpy as np
 import yaml
 
 from data_gen.dataset import Dataset, build_dataset, load_dataset
-from learners.base import FitContext, Generator, build_generator
+from learners.base import FitContext, Generator
 from learners.config import ExperimentConfig, MethodConfig, parse_config
+from learners.grouped import group_aware
 
 
 def _slug(rule: str) -> str:
@@ -26,13 +27,13 @@ def _slug(rule: str) -> str:
 
 
 def model_dir(run_dir: Path, spec: MethodConfig, rule: str, seed: int) -> Path:
-    return run_dir / "models" / (spec.name or spec.method) / _slug(rule) / f"seed{seed}"
+    return run_dir / "models" / spec.label / _slug(rule) / f"seed{seed}"
 
 
 def train_model(cfg: ExperimentConfig, ds: Dataset, spec: MethodConfig, train: Any, rule: str, seed: int,
                 out: Path, info: dict[str, Any] | None = None, progress: bool = True) -> float:
     """Fit one generator on ``train``, save it to ``out`` with ``train_info.json``; returns fit seconds."""
-    model = build_generator(spec.method, spec.params)
+    model = group_aware(spec.method, spec.params, spec.group_mode)
     ctx = FitContext.from_world(ds.world, cfg.dataset.max_cfe_len, seed=seed, run_dir=out / "training",
                                 progress=progress)
     t1 = time.perf_counter()
@@ -69,10 +70,10 @@ def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) ->
             for spec in cfg.generators + cfg.policies:  # a policy is a generator (greedy rollout)
                 out = model_dir(run_dir, spec, rule, seed)
                 if (out / "config.json").exists():
-                    log(f"  {spec.name or spec.method} [{rule}, seed {seed}]: already trained, skipped")
+                    log(f"  {spec.label} [{rule}, seed {seed}]: already trained, skipped")
                     continue
                 seconds = train_model(cfg, ds, spec, train, rule, seed, out, {"augmentation": aug_stats}, progress)
-                log(f"  {spec.name or spec.method} [{rule}, seed {seed}]: trained on {len(train)} agents "
+                log(f"  {spec.label} [{rule}, seed {seed}]: trained on {len(train)} agents "
                     f"in {seconds:.1f}s")
     return run_dir
 
@@ -112,24 +113,54 @@ def time_exact_solvers(ds: Dataset, X: np.ndarray, groups: np.ndarray | None, n_
     return out
 
 
+def predict_agents(model: Generator, X: np.ndarray, groups: np.ndarray | None) -> Any:
+    """``model.predict``, with each agent's group where the model takes it (group-aware generators,
+    and policies, which act in the world)."""
+    if groups is not None and (getattr(model, "uses_groups", False) or hasattr(model, "predict_sequences")):
+        return model.predict(X, groups)
+    return model.predict(X)
+
+
+def filter_summary(ds: Dataset, rule: str, train: Any, test: Any, unseen: np.ndarray) -> dict[str, Any]:
+    """What bounds every model on one filter's test split: the share of test agents whose ``x``
+    is not in training (``unseen``) and, in a grouped world, the group-blind ceilings (learners.metrics)."""
+    from learners.metrics import bayes_group_blind_ceiling, empirical_group_blind_ceiling
+
+    out: dict[str, Any] = {"test_agents": int(len(test)), "train_agents": int(len(train)),
+                           "unseen_agents": int(unseen.sum()), "unseen_share": float(unseen.mean()) if len(test) else 0.0}
+    if ds.world.n_groups > 1 and len(test):
+        from data_gen.splits import filter_mask
+
+        allowed = None if rule == "all" else ds.sets[filter_mask(ds.class_ids, rule)]
+        out["group_blind_ceiling"] = {
+            "bayes": bayes_group_blind_ceiling(ds.world, test.X, test.groups, test.sets, ds.config.max_cfe_len,
+                                               ds.config.require_unique, allowed),
+            "empirical": empirical_group_blind_ceiling(test.X, test.sets, test.groups)}
+    return out
+
+
 def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: list[str] | None = None
                  ) -> dict[str, Any]:
     """Evaluate every trained model on its held-out split; writes metrics.json, report.md, plots.
 
     ``filters`` restricts the evaluation to some of the run's filters (default: all of them).
+    Accuracy is reported overall and on the test agents whose ``x`` is not in the filter's
+    training split (``accuracy_unseen``; augmented agents are not counted as training ``x``).
     """
-    from learners.metrics import exact_match, generator_metrics
+    from learners.metrics import exact_match, generator_metrics, unseen_mask
     from learners.report import write_report
 
     run_dir = Path(run_dir)
     cfg, ds = load_run(run_dir)
-    results: dict[str, Any] = {"run": cfg.name, "dataset": ds.manifest["statistics"], "models": {}}
+    results: dict[str, Any] = {"run": cfg.name, "dataset": ds.manifest["statistics"], "filters": {}, "models": {}}
     arrays: dict[str, Any] = {}
     unknown = sorted(set(filters or []) - set(cfg.evaluation.filters))
     if unknown:
         raise ValueError(f"filters: {unknown} are not filters of this run ({cfg.evaluation.filters})")
     for rule in filters or cfg.evaluation.filters:
-        _, test = ds.split(rule, cfg.evaluation.test_fraction)
+        train, test = ds.split(rule, cfg.evaluation.test_fraction)
+        unseen = unseen_mask(train.X, test.X)
+        results["filters"][rule] = filter_summary(ds, rule, train, test, unseen)
         groups = test.groups if ds.world.n_groups > 1 else None
         if "timing" not in results:
             results["timing"] = time_exact_solvers(ds, test.X, groups, cfg.evaluation.solver_timing_agents)
@@ -140,14 +171,13 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: li
                 if not (path / "config.json").exists():
                     raise FileNotFoundError(f"model: {path} is missing; run train.py on this config first")
                 model = Generator.load(path)
-                model.predict(test.X[:8])  # warm-up outside the timing
+                predict_agents(model, test.X[:8], None if groups is None else groups[:8])  # warm-up, not timed
                 t = time.perf_counter()
-                # Policies act in the world, so they need each agent's hidden group there.
-                pred = (model.predict(test.X, groups) if hasattr(model, "predict_sequences") and groups is not None
-                        else model.predict(test.X))
+                pred = predict_agents(model, test.X, groups)
                 per_agent = (time.perf_counter() - t) / max(len(test), 1)
-                m = generator_metrics(ds.world, test.X, test.groups, test.sets, test.cost, pred.sets, pred.confidence)
-                arrays[f"{spec.name or spec.method} [{rule}] seed{seed}"] = m.pop("_arrays")
+                m = generator_metrics(ds.world, test.X, test.groups, test.sets, test.cost, pred.sets, pred.confidence,
+                                      unseen)
+                arrays[f"{spec.label} [{rule}] seed{seed}"] = m.pop("_arrays")
                 m["inference_s_per_agent"] = per_agent
                 base = results["timing"].get("exact_bnb_s_per_agent")
                 if base:
@@ -178,8 +208,10 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: li
                 m["seed"] = seed
                 per_seed.append(m)
             accs = np.array([m["accuracy"]["value"] for m in per_seed])
-            results["models"][f"{spec.name or spec.method} [{rule}]"] = {
-                "method": spec.method, "filter": rule, "test_agents": len(test),
+            unseen_accs = np.array([m["accuracy_unseen"]["value"] for m in per_seed])
+            results["models"][f"{spec.label} [{rule}]"] = {
+                "method": spec.method, "group_mode": spec.group_mode, "filter": rule, "test_agents": len(test),
+                "unseen_test_agents": int(unseen.sum()), "accuracy_unseen_mean": float(unseen_accs.mean()),
                 "accuracy_mean": float(accs.mean()), "accuracy_std_over_seeds": float(accs.std()),
                 "seeds": per_seed}
     (run_dir / "metrics.json").write_text(json.dumps(results, indent=2, default=float))

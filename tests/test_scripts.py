@@ -38,6 +38,11 @@ def test_train_then_evaluate(tmp_path):
     assert mc["verified_top_k"]["accuracy"] >= mc["accuracy"]["value"] - 1e-12
     assert "verified top-k" in (run / "report.md").read_text()
     assert 0.0 <= metrics["models"]["hamming_knn [all]"]["accuracy_mean"] <= 1.0
+    # accuracy on the test agents whose x is not in training, beside the overall figure
+    split = metrics["filters"]["all"]
+    assert 0 < split["unseen_agents"] <= split["test_agents"] and "group_blind_ceiling" not in split
+    assert mc["accuracy_unseen"]["n"] == split["unseen_agents"]
+    assert "unseen x" in (run / "report.md").read_text() and "×" in (run / "report.md").read_text()
     assert (run / "report.md").exists() and (run / "plots" / "accuracy_by_length.png").exists()
     again = _run(str(ROOT / "evaluate.py"), str(run), "--no-plots", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
