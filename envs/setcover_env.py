@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
@@ -9,6 +11,19 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.capability import CapabilityWorld
+
+#: The world of ``gym.make("recourse/SetCover-v0")`` without arguments (see :func:`default_world`).
+DEFAULT_WORLD_PATH = Path(__file__).with_name("setcover_default_world.json")
+
+
+def default_world() -> CapabilityWorld:
+    """The default world of :class:`SetCoverEnv`: the world of ``configs/default.yaml``, i.e. the
+    paper's 20-feature synthetic world (section 4.1: 100 actions each providing a capability with
+    probability 0.5, integer coordinate costs in [1, 20], the all-ones threshold classifier, no
+    groups, no discounts) drawn by ``data_gen.synthetic.make_world`` with seed 0. It is stored as
+    JSON beside this module because ``envs`` imports no higher layer; a test regenerates it and
+    compares."""
+    return CapabilityWorld.from_dict(json.loads(DEFAULT_WORLD_PATH.read_text()))
 
 
 class SetCoverEnv(gym.Env[np.ndarray, np.int64]):
@@ -71,15 +86,26 @@ class SetCoverEnv(gym.Env[np.ndarray, np.int64]):
     ``"no_recourse"`` (bool), ``"invalid_action"`` (bool: the last action was masked) and
     ``"is_success"`` (bool: accepted; read by stable-baselines3's Monitor and EvalCallback).
 
+    ## Default world and agents
+
+    ``gym.make("recourse/SetCover-v0")`` with no arguments, as every registered Gymnasium env,
+    gives a working environment: the world is :func:`default_world` (the 20-feature, 100-action
+    synthetic world of ``configs/default.yaml``: all-ones thresholds, costs ``b_i`` = sum of
+    integer coordinate costs, no groups, no discounts; seed 0) and the agents are the random
+    family above (each capability held with probability 0.68, the paper's ``pf``). Everything is
+    seeded: the same ``reset(seed=...)`` gives the same agent in every such environment.
+
     ## Arguments
 
     ```python
     import gymnasium as gym
     import envs  # registers recourse/SetCover-v0
+    env = gym.make("recourse/SetCover-v0")  # the default world and random agents
     env = gym.make("recourse/SetCover-v0", world=world, agents=X)
     ```
 
-    - ``world``: the capability world (actions, efforts, thresholds, access, discounts).
+    - ``world``: the capability world (actions, efforts, thresholds, access, discounts); None
+      (default): :func:`default_world`.
     - ``agents``: (B, n) 0/1 family of agents to draw from; None draws random agents (above).
     - ``groups``: (B,) hidden group id per agent; required with ``agents`` when the world has
       several groups, not allowed without ``agents``.
@@ -103,7 +129,7 @@ class SetCoverEnv(gym.Env[np.ndarray, np.int64]):
 
     def __init__(
         self,
-        world: CapabilityWorld,
+        world: CapabilityWorld | None = None,
         agents: np.ndarray | None = None,
         groups: np.ndarray | None = None,
         max_steps: int | None = None,
@@ -112,6 +138,8 @@ class SetCoverEnv(gym.Env[np.ndarray, np.int64]):
         include_used_in_obs: bool = True,
         render_mode: str | None = None,
     ):
+        if world is None:
+            world = default_world()
         if not isinstance(world, CapabilityWorld):
             raise ValueError(f"world: expected a CapabilityWorld, got {type(world).__name__}")
         self.world = world

@@ -381,6 +381,34 @@ def test_gymnasium_make_and_registration():
     env.close()
 
 
+def test_make_without_arguments_uses_the_documented_default():
+    """Gymnasium's convention: a registered id makes a working env with no arguments."""
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    from data_gen.config import SyntheticDatasetConfig
+    from data_gen.synthetic import make_world as synthetic_world
+
+    env = gym.make("recourse/SetCover-v0")
+    world = env.unwrapped.world
+    # the stored default is exactly what the project's generator draws for configs/default.yaml's world
+    cfg = SyntheticDatasetConfig(n_features=20, seed=0)
+    assert world.fingerprint() == synthetic_world(cfg, np.random.default_rng(cfg.seed)).fingerprint()
+    assert (world.n_features, world.n_actions, world.n_groups, world.order_matters) == (20, 100, 1, False)
+    assert env.observation_space.shape == (120,) and env.action_space.n == 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gym_check_env(env.unwrapped)
+        sb3_check_env(gym.make("recourse/SetCover-v0").unwrapped, warn=True)
+    other = gym.make("recourse/SetCover-v0")
+    for seed in (0, 1, 123):
+        (a, info_a), (b, info_b) = env.reset(seed=seed), other.reset(seed=seed)
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(info_a["action_mask"], info_b["action_mask"])
+        assert not world.accepts(a[None, :20].astype(np.uint8))[0]  # starts negative
+    env.close()
+    other.close()
+
+
 def test_render_ansi():
     env = SetCoverEnv(make_world(), render_mode="ansi")
     assert env.render() is None
