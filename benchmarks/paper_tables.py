@@ -177,7 +177,7 @@ class Tables:
         blind, input or per_group (learners/grouped.py; grouped datasets only)."""
         cid = cell_id(key, label, rule, aug, group_mode)
         done = self.cells.get(cid)
-        if done and set(seeds) <= set(done["seeds"]):
+        if done and set(seeds) <= set(done["seeds"]) and not self.args.redo:
             return done
         name, ds_cfg = dataset_of(key, self.args.agents)
         params = {**MODEL_PARAMS.get(label, {}), **self.overrides.get(label, {}), "num_threads": self.args.threads,
@@ -474,6 +474,8 @@ def main(argv=None) -> None:
     p.add_argument("--agents", type=int, default=100_000, help="agents generated per dataset")
     p.add_argument("--root", default="benchmarks/results/runs", help="run directories")
     p.add_argument("--out", default="benchmarks/results/paper_tables.md", help="markdown output (+ .json)")
+    p.add_argument("--redo", action="store_true",
+                   help="re-evaluate cells the JSON already has (trained seeds on disk are reused, not retrained)")
     p.add_argument("--note", action="append", default=[], help="a note to add to the markdown")
     p.add_argument("--commit", action="store_true", help="git-commit the outputs and this script after each table")
     args = p.parse_args(argv)

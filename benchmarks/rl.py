@@ -39,6 +39,7 @@ from data_gen.config import SyntheticDatasetConfig  # noqa: E402
 from data_gen.dataset import build_dataset  # noqa: E402
 from learners.base import FitContext, build_generator  # noqa: E402
 from learners.policy_eval import exact_optimum, policy_metrics  # noqa: E402
+from learners.report import ratio  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 
@@ -117,7 +118,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {name} | {label} | {opt['value']:.4f} ± {opt['ci95']:.4f} (n={opt['n']}) | "
                 f"{m['validity']['value']:.4f} | {m['not_accepted']} | {m['mean_regret']:.5f} | "
                 f"{m['max_regret']:.4f} | {m['mean_steps']:.2f} | {1e6 * m['inference_s_per_agent']:.1f} | "
-                f"{1e3 * m['exact_s_per_agent']:.2f} ({m['exact_solver']}) | {m['speedup_vs_exact']:.0f} | "
+                f"{1e3 * m['exact_s_per_agent']:.3f} ({m['exact_solver']}) | {ratio(m['speedup_vs_exact'])} | "
                 f"{trained} |")
     for s in results["settings"]:
         sc = next(iter(s["policies"].values())).get("set_cover_vs_ucs")
