@@ -12,7 +12,8 @@ import argparse
 import logging
 import sys
 
-from serving.service import InputError, RecommendationService, ServiceError, create_app, recommend_file
+from serving.batch import recommend_file
+from serving.service import InputError, RecommendationService, ServiceError
 
 SERVER_BUDGET_MS = 50.0
 
@@ -28,7 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--fallback-budget-ms", type=float, default=None,
                    help=f"time the exact fallback may take per request (default {SERVER_BUDGET_MS:g} ms when "
                         "serving, no limit with --batch-in; 'inf' for no limit)")
-    p.add_argument("--max-batch", type=int, default=10_000, help="largest batch per request (413 above)")
+    p.add_argument("--max-batch", type=int, default=10_000, help="largest batch per request (422 above)")
     p.add_argument("--batch-in", default=None, help="offline: CSV/Parquet of agents (f0..f{n-1} or list column x; "
                                                     "optional group)")
     p.add_argument("--batch-out", default=None, help="offline: where to write the answers (.csv or .parquet)")
@@ -47,6 +48,8 @@ def main(argv=None) -> int:
             counts = recommend_file(svc, args.batch_in, args.batch_out)
             print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
             return 0
+        from serving.app import create_app  # FastAPI: the "serve" extra, not needed offline
+
         app = create_app(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
     except (ServiceError, InputError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -125,16 +125,21 @@ def bench_baseline(client: httpx.Client, n: int, seconds: float) -> dict:
     return {"requests": len(lat), "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99)}
 
 
+def batch_body(X: np.ndarray) -> dict:
+    """A /recommend/batch body: one object per agent (a world without groups needs no ``group``)."""
+    return {"agents": [{"x": x} for x in X.tolist()]}
+
+
 def bench_batch(client: httpx.Client, X: np.ndarray, size: int, n: int, seconds: float) -> dict:
     rng = np.random.default_rng(1)
-    client.post("/recommend/batch", json={"agents": X[:size].tolist()})  # warm-up
+    client.post("/recommend/batch", json=batch_body(X[:size]))  # warm-up
     lat, agents, statuses = [], 0, {}
     t_end = time.monotonic() + seconds
     t0 = time.perf_counter()
     for _ in range(n):
         if time.monotonic() > t_end:
             break
-        body = {"agents": X[rng.choice(len(X), size)].tolist()}
+        body = batch_body(X[rng.choice(len(X), size)])
         t = time.perf_counter()
         r = client.post("/recommend/batch", json=body)
         lat.append(1e3 * (time.perf_counter() - t))
@@ -182,20 +187,21 @@ def fuzz_cases(rng: np.random.Generator, n: int, max_batch: int):
         "deep_nesting": lambda: ("POST", "/recommend", b'{"x": ' + b"[" * (d := int(rng.integers(100, 100_000)))
                                  + b"]" * d + b"}", J),
         "bad_json": lambda: ("POST", "/recommend/batch",
-                             dump({"agents": [bits(20)]})[: int(rng.integers(0, 20))] + b"}{,", J),
+                             dump({"agents": [{"x": bits(20)}]})[: int(rng.integers(0, 30))] + b"}{,", J),
         "random_bytes": lambda: ("POST", str(rng.choice(["/recommend", "/recommend/batch"])),
                                  rng.bytes(int(rng.integers(0, 4000))), J),
         "bad_groups": lambda: ("POST", "/recommend", dump({"x": bits(20), "group": [
             -1, 1, 10**9, "0", 0.5, True, [0], {"g": 0}][rng.integers(0, 8)]}), J),
         "batch_shape": lambda: ("POST", "/recommend/batch", dump([
-            {"agents": []}, {"agents": [bits(20), bits(19)]}, {"agents": [bits(20)], "groups": [0, 0]},
-            {"agents": bits(20)}, {"agents": [[bits(20)]]}][rng.integers(0, 5)]), J),
+            {"agents": []}, {"agents": [{"x": bits(20)}, {"x": bits(19)}]}, {"agents": [{"x": bits(20), "group": 1}]},
+            {"agents": bits(20)}, {"agents": [bits(20)]}, {"agents": [{"x": bits(20)}], "groups": [0]}
+        ][rng.integers(0, 6)]), J),
         "extra_keys": lambda: ("POST", "/recommend", dump({"x": bits(20), "xx": 1, "groups": [0]}), J),
         "content_type": lambda: ("POST", "/recommend", dump({"x": bits(20)}),
                                  str(rng.choice(["text/plain", "application/x-www-form-urlencoded", ""]))),
         "wrong_route": lambda: (str(rng.choice(["GET", "PUT", "DELETE"])), "/recommend", b"", J),
         "oversize_batch": lambda: ("POST", "/recommend/batch", dump(
-            {"agents": [[0] * 20] * (max_batch + int(rng.integers(1, 100)))}), J),
+            {"agents": [{"x": [0] * 20}] * (max_batch + int(rng.integers(1, 100)))}), J),
         "oversize_body": lambda: ("POST", "/recommend/batch", b" " * (8_000_000 + int(rng.integers(0, 1000))), J),
     }
     heavy = {"oversize_batch", "oversize_body"}  # a few of these (megabytes each)

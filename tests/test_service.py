@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,70 +14,24 @@ import pytest
 from fastapi.testclient import TestClient
 
 import learners.registry  # noqa: F401  (the real generators, before the test one is added)
-from data_gen.dataset import Split, load_dataset
-from learners.base import GENERATORS, FitContext, Generator, Prediction
-from learners.config import parse_config
-from learners.experiment import train_experiment
-from serving.service import ServiceError, create_app
+from data_gen.dataset import load_dataset
+from learners.base import GENERATORS
+from serving.app import create_app
+from serving.service import ServiceError
 from solvers.setcover_fast import FastSetCover
-
-
-@dataclass
-class TableParams:
-    """Hyperparameters of the test-only generator."""
-
-    wrong: bool = False  # answer an empty set (invalid for every negative agent)
-
-
-class TableGenerator(Generator):
-    """Test-only: answers the training label of an agent seen in training (keyed by x only)."""
-
-    method = "test_table"
-    Params = TableParams
-
-    def fit(self, train: Split, val: Split | None, ctx: FitContext) -> TableGenerator:
-        self.X_, self.sets_ = np.asarray(train.X, np.uint8), np.asarray(train.sets, np.int64)
-        return self
-
-    def predict(self, X: np.ndarray) -> Prediction:
-        table: dict[bytes, np.ndarray] = {}
-        for x, s in zip(self.X_, self.sets_, strict=True):
-            table.setdefault(x.tobytes(), s)
-        blank = np.full(self.sets_.shape[1], -1, np.int64)
-        X = np.asarray(X, np.uint8)
-        sets = np.stack([blank if self.params.wrong else table.get(x.tobytes(), blank) for x in X])
-        return Prediction(sets, np.full(len(X), 0.75))
-
-    def _save_state(self, path: Path) -> dict[str, Any]:
-        np.savez(path / "arrays.npz", X=self.X_, sets=self.sets_)
-        return {}
-
-    def _load_state(self, path: Path, meta: dict[str, Any]) -> None:
-        with np.load(path / "arrays.npz", allow_pickle=False) as z:
-            self.X_, self.sets_ = z["X"], z["sets"]
+from tests.serving_run import N_FEATURES as N
+from tests.serving_run import table_generator_registered, train_run
 
 
 @pytest.fixture(scope="module", autouse=True)
 def table_generator():
-    """Make the test generator loadable for this module only."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(GENERATORS, TableGenerator.method, TableGenerator)
+    with table_generator_registered():
         yield
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, table_generator) -> Path:
-    root = tmp_path_factory.mktemp("serve")
-    gens = [{"method": "test_table", "name": "table"}, {"method": "test_table", "name": "wrong", "params": {"wrong": True}}]
-    if "hamming_knn" in GENERATORS:
-        gens.append({"method": "hamming_knn", "params": {"k": 3}})
-    cfg = parse_config({
-        "name": "svc", "data_dir": str(root / "data"), "output_dir": str(root / "runs"),
-        # Manual groups: the group is required, and feature 5 is out of reach of both groups.
-        "dataset": {"n_features": 8, "n_actions": 10, "pa": 0.3, "n_agents": 600, "groups": "manual",
-                    "n_groups": 2, "seed": 0},
-        "generators": gens})
-    return train_experiment(cfg, progress=False, log=lambda *_: None)
+    return train_run(tmp_path_factory.mktemp("serve"))
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +51,11 @@ def wrong_app(run):
 
 def agents(ds, k: int) -> tuple[list[list[int]], list[int]]:
     return ds.X[:k].astype(int).tolist(), ds.groups[:k].astype(int).tolist()
+
+
+def batch(X: list[list[int]], G: list[int]) -> dict[str, Any]:
+    """A /recommend/batch body: each agent with its group."""
+    return {"agents": [{"x": x, "group": g} for x, g in zip(X, G, strict=True)]}
 
 
 def check_answer(ds, x: list[int], g: int, ans: dict[str, Any]) -> None:
@@ -131,7 +89,7 @@ def test_single_recommendation(client, ds):
 
 def test_batch_recommendation(client, ds):
     X, G = agents(ds, 60)
-    r = client.post("/recommend/batch", json={"agents": X, "groups": G})
+    r = client.post("/recommend/batch", json=batch(X, G))
     assert r.status_code == 200, r.text
     body = r.json()
     assert len(body["results"]) == 60 and body["counts"] == {"ok": 60}
@@ -149,7 +107,7 @@ def test_already_positive_and_no_recourse(client, ds):
     g, j = map(int, np.argwhere(~reach)[0])  # a capability group g can never get
     no_way = [1] * w.n_features
     no_way[j] = 0
-    r = client.post("/recommend/batch", json={"agents": [[1] * w.n_features, no_way], "groups": [0, g]})
+    r = client.post("/recommend/batch", json=batch([[1] * w.n_features, no_way], [0, g]))
     assert r.status_code == 200, r.text
     pos, none = r.json()["results"]
     assert pos == {"status": "already_positive", "actions": [], "cost": 0.0, "confidence": None, "verified": True,
@@ -163,7 +121,7 @@ def test_invalid_answers_fall_back_to_the_exact_optimum(wrong_app, ds):
     c = TestClient(wrong_app)
     before = c.get("/model").json()["counters"]
     X, G = agents(ds, 40)
-    r = c.post("/recommend/batch", json={"agents": X, "groups": G})
+    r = c.post("/recommend/batch", json=batch(X, G))
     assert r.status_code == 200, r.text
     res = r.json()["results"]
     assert {a["method"] for a in res} == {"fallback:setcover-bnb"}
@@ -181,7 +139,7 @@ def test_invalid_answers_fall_back_to_the_exact_optimum(wrong_app, ds):
 def test_fallback_budget_exceeded_answers_unknown(run, ds):
     c = TestClient(create_app(run, model="wrong", fallback_budget_s=0.0))
     X, G = agents(ds, 5)
-    res = c.post("/recommend/batch", json={"agents": X, "groups": G}).json()["results"]
+    res = c.post("/recommend/batch", json=batch(X, G)).json()["results"]
     assert all(a["status"] == "unknown" and a["budget_exceeded"] and not a["verified"] and a["cost"] is None
                and a["actions"] == [] for a in res)
     assert c.get("/model").json()["counters"]["budget_exceeded"] == 5
@@ -196,7 +154,7 @@ def test_failing_generator_falls_back(run, ds, monkeypatch):
 
     monkeypatch.setattr(svc.generator, "predict", broken)
     X, G = agents(ds, 3)
-    res = TestClient(app).post("/recommend/batch", json={"agents": X, "groups": G}).json()["results"]
+    res = TestClient(app).post("/recommend/batch", json=batch(X, G)).json()["results"]
     np.testing.assert_allclose([a["cost"] for a in res], optimum(ds, X, G))
     assert {a["method"] for a in res} == {"fallback:setcover-bnb"}
 
@@ -212,15 +170,15 @@ def test_unexpected_error_is_a_json_500(run, monkeypatch):
 def test_real_generator_answers_are_verified(run, ds):
     c = TestClient(create_app(run, model="hamming_knn"))
     X, G = agents(ds, 30)
-    res = c.post("/recommend/batch", json={"agents": X, "groups": G}).json()["results"]
+    res = c.post("/recommend/batch", json=batch(X, G)).json()["results"]
     for x, g, ans in zip(X, G, res, strict=True):
         assert ans["status"] == "ok" and ans["verified"]
         check_answer(ds, x, g, ans)
 
 
 # ---------------------------------------------------------------------------- bad input
-N = 8
 ROW = [0] * N
+A = {"x": ROW, "group": 0}
 BAD = [
     ("/recommend", {"x": [0] * 3, "group": 0}, 422, "x: expected 8 features"),
     ("/recommend", {"x": [0] * 9, "group": 0}, 422, "x: expected 8 features"),
@@ -239,16 +197,17 @@ BAD = [
     ("/recommend", {"x": ROW, "group": "1"}, 422, "group"),
     ("/recommend", {"x": ROW, "group": 0, "extra": 1}, 422, "extra"),
     ("/recommend", [ROW], 422, "body"),
-    ("/recommend/batch", {"agents": []}, 422, "agents"),
-    ("/recommend/batch", {"agents": [ROW, ROW[:-1]], "groups": [0, 0]}, 422, "agents[1]: expected 8 features"),
-    ("/recommend/batch", {"agents": [ROW, ROW[:-1] + [3]], "groups": [0, 0]}, 422, "agents[1][7]"),
-    ("/recommend/batch", {"agents": [ROW]}, 422, "groups"),
-    ("/recommend/batch", {"agents": [ROW], "groups": [0, 1]}, 422, "groups"),
-    ("/recommend/batch", {"agents": [ROW], "groups": [5]}, 422, "groups"),
-    ("/recommend/batch", {"agents": [ROW], "groups": [None]}, 422, "groups[0]"),
-    ("/recommend/batch", {"agents": [ROW], "group": [0]}, 422, "group"),
-    ("/recommend/batch", {"agents": [ROW] * 10_001, "groups": [0] * 10_001}, 413, "max_batch"),
-    ("/recommend/batch", {"agents": [[9] * N] * 10_001}, 413, "max_batch"),
+    ("/recommend", {"x": [], "group": 0}, 422, "x: expected 8 features, got 0"),
+    ("/recommend/batch", {"agents": []}, 422, "agents: expected at least 1 agent, got 0"),
+    ("/recommend/batch", {"agents": [A, {"x": ROW[:-1], "group": 0}]}, 422, "agents[1].x: expected 8 features"),
+    ("/recommend/batch", {"agents": [A, {"x": ROW[:-1] + [3], "group": 0}]}, 422, "agents[1].x[7]"),
+    ("/recommend/batch", {"agents": [{"x": ROW}]}, 422, "agents[0].group: required field missing"),
+    ("/recommend/batch", {"agents": [A, {"x": ROW, "group": 2}]}, 422, "agents[1].group"),
+    ("/recommend/batch", {"agents": [{"x": ROW, "group": None}]}, 422, "agents[0].group"),
+    ("/recommend/batch", {"agents": [A], "group": [0]}, 422, "group: unknown field"),
+    ("/recommend/batch", {"agents": [ROW], "groups": [0]}, 422, 'agents[0]: expected {"x": [...], "group": id}'),
+    ("/recommend/batch", {"agents": [A] * 10_001}, 422, "agents: batch of 10001 agents exceeds max_batch=10000"),
+    ("/recommend/batch", {"agents": [{"x": [9] * N}] * 10_001}, 422, "agents: batch of 10001 agents exceeds"),
 ]
 
 
@@ -264,7 +223,7 @@ RAW = [
     (b'{"x": [Infinity, 0, 0, 0, 0, 0, 0, 0], "group": 0}', "application/json", 422, "x[0]"),
     (b'{"x": [1e400, 0, 0, 0, 0, 0, 0, 0], "group": 0}', "application/json", 422, "x[0]"),
     (b'{"x": [0, 0, ', "application/json", 400, "body: invalid JSON"),
-    (b"\xff\xfe\x00\x01garbage", "application/json", 400, "body"),
+    (b"\xff\xfe\x00\x01garbage", "application/json", 400, "body: cannot be read as JSON (UnicodeDecodeError"),
     (b'{"x": [0, 0, 0, 0, 0, 0, 0, 0], "group": 0}', "text/plain", 422, "body"),
     (b"", "application/json", 422, "body"),
     (b"x" * 3_000_000, "application/json", 413, "body"),
@@ -356,7 +315,7 @@ def test_offline_batch_csv_to_parquet_matches_http(client, run, ds, tmp_path):
     out = tmp_path / "out.parquet"
     assert serve.main([str(run), "--model", "table", "--batch-in", str(src), "--batch-out", str(out)]) == 0
     got = pd.read_parquet(out)
-    http = client.post("/recommend/batch", json={"agents": X, "groups": G}).json()["results"]
+    http = client.post("/recommend/batch", json=batch(X, G)).json()["results"]
     assert list(got.columns) == ["agent", "group", "status", "action_ids", "actions", "cost", "confidence",
                                  "verified", "method", "optimal", "budget_exceeded"]
     assert len(got) == 25 and got["group"].tolist() == G
