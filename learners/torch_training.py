@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import tempfile
 import time
 import warnings
@@ -19,12 +20,13 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from data_gen.dataset import Split
+from data_gen.progress import interactive
 from learners.base import FitContext
 
 LossFn = Callable[[nn.Module, Sequence[torch.Tensor]], torch.Tensor]
@@ -130,6 +132,20 @@ class WarmupEarlyStopping(EarlyStopping):
             super()._run_early_stopping_check(trainer)
 
 
+class EpochLines(Callback):
+    """One line per epoch on stderr (epoch, logged losses, seconds): Lightning's progress bar off a
+    terminal, where its redraws would fill a log (see :mod:`data_gen.progress`)."""
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Runs after the epoch's validation, so the metrics hold this epoch's val_loss too.
+        metrics = "".join(f", {k} {float(v):.4g}" for k, v in sorted(trainer.callback_metrics.items()))
+        print(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}{metrics} "
+              f"({time.perf_counter() - self._t0:.1f}s)", file=sys.stderr, flush=True)
+
+
 def warmup_epochs(params: TorchParams) -> int:
     """Epochs of rising learning rate (one-cycle's 20% warm-up; none under a constant rate)."""
     return int(np.ceil(WARMUP_FRACTION * params.max_epochs)) if params.schedule == "onecycle" else 0
@@ -208,11 +224,13 @@ def fit_lightning(model: nn.Module, loss_fn: LossFn, train_tensors: Sequence[tor
             quiet.setLevel(logging.WARNING)
         ckpt = ModelCheckpoint(dirpath=root / "checkpoints", filename="best", monitor="val_loss", mode="min",
                                save_top_k=1, save_weights_only=True, enable_version_counter=False)
+        bars = ctx.progress and interactive()  # off a terminal: a line per epoch instead of bar redraws
         trainer = L.Trainer(
             accelerator=params.accelerator, devices=1, max_epochs=params.max_epochs, default_root_dir=root,
             callbacks=[WarmupEarlyStopping(warmup_epochs(params), monitor="val_loss", mode="min",
-                                           patience=params.patience), ckpt],
-            logger=CSVLogger(root, name="logs", version=""), enable_progress_bar=ctx.progress,
+                                           patience=params.patience), ckpt,
+                       *([EpochLines()] if ctx.progress and not bars else [])],
+            logger=CSVLogger(root, name="logs", version=""), enable_progress_bar=bars,
             enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1)
         trainer.fit(lit, _loader(train_tensors, params.batch_size, True, ctx.seed),
                     _loader(val_tensors, max(params.batch_size, 8192), False, ctx.seed))

@@ -158,3 +158,29 @@ def test_statistics_table(tmp_path):
     assert 0 <= s["train_share_cfes_seen_once_pct"] <= 100
     assert "| small |" in format_table([("small", s)])
     json.dumps(s)
+
+
+def test_progress_is_a_bar_on_a_terminal_and_sparse_lines_elsewhere():
+    import io
+
+    from data_gen.progress import LineProgress, interactive, progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    log, terminal = io.StringIO(), Terminal()
+    assert interactive(terminal) and not interactive(log)
+    for stream in (log, terminal):
+        bar = progress_bar(total=500, desc="labelling", unit="agent", file=stream, mininterval=0)
+        for _ in range(500):
+            bar.update(1)
+        bar.close()
+    assert isinstance(progress_bar(total=1, file=io.StringIO()), LineProgress)
+    assert "\r" in terminal.getvalue()  # a live bar redraws in place
+    text = log.getvalue()
+    assert "\r" not in text  # a log gets whole lines: the start and the end (at most one per 30 s between)
+    assert text.splitlines() == ["labelling:   0% (0/500) [00:00<?, ?agent/s]", text.splitlines()[-1]]
+    assert text.splitlines()[-1].startswith("labelling: 100% (500/500)")
+    silent = io.StringIO()
+    assert list(progress_bar(range(3), enabled=False, file=silent)) == [0, 1, 2] and silent.getvalue() == ""

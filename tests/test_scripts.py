@@ -27,9 +27,17 @@ def _config(tmp_path, **extra):
 
 def test_train_then_evaluate(tmp_path):
     cfg = _config(tmp_path)
-    out = _run(str(ROOT / "train.py"), str(cfg), "--quiet", cwd=tmp_path)
+    out = _run(str(ROOT / "train.py"), str(cfg), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "| hamming_knn [all]" in out.stdout
+    # Off a terminal (a pipe here, as in CI or a log file) progress is whole lines, never bar redraws:
+    # the labelling's start and end, and one line per epoch of each MC model (2 filters x 2 epochs).
+    assert "\r" not in out.stdout + out.stderr
+    lines = out.stderr.splitlines()
+    assert [line.split(",")[0] for line in lines if line.startswith("epoch ")] == ["epoch 1/2", "epoch 2/2"] * 2
+    assert all("val_loss" in line for line in lines if line.startswith("epoch "))
+    labelling = [line for line in lines if line.startswith("labelling")]
+    assert len(labelling) >= 2 and "100%" in labelling[-1]
     run = tmp_path / "runs" / "tiny"
     metrics = json.loads((run / "metrics.json").read_text())
     assert set(metrics["models"]) == {"hamming_knn [all]", "hamming_knn [>10]", "MC [all]", "MC [>10]"}
