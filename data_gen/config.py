@@ -1,12 +1,17 @@
-"""Typed, validated dataset configuration (unknown keys are rejected with the field named)."""
+"""Typed, validated dataset configuration (unknown keys are rejected with the field named), and
+the reading of experiment YAML files: strict parsing with errors that name the field, and the
+dataset part of an experiment (:class:`DataSection`), which ``learners.config.ExperimentConfig``
+extends and which ``data_gen`` reads on its own (``python -m data_gen.stats``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from data_gen.compute import ComputeConfig
 
@@ -69,3 +74,60 @@ class SyntheticDatasetConfig(StrictModel):
 
 
 DatasetConfig = SyntheticDatasetConfig
+
+
+# ---------------------------------------------------------------------------- experiment files
+class DataSection(StrictModel):
+    """The dataset part of an experiment config: which dataset, and where it is stored."""
+
+    name: str = Field(description="experiment name; the run directory is <output_dir>/<name>")
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="the dataset to build or reuse")
+    dataset_name: str | None = Field(None, description="dataset directory name (default: the experiment name)")
+    data_dir: str = Field("data_cache", description="where datasets are stored")
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.dataset_name is None:
+            object.__setattr__(self, "dataset_name", self.name)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_model(model: type[ModelT], data: Any, source: str = "config") -> ModelT:
+    """``model`` from a mapping, or a ValueError that names ``source`` and every bad field."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model(**data)
+    except ValidationError as err:
+        raise ValueError(_format_error(err, source)) from None
+
+
+def read_yaml(path: str | Path) -> Any:
+    """The content of a YAML file (an empty file is ``{}``), or an error naming the file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"config: {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML ({err})") from None
+    return {} if data is None else data
+
+
+def load_data_section(path: str | Path) -> DataSection:
+    """The dataset part of an experiment YAML file; its other keys (models, evaluation) are not
+    read here (``learners.config.load_config`` checks the whole file)."""
+    data = read_yaml(path)
+    if isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k in DataSection.model_fields}
+    return parse_model(DataSection, data, str(path))

@@ -46,8 +46,8 @@ def format_table(rows: list[tuple[str, dict[str, Any]]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from data_gen.config import load_data_section
     from data_gen.dataset import build_dataset
-    from learners.config import load_config
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("configs", nargs="+", help="experiment YAML files")
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     rows = []
     for path in args.configs:
-        cfg = load_config(path)
+        cfg = load_data_section(path)
         ds = build_dataset(cfg.dataset, cfg.data_dir, cfg.dataset_name)
         rows.append((cfg.dataset_name, ds.manifest["statistics"]))
     print(json.dumps(dict(rows), indent=2) if args.json else format_table(rows))

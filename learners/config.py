@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from data_gen.config import DatasetConfig, StrictModel
+from data_gen.config import DataSection, StrictModel, parse_model, read_yaml
 
 
 class MethodConfig(StrictModel):
@@ -52,23 +51,16 @@ class AugmentationConfig(StrictModel):
     rounds: int = Field(3, ge=1, description="AG2 rounds of drawing for CFEs still below the count")
 
 
-class ExperimentConfig(StrictModel):
-    """A named experiment: the dataset, the models to train and how to evaluate them."""
+class ExperimentConfig(DataSection):
+    """A named experiment: the dataset (:class:`~data_gen.config.DataSection`: ``name``, ``dataset``,
+    ``dataset_name``, ``data_dir``), the models to train and how to evaluate them."""
 
-    name: str = Field(description="experiment name; the run directory is <output_dir>/<name>")
-    dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="the dataset to build or reuse")
-    dataset_name: str | None = Field(None, description="dataset directory name (default: the experiment name)")
-    data_dir: str = Field("data_cache", description="where datasets are stored")
     output_dir: str = Field("runs", description="where run directories are written")
     generators: list[MethodConfig] = Field(default_factory=list, description="amortized generators to train")
     policies: list[MethodConfig] = Field(default_factory=list, description="RL policies to train")
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="evaluation settings")
     augmentation: AugmentationConfig = Field(default_factory=AugmentationConfig, description="train-set augmentation")
     seeds: list[int] = Field([0], min_length=1, description="training seeds (one model per seed)")
-
-    def model_post_init(self, __context: Any) -> None:
-        if self.dataset_name is None:
-            object.__setattr__(self, "dataset_name", self.name)
 
     @model_validator(mode="after")
     def _check_group_modes(self) -> ExperimentConfig:
@@ -87,30 +79,9 @@ class ExperimentConfig(StrictModel):
         return self
 
 
-def _format_error(err: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid configuration"]
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"  {loc}: {msg}")
-    return "\n".join(lines)
-
-
 def parse_config(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
-    if not isinstance(data, dict):
-        raise ValueError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
-    try:
-        return ExperimentConfig(**data)
-    except ValidationError as err:
-        raise ValueError(_format_error(err, source)) from None
+    return parse_model(ExperimentConfig, data, source)
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"config: {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML ({err})") from None
-    return parse_config(data or {}, str(path))
+    return parse_config(read_yaml(path), str(path))

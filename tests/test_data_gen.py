@@ -184,3 +184,25 @@ def test_progress_is_a_bar_on_a_terminal_and_sparse_lines_elsewhere():
     assert text.splitlines()[-1].startswith("labelling: 100% (500/500)")
     silent = io.StringIO()
     assert list(progress_bar(range(3), enabled=False, file=silent)) == [0, 1, 2] and silent.getvalue() == ""
+
+
+def test_data_gen_reads_experiment_files_without_the_learners_layer(tmp_path):
+    """data_gen sits below learners: it reads an experiment's dataset part itself (the stats CLI)."""
+    import subprocess
+    import sys
+
+    from data_gen.config import load_data_section
+
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: exp\ndataset: {n_features: 8, n_actions: 12}\ngenerators: [{method: named_cfe}]\n")
+    section = load_data_section(path)
+    assert (section.dataset_name, section.data_dir, section.dataset.n_features) == ("exp", "data_cache", 8)
+    assert section.dataset == parse_config({"name": "exp", "dataset": {"n_features": 8, "n_actions": 12}}).dataset
+    path.write_text("name: exp\ndataset: {n_features: 8, colour: red}\n")
+    with pytest.raises(ValueError, match="dataset.colour: unknown key"):
+        load_data_section(path)
+    code = ("import importlib, pkgutil, sys, data_gen\n"
+            "for m in pkgutil.iter_modules(data_gen.__path__): importlib.import_module(f'data_gen.{m.name}')\n"
+            "print(sorted({n.split('.')[0] for n in sys.modules} & {'learners', 'serving'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
