@@ -19,7 +19,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", default=str(DEFAULT), help="experiment YAML (default: %(default)s)")
     p.add_argument("--no-eval", action="store_true", help="train only; run evaluate.py later")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress output (bars on a terminal; elsewhere, a line per epoch and sparse lines)")
     args = p.parse_args(argv)
     try:
         cfg = load_config(args.config)

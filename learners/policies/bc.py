@@ -153,8 +153,7 @@ def behaviour_clone(model: Any, world: CapabilityWorld, X: np.ndarray, groups: n
     label_seconds = time.perf_counter() - t0
     if len(rows) == 0:
         raise ValueError(f"{method}: no training agent has an exact label to clone")
-    data = expert_pairs(world, X[rows], None if groups is None else groups[rows], seqs, p.gamma,
-                        reward_scale)
+    data = expert_pairs(world, X[rows], None if groups is None else groups[rows], seqs, p.gamma, reward_scale)
     # "set": every action that starts a cheapest ordering of the label's remaining actions is
     # a correct next action (without discounts, any of them); "sequence": the label's next.
     target = data["optimal_next"] if p.bc_target == "set" else F.one_hot(data["action"], world.n_actions).bool()
