@@ -1,0 +1,31 @@
+"""Suite-wide settings: in CI (RECOURSE_STRICT_SKIPS=1) a skipped test fails the run.
+
+A skip in CI proves nothing: CI installs every extra, so a test that skips there has lost its
+dependency or its data. Tests for an optional path a user may lack carry ``@pytest.mark.optional``
+and may skip anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "optional: an optional path that may skip even in CI")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("RECOURSE_STRICT_SKIPS") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = [r for r in (reporter.stats.get("skipped", []) if reporter else [])
+               if "optional" not in getattr(r, "keywords", {})]
+    if skipped:
+        lines = [f"RECOURSE_STRICT_SKIPS: {len(skipped)} test(s) skipped; in CI a skip is a failure:"]
+        lines += [f"  {r.nodeid}: {r.longrepr[-1] if isinstance(r.longrepr, tuple) else r.longrepr}"
+                  for r in skipped[:20]]
+        print("\n" + "\n".join(lines))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
