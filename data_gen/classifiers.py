@@ -32,7 +32,7 @@ from data_gen.loaders import DATASETS, TabularData, TabularEncoder, load_data
 from envs.models import TreeEnsemble, WhiteBoxModel, from_sklearn
 from envs.tabular import TabularWorld
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: tree leaves store p0 (bit-exact forest probabilities)
 
 # Defaults follow MACE B.1 (scikit-learn defaults; forest of 10 trees as in sklearn 0.20; MLP 10x10),
 # except that trees are depth-limited: exact solvers scale with the leaves. Seed 0, unlimited vs

@@ -7,8 +7,15 @@ classes hold the parameters of a fitted scikit-learn model as plain arrays, repr
 used in training is folded into the first affine layer so the formulae stay linear in x.
 
 Decision rule (the one sklearn uses): the model accepts iff ``score(x) > 0`` where
-``score`` is the logit (linear, MLP) or ``mean_t P_t(1 | x) - 1/2`` (tree, forest; sklearn's
-argmax breaks the tie 1/2 towards class 0).
+``score`` is the logit (linear, MLP) or ``mean_t P_t(1 | x) - mean_t P_t(0 | x)`` (tree, forest;
+sklearn's argmax breaks a tie towards class 0).
+
+Trees and forests are evaluated exactly as scikit-learn evaluates them, bit for bit: sklearn casts
+the input to float32 and sends a row left at a node iff ``float32(x_f) <= threshold`` (a float64
+threshold; ``_tree.pyx``), and a forest sums its trees' probabilities in estimator order before
+dividing by their number. ``split_limits`` turns a threshold into the exact float64 interval of
+each branch, which exact solvers (MACE) encode. LR and MLP copies fold the scaler into the first
+layer and so agree with sklearn only up to float64 round-off (``exact = False``).
 """
 
 from __future__ import annotations
@@ -25,12 +32,35 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
 
 
+def split_limits(threshold: float | np.ndarray) -> tuple[Any, Any]:
+    """(U, L): sklearn's test ``float32(x) <= threshold`` holds iff x <= U and fails iff x >= L.
+
+    U is the largest float64 whose float32 rounding is <= threshold and L = nextafter(U, +inf), so
+    the two branches are exactly ``x <= U`` and ``x >= L`` over float64 inputs (no float64 lies
+    between them). Over the reals the left branch is x <= m or x < m, m being the midpoint of the
+    float32 a <= threshold and its successor: float32 rounding sends m to whichever is even.
+    Works elementwise on arrays; a scalar gives floats.
+    """
+    t = np.asarray(threshold, float)
+    if not np.all(np.abs(t) < float(np.finfo(np.float32).max)):
+        raise ValueError(f"threshold: {threshold!r} is outside the finite float32 range")
+    a = t.astype(np.float32)
+    a = np.where(a.astype(float) > t, np.nextafter(a, np.float32(-np.inf)), a)  # the largest float32 <= t
+    b = np.nextafter(a, np.float32(np.inf))
+    m = (a.astype(float) + b.astype(float)) / 2  # exact: float32 significands fit float64 with room
+    odd = (np.atleast_1d(a).view(np.uint32) & 1).astype(bool).reshape(a.shape)
+    u = np.where(odd, np.nextafter(m, -np.inf), m)  # odd a: the tie m rounds up to b, which is > t
+    lo = np.nextafter(u, np.inf)
+    return (float(u), float(lo)) if t.ndim == 0 else (u, lo)
+
+
 @dataclass
 class Tree:
     """One binary decision tree in sklearn's array layout.
 
-    Internal node k tests ``x[feature[k]] <= threshold[k]`` (go to ``left[k]``) else
-    ``right[k]``; leaves have ``left == right == -1`` and ``p1[k]`` = P(class 1) at the leaf.
+    Internal node k tests ``float32(x[feature[k]]) <= threshold[k]`` (go to ``left[k]``) else
+    ``right[k]``, as sklearn does; leaves have ``left == right == -1`` and ``p1[k]`` / ``p0[k]`` =
+    P(class 1) / P(class 0) at the leaf, each computed as sklearn's ``predict_proba`` computes it.
     """
 
     left: np.ndarray
@@ -38,9 +68,22 @@ class Tree:
     feature: np.ndarray
     threshold: np.ndarray
     p1: np.ndarray
+    p0: np.ndarray | None = None  # None: 1 - p1 (models saved before p0 was stored; not bit-exact)
+    _limits: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.p0 is None:
+            self.p0 = 1.0 - np.asarray(self.p1, float)
+
+    def limits(self) -> tuple[np.ndarray, np.ndarray]:
+        """(U, L) per node (``split_limits`` of every threshold; leaves hold junk), computed once."""
+        if self._limits is None:
+            self._limits = split_limits(np.where(self.left >= 0, self.threshold, 0.0))
+        return self._limits
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
-        """Leaf index reached by each row (vectorized descent)."""
+        """Leaf index reached by each row (vectorized descent on the float32 cast, as sklearn)."""
+        X = np.asarray(X).astype(np.float32)  # float32 vs float64 threshold compares exactly in float64
         node = np.zeros(len(X), dtype=np.int64)
         active = self.left[node] >= 0
         while active.any():
@@ -68,27 +111,32 @@ class Tree:
         return out
 
     def to_dict(self) -> dict[str, list]:
-        return {k: getattr(self, k).tolist() for k in ("left", "right", "feature", "threshold", "p1")}
+        return {k: getattr(self, k).tolist() for k in ("left", "right", "feature", "threshold", "p1", "p0")}
 
     @classmethod
     def from_dict(cls, d: dict[str, list]) -> Tree:
         return cls(np.asarray(d["left"], np.int64), np.asarray(d["right"], np.int64),
-                   np.asarray(d["feature"], np.int64), np.asarray(d["threshold"], float), np.asarray(d["p1"], float))
+                   np.asarray(d["feature"], np.int64), np.asarray(d["threshold"], float), np.asarray(d["p1"], float),
+                   np.asarray(d["p0"], float) if "p0" in d else None)
 
     @classmethod
     def from_sklearn(cls, tree: Any, positive_index: int = 1) -> Tree:
+        """The arrays of a fitted binary sklearn tree; leaf probabilities normalized as its predict_proba."""
         t = tree.tree_
         value = t.value[:, 0, :]
-        p1 = value[:, positive_index] / np.maximum(value.sum(axis=1), 1e-300)
+        total = value.sum(axis=1)
+        total = np.where(total == 0.0, 1.0, total)  # sklearn's normalizer
         leaf = t.children_left < 0
         return cls(t.children_left.astype(np.int64), t.children_right.astype(np.int64),
-                   np.where(leaf, 0, t.feature).astype(np.int64), np.where(leaf, 0.0, t.threshold).astype(float), p1)
+                   np.where(leaf, 0, t.feature).astype(np.int64), np.where(leaf, 0.0, t.threshold).astype(float),
+                   value[:, positive_index] / total, value[:, 1 - positive_index] / total)
 
 
 class WhiteBoxModel:
     """Base class: ``score``, ``predict_proba`` (P(accept)), ``predict`` and JSON persistence."""
 
     kind: ClassVar[str] = "model"
+    exact: ClassVar[bool] = False  # does ``predict`` reproduce sklearn's decision bit for bit?
     n_features: int
 
     def score(self, X: np.ndarray) -> np.ndarray:
@@ -126,17 +174,29 @@ class TreeEnsemble(WhiteBoxModel):
     trees: list[Tree]
     n_features: int
     kind: ClassVar[str] = "tree_ensemble"
+    exact: ClassVar[bool] = True
 
     @property
     def model_class(self) -> str:
         return "tree" if len(self.trees) == 1 else "forest"
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+    def class_probas(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(P(0), P(1)) per row, summed over the trees in order and divided by their number, as sklearn."""
         X = self._check(X)
-        return np.mean([t.p1[t.leaves(X)] for t in self.trees], axis=0)
+        p0, p1 = np.zeros(len(X)), np.zeros(len(X))
+        for t in self.trees:
+            leaf = t.leaves(X)
+            p0 += t.p0[leaf]
+            p1 += t.p1[leaf]
+        return p0 / len(self.trees), p1 / len(self.trees)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        return self.class_probas(X)[1]
 
     def score(self, X: np.ndarray) -> np.ndarray:
-        return self.predict_proba(X) - 0.5
+        """P(1) - P(0): > 0 exactly where sklearn's argmax picks class 1 (a - b > 0 iff a > b in IEEE)."""
+        p0, p1 = self.class_probas(X)
+        return p1 - p0
 
     def to_dict(self) -> dict[str, Any]:
         return {"n_features": self.n_features, "trees": [t.to_dict() for t in self.trees]}
@@ -231,6 +291,24 @@ class MLPModel(WhiteBoxModel):
             b[0] = b[0] - (mean / scale) @ W[0]
             W[0] = W[0] / scale[:, None]
         return cls(W, b)
+
+
+@dataclass
+class SklearnOracle:
+    """The real scikit-learn model as a verifier: encoded rows -> bool acceptance (class 1).
+
+    ``preprocess`` is the fitted transformer the model was trained behind (a StandardScaler for
+    LR/MLP here), applied exactly as in training. MACE verifies its answers with it when given.
+    """
+
+    estimator: Any
+    preprocess: Any = None
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        X = np.atleast_2d(np.asarray(X, float))
+        if self.preprocess is not None:
+            X = self.preprocess.transform(X)
+        return np.asarray(self.estimator.predict(X)) == 1
 
 
 def model_from_dict(d: dict[str, Any]) -> WhiteBoxModel:

@@ -1,29 +1,36 @@
 """The MACE problem of one agent, shared by both backends (paper §4.1–§4.2).
 
 Holds the plausibility box (type and range consistency, one-hot validity, actionability: immutable
-and monotone features), the robust reading of strict comparisons that both backends use, and the
+and monotone features), the exact reading of tree splits, the certificate's tolerance, and the
 numpy checks that every returned counterfactual must pass (coverage, paper §5).
 
-Robust semantics: an exact solver can return a point on the boundary of a strict inequality
-("go right iff x_f > t", "accept iff score > 0") that float arithmetic then reads the other way.
-Both backends therefore require "right" as x_f >= t + eta·R_f (integer columns: x_f >= floor(t) + 1)
-and acceptance as score >= margin. This excludes an open sliver of width eta·R_f around each
-threshold; the distance it can cost is at most about eta (documented in the report).
+Two readings of the model, so that the certificate is conservative by construction:
+
+- *relaxed* (the lower bound): splits are read exactly as scikit-learn reads them
+  (``envs.models.split_limits``: left iff x <= U, right iff x >= L, the float64 neighbours around
+  sklearn's float32 test) and acceptance as ``score >= 0``, which contains every accepted point
+  (``score > 0``). Each backend's bound on this reading bounds every true counterfactual.
+  A single tree's acceptance is read per leaf (exactly: no tie is possible).
+- *robust* (a fallback for the point): acceptance as ``score >= margin``. It is used only when the
+  relaxed optimum is not a counterfactual (a tie of a forest's trees, or a point on the decision
+  boundary of LR/MLP that ``repair`` cannot nudge across cheaply).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from envs.models import MLPModel, WhiteBoxModel
+from envs.models import MLPModel, TreeEnsemble, WhiteBoxModel
 from envs.schema import FeatureSchema
 from solvers.mace.distance import RawFeature, deltas, mix
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
+Oracle = Callable[[np.ndarray], np.ndarray]  # encoded rows -> bool acceptance by the real model
 
 
 @dataclass
@@ -38,25 +45,31 @@ class Instance:
     lower: np.ndarray  # per-column box after plausibility (immutable fixed, monotone one-sided)
     upper: np.ndarray
     integral: np.ndarray  # bool per column: integer-valued (binary, ordinal, integer, categorical code)
-    epsilon: float  # accuracy of the distance
-    margin: float = 1e-6  # acceptance is score >= margin (strict score > 0, robustly)
-    eta: float = 1e-6  # a continuous split goes right at x >= t + eta·R
+    epsilon: float  # absolute floor of the certificate's tolerance
+    rel_tol: float = 1e-3  # relative tolerance: certified iff d - delta_min <= max(rel_tol * d, epsilon)
+    margin: float = 1e-6  # robust acceptance: score >= margin (LR/MLP answers without an oracle need it)
     diversity_gap: float = 1e-5  # "x_j != x^i_j" for a continuous column means |x_j - x^i_j| >= gap·R
     previous: list[np.ndarray] = field(default_factory=list)  # earlier counterfactuals (diversity)
+    oracle: Oracle | None = None  # the real model (e.g. the sklearn estimator); verifies when given
     seed: int = 0
 
     def scale(self, c: int) -> float:
-        """R of a column from the schema's bounds (1 where it is 0 or unbounded), scaling eta and gaps."""
+        """R of a column from the schema's bounds (1 where it is 0 or unbounded), scaling gaps."""
         f = self.schema.features[c]
         r = f.upper - f.lower
         return float(r) if np.isfinite(r) and r > 0 else 1.0
 
-    def split(self, c: int, t: float) -> tuple[float, float]:
-        """(U, L): go left iff x_c <= U, go right iff x_c >= L, for the tree test x_c <= t."""
+    def split(self, c: int, limits: tuple[float, float]) -> tuple[float, float]:
+        """(U, L): a tree test on column c goes left iff x_c <= U and right iff x_c >= L, exactly.
+
+        ``limits`` are the float64 limits of the threshold (``Tree.limits``); an integer column
+        goes left iff x_c <= floor(U).
+        """
+        u, lo = float(limits[0]), float(limits[1])
         if self.integral[c]:
-            u = float(math.floor(t))
+            u = float(math.floor(u))
             return u, u + 1.0
-        return float(t), float(t) + self.eta * self.scale(c)
+        return u, lo
 
     def gap(self, c: int) -> float:
         """The smallest change of column c that counts as "different" for diversity."""
@@ -65,15 +78,39 @@ class Instance:
     def distance(self, X: np.ndarray) -> np.ndarray:
         return mix(deltas(self.raws, self.x_hat, X), self.weights)
 
+    def tolerance(self, d: float) -> float:
+        """The certificate's allowed gap at distance d: max(rel_tol·d, epsilon)."""
+        return max(self.rel_tol * d, self.epsilon)
+
+    def round_bound(self, lb: float) -> float:
+        """A lower bound raised to the next attainable distance where distances are discrete.
+
+        With only the l0 term (beta = gamma = 0) every distance is alpha·n for an integer n, so
+        d >= lb implies d >= alpha·ceil(lb / alpha); the 1e-9 keeps float noise from jumping a level.
+        """
+        a, b, g = self.weights
+        if b == 0 and g == 0 and a > 0 and np.isfinite(lb):
+            return a * math.ceil(lb / a - 1e-9)
+        return lb
+
+    def certified(self, d: float, delta_min: float) -> bool:
+        return d - delta_min <= self.tolerance(d)
+
+    def single_tree(self) -> bool:
+        """A single tree: acceptance is a property of the leaf, read exactly (no margin, no tie)."""
+        return isinstance(self.model, TreeEnsemble) and len(self.model.trees) == 1
+
 
 @dataclass
 class Outcome:
-    """What a backend found: a candidate counterfactual (unverified) and the certificate."""
+    """What a backend found: a candidate counterfactual and the certificate."""
 
     x: np.ndarray | None
     status: Status
-    delta_min: float  # every counterfactual has distance >= delta_min (> for the SAT search)
-    calls: int  # oracle calls (SAT checks, or 1 MILP solve)
+    delta_min: float  # every counterfactual has distance >= delta_min
+    calls: int  # oracle calls (SAT checks, or MILP solves)
+    cells: dict[int, tuple[float, float]] = field(default_factory=dict)  # column -> the split cell chosen
+    why: str = ""  # why there is no point, where that is not a proof of infeasibility
 
 
 def preactivation_bounds(model: MLPModel, lower: np.ndarray, upper: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -107,6 +144,20 @@ def plausible_box(schema: FeatureSchema, x_hat: np.ndarray, actionable: bool) ->
     return lo, hi
 
 
+def accepted(inst: Instance, X: np.ndarray) -> np.ndarray:
+    """Acceptance as verified: the real model when given, else the white box.
+
+    A bit-exact white box (trees, forests) is read as it is; an LR/MLP copy (float64 round-off
+    apart from sklearn) must clear ``margin`` so that sklearn surely agrees.
+    """
+    X = np.atleast_2d(X)
+    if inst.oracle is not None:
+        return np.asarray(inst.oracle(X), bool).reshape(-1)
+    if inst.model.exact:
+        return inst.model.predict(X)
+    return inst.model.score(X) >= inst.margin
+
+
 def problems(inst: Instance, x: np.ndarray, actionable: bool) -> list[str]:
     """Why ``x`` is not a plausible, diverse counterfactual (empty when it is one)."""
     out = []
@@ -120,16 +171,18 @@ def problems(inst: Instance, x: np.ndarray, actionable: bool) -> list[str]:
             out.append(f"one-hot group {r.name!r} is not valid")
     if actionable and inst.schema.mutability_violations(inst.x_hat, x, tol=0.0)[0]:
         out.append("an immutable or monotone feature moved the wrong way")
-    if not inst.model.predict(x[None, :])[0]:
-        out.append("the model does not accept it")
+    if not accepted(inst, x)[0]:
+        out.append("the model does not accept it" + (" (the real model)" if inst.oracle is not None else ""))
     for i, prev in enumerate(inst.previous):
         if not np.any(deltas(inst.raws, prev, x[None, :])):
             out.append(f"it equals earlier counterfactual {i} on every feature")
     return out
 
 
-def clean(inst: Instance, x: np.ndarray) -> np.ndarray:
-    """Remove solver round-off: near-unchanged columns snapped back, integers rounded, one-hot argmax, clipped."""
+def clean(inst: Instance, x: np.ndarray, cells: dict[int, tuple[float, float]] | None = None) -> np.ndarray:
+    """Remove solver round-off: near-unchanged columns snapped back, integers rounded, one-hot argmax,
+    clipped to the box, then into the split cells the solver chose (its binaries are the decision;
+    x may miss a cell by the solver's feasibility tolerance)."""
     x = np.asarray(x, float).copy()
     tol = 1e-9 * np.array([inst.scale(c) for c in range(len(x))])
     x = np.where(np.abs(x - inst.x_hat) <= tol, inst.x_hat, x)  # l0 must not count a 1e-12 move
@@ -140,4 +193,60 @@ def clean(inst: Instance, x: np.ndarray) -> np.ndarray:
             k = cols[int(np.argmax(x[cols]))]
             x[cols] = 0.0
             x[k] = 1.0
-    return np.clip(x, inst.lower, inst.upper)
+    x = np.clip(x, inst.lower, inst.upper)
+    for c, (lo, hi) in (cells or {}).items():
+        x[c] = min(max(x[c], lo), hi)
+    return x
+
+
+def repair(inst: Instance, x: np.ndarray, actionable: bool, budget: float) -> np.ndarray | None:
+    """Nudge a boundary point of a continuous model (LR, MLP) across the decision boundary.
+
+    The relaxed optimum of a continuous model lies on score = 0, where acceptance is a coin toss.
+    Moving one continuous column by the step that lifts the score to 2·margin (its slope measured
+    by a finite difference, clipped to the box) costs about margin / slope; the cheapest move that
+    verifies and costs at most ``budget`` more distance is returned, else None (the caller then
+    solves the robust reading).
+    """
+    if isinstance(inst.model, TreeEnsemble):
+        return None  # piecewise constant: no small move changes the score
+    s0 = float(inst.model.score(x[None])[0])
+    d0 = float(inst.distance(x[None])[0])
+    cols = [c for c in range(len(x)) if not inst.integral[c] and inst.upper[c] > inst.lower[c]]
+    if not cols:
+        return None
+    steps = np.array([1e-7 * inst.scale(c) for c in cols])
+    probe = np.repeat(x[None], len(cols), axis=0)
+    probe[np.arange(len(cols)), cols] += steps
+    slope = (inst.model.score(probe) - s0) / steps  # d score / d x_c (one-sided)
+    need = 2.0 * inst.margin - s0
+    cand = []
+    for k, c in enumerate(cols):
+        if slope[k] == 0:
+            continue
+        for grow in (1.0, 4.0, 16.0):
+            y = x.copy()
+            y[c] = np.clip(x[c] + grow * need / slope[k], inst.lower[c], inst.upper[c])
+            cand.append(y)
+    if not cand:
+        return None
+    C = np.array(cand)
+    ok = accepted(inst, C) & (inst.distance(C) <= d0 + budget)
+    for k in np.argsort(inst.distance(C)):
+        if ok[k] and not problems(inst, C[k], actionable):
+            return C[k]
+    return None
+
+
+def validate(inst: Instance, x: np.ndarray, actionable: bool, cells: dict[int, tuple[float, float]] | None = None,
+             budget: float = 0.0) -> tuple[np.ndarray | None, str]:
+    """(the cleaned counterfactual or None, why not): clean, check, and repair a boundary point."""
+    x = clean(inst, x, cells)
+    issues = problems(inst, x, actionable)
+    if not issues:
+        return x, ""
+    if issues == [p for p in issues if p.startswith("the model does not accept")]:
+        y = repair(inst, x, actionable, budget)
+        if y is not None:
+            return y, ""
+    return None, "; ".join(issues)

@@ -1,11 +1,17 @@
 """MACE: model-agnostic nearest counterfactual explanations (paper §3–§4), two backends.
 
-``MACE(backend="milp" | "z3")`` returns the nearest plausible counterfactual within epsilon of
-the optimum, the certified lower bound delta_min, and optionally k diverse counterfactuals by
-successive runs with l0 diversity clauses (paper §4.2). Every counterfactual returned has been
-verified in numpy (the model's own predict, the plausibility box, one-hot validity, diversity); a
-candidate that fails for numerical reasons is re-solved with a 100x larger margin/eta and tighter
-tolerances, and never returned unverified.
+``MACE(backend="milp" | "z3")`` returns the nearest plausible counterfactual with a certificate:
+``delta_min``, a lower bound on the distance of every counterfactual, conservative by construction
+(it is taken on the relaxed reading of ``domain.py``: sklearn's exact float32 splits, acceptance
+score >= 0). The answer is flagged optimal iff the search finished and
+``distance - delta_min <= max(rel_tol·distance, epsilon)``; every answer reports ``delta_min``,
+its ``distance`` and the relative ``gap`` (distance - delta_min) / distance. Optionally k diverse
+counterfactuals come from successive runs with l0 diversity clauses (paper §4.2).
+
+Every counterfactual returned has been verified in numpy (the real model when an ``oracle`` is
+given, else the white box; the plausibility box, one-hot validity, diversity); a candidate that
+fails is replaced by the robust reading's point (acceptance score >= margin, then 100x and
+10000x larger margins), and never returned unverified.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from envs.recourse import Recourse
 from envs.tabular import TabularWorld
 from solvers.base import Solver
 from solvers.mace.distance import Norm, norm_weights, raw_features
-from solvers.mace.domain import Instance, Outcome, clean, integral_columns, plausible_box, problems
+from solvers.mace.domain import Instance, Oracle, Outcome, integral_columns, plausible_box, validate
 from solvers.mace.milp import MilpBackend
 
 BACKENDS = ("milp", "z3")
@@ -32,7 +38,9 @@ def _z3_backend():
     except ImportError as err:
         raise ImportError(f"backend: 'z3' needs z3-solver (pip install 'recourse-gym[smt]'): {err}") from None
     return Z3Backend
-_TIGHTEN = (1.0, 100.0, 10000.0)  # margin/eta multipliers of the retries after a failed verification
+
+
+_TIGHTEN = (1.0, 100.0, 10000.0)  # robust margin multipliers (and MILP tolerance divisors) of the point fallback
 
 
 class MACE(Solver):
@@ -41,17 +49,18 @@ class MACE(Solver):
     name = "mace"
     exact = True
 
-    def __init__(self, backend: Literal["milp", "z3"] = "milp", norm: Norm = "one", epsilon: float = 1e-3,
-                 n_diverse: int = 1, plausible: bool = True, time_limit: float = 60.0, margin: float = 1e-6,
-                 eta: float = 1e-6, seed: int = 0) -> None:
+    def __init__(self, backend: Literal["milp", "z3"] = "milp", norm: Norm = "one", rel_tol: float = 1e-3,
+                 epsilon: float = 1e-7, n_diverse: int = 1, plausible: bool = True, time_limit: float = 60.0,
+                 margin: float = 1e-6, oracle: Oracle | None = None, seed: int = 0) -> None:
         self.backend = backend  # "milp" (HiGHS, direct minimisation) or "z3" (SMT, Algorithm 1)
         self.norm = norm  # "zero", "one", "infty" or (alpha, beta, gamma) of Eq. 3
-        self.epsilon = epsilon  # accuracy of the distance: d <= optimum + epsilon
+        self.rel_tol = rel_tol  # certified iff d - delta_min <= max(rel_tol * d, epsilon)
+        self.epsilon = epsilon  # absolute floor of that tolerance (distances lie in [0, 1])
         self.n_diverse = n_diverse  # number of successive diverse counterfactuals
         self.plausible = plausible  # actionability: immutable / monotone features (ranges always hold)
         self.time_limit = time_limit  # seconds per counterfactual (all oracle calls together)
-        self.margin = margin  # accept iff score >= margin (the model's strict score > 0, robustly)
-        self.eta = eta  # a continuous split goes right at x >= t + eta·R
+        self.margin = margin  # robust acceptance score >= margin (LR/MLP white boxes need it without an oracle)
+        self.oracle = oracle  # the real model, X -> bool acceptance (e.g. envs.models.SklearnOracle)
         self.seed = seed  # solver random seed
 
     def _check_params(self) -> None:
@@ -59,10 +68,16 @@ class MACE(Solver):
             raise ValueError(f"backend: unknown backend {self.backend!r}; expected one of {BACKENDS}")
         if not 0.0 < float(self.epsilon) < 1.0:
             raise ValueError(f"epsilon: must be in (0, 1), got {self.epsilon!r}")
+        if not 0.0 <= float(self.rel_tol) < 1.0:
+            raise ValueError(f"rel_tol: must be in [0, 1), got {self.rel_tol!r}")
         if int(self.n_diverse) < 1:
             raise ValueError(f"n_diverse: must be >= 1, got {self.n_diverse!r}")
         if not self.time_limit > 0:
             raise ValueError(f"time_limit: must be > 0, got {self.time_limit!r}")
+        if not float(self.margin) > 0:
+            raise ValueError(f"margin: must be > 0, got {self.margin!r}")
+        if self.oracle is not None and not callable(self.oracle):
+            raise ValueError(f"oracle: must be callable X -> bool acceptance, got {type(self.oracle).__name__}")
 
     def _instance(self, world: TabularWorld, x: np.ndarray) -> Instance:
         schema = world.schema
@@ -80,82 +95,98 @@ class MACE(Solver):
         if bad:
             raise ValueError(f"schema: features {bad} need finite lower/upper bounds (R_j normalizes the distance)")
         return Instance(schema, world.model, x, raws, weights, lo, hi, integral_columns(schema),
-                        float(self.epsilon), float(self.margin), float(self.eta), seed=int(self.seed))
+                        float(self.epsilon), float(self.rel_tol), float(self.margin), oracle=self.oracle,
+                        seed=int(self.seed))
 
-    def _search(self, inst: Instance, tighten: float, time_limit: float) -> Outcome:
-        """One backend search. z3: Algorithm 1. MILP: minimise within growing distance budgets.
+    def _validator(self, inst: Instance, cells: dict[int, tuple[float, float]] | None = None):
+        """x -> the verified counterfactual or None; a boundary repair may cost a tenth of the tolerance."""
+        def check(x: np.ndarray) -> np.ndarray | None:
+            d = float(inst.distance(x[None])[0])
+            return validate(inst, x, self.plausible, cells, budget=inst.tolerance(d) / 10)[0]
+        return check
 
-        The MILP galloping search solves min d s.t. d <= D for D = 4^k / 1024 (k = 0..5): a D with no
-        counterfactual proves delta_min >= D (as an UNSAT step of Algorithm 1); the first feasible one
-        holds the global optimum, and its dual bound is global too.
+    def _milp(self, inst: Instance, deadline: float) -> Outcome:
+        """Minimise within growing distance budgets D = 4^k / 1024 (k = 0..5), on the relaxed reading.
+
+        The box of budget D holds every point with d <= D, so a box with no counterfactual, or whose
+        optimum lies above D, proves d* > min(D, its bound), as an UNSAT step of Algorithm 1 does;
+        the first box whose optimum lies within D holds the global optimum, and its bound is global.
+        A relaxed optimum that does not verify is replaced by the robust reading's in the same box.
         """
+        floor, calls = 0.0, 0
+        budgets = [4.0**k / 1024 for k in range(6)] if inst.weights[1] + inst.weights[2] > 0 else [1.0]
+        for D in budgets:
+            be = MilpBackend(inst, budget=D)
+            for prev in inst.previous:
+                be.add_diversity(prev)
+            out = be.minimize(deadline - time.perf_counter())
+            calls += 1
+            if out.status == "infeasible":
+                if D >= 1.0:
+                    return Outcome(None, "infeasible", np.inf, calls)
+                floor = D  # no counterfactual within the budget
+                continue
+            if out.x is None:
+                return Outcome(None, "unknown", floor, calls, why="time limit before any counterfactual was found")
+            d = float(inst.distance(out.x[None])[0])
+            floor = inst.round_bound(max(floor, out.delta_min if D >= 1.0 else min(out.delta_min, D)))
+            if out.status == "optimal" and d > D + inst.tolerance(d) and D < 1.0:
+                continue  # the box's optimum lies above D: d* > D; widen
+            x = self._validator(inst, out.cells)(out.x)
+            status = out.status
+            for k in _TIGHTEN:
+                if x is not None or time.perf_counter() >= deadline:
+                    break
+                rb = MilpBackend(inst, tol=1e-9 / k, budget=D, margin=inst.margin * k)
+                for prev in inst.previous:
+                    rb.add_diversity(prev)
+                rob = rb.minimize(deadline - time.perf_counter())
+                calls += 1
+                if rob.x is not None:
+                    x = self._validator(inst, rob.cells)(rob.x)
+                    status = rob.status if rob.status == "feasible" else status
+            if x is None:
+                why = ("time limit" if time.perf_counter() >= deadline else
+                       f"points with score >= 0 exist but none verified, nor any with score >= {inst.margin * k:g}")
+                return Outcome(None, "unknown", floor, calls, why=why)
+            return Outcome(x, status, floor, calls)
+        raise AssertionError("unreachable: the last budget is 1")
+
+    def _search(self, inst: Instance) -> Outcome:
+        """One search: z3 (Algorithm 1) or the MILP; the point it returns is verified."""
+        deadline = time.perf_counter() + self.time_limit
         if self.backend == "z3":
             be = _z3_backend()(inst)
             for prev in inst.previous:
                 be.add_diversity(prev)
-            return be.minimize(time_limit)
-        t0, floor, calls = time.perf_counter(), 0.0, 0
-        budgets = [4.0**k / 1024 for k in range(6)] if inst.weights[1] + inst.weights[2] > 0 else [1.0]
-        for D in budgets:
-            be = MilpBackend(inst, tol=1e-9 / tighten, budget=D)  # 1e-8 let HiGHS prune a better node once
-            for prev in inst.previous:
-                be.add_diversity(prev)
-            out = be.minimize(time_limit - (time.perf_counter() - t0))
-            calls += 1
-            # Within the box of budget D lies every point with d <= D: an optimum <= D is global (its
-            # bound too); none, or an optimum above D, proves d* > D, as an UNSAT step would.
-            done = out.status in ("feasible", "unknown") or (
-                out.status == "optimal" and float(inst.distance(out.x[None])[0]) <= D + inst.epsilon)
-            if done or D >= 1.0:  # outside the box every d > D, so the box's bound holds globally only up to D
-                return Outcome(out.x, out.status, max(min(out.delta_min, D), floor), calls)
-            floor = D
-        raise AssertionError("unreachable: the last budget is 1")
-
-    def _one(self, inst: Instance) -> tuple[Outcome, np.ndarray | None, str]:
-        """One run of the search, retried with a larger margin until its point verifies."""
-        t0, out, why = time.perf_counter(), None, ""
-        for k in _TIGHTEN:
-            left = self.time_limit - (time.perf_counter() - t0)
-            if left <= 0:
-                break
-            tight = Instance(**{**vars(inst), "margin": inst.margin * k, "eta": inst.eta * k,
-                                "diversity_gap": inst.diversity_gap * k})
-            out = self._search(tight, k, left)
-            if out.x is None:
-                return out, None, out.status
-            x = clean(inst, out.x)
-            issues = problems(inst, x, self.plausible)
-            if not issues:
-                return out, x, ""
-            why = "; ".join(issues)
-        status = out.status if out is not None else "unknown"
-        return Outcome(None, "unknown", 0.0, 0 if out is None else out.calls), None, f"{status}: not verified ({why})"
+            return be.minimize(self.time_limit, self._validator(inst))
+        return self._milp(inst, deadline)
 
     def solve(self, world: TabularWorld, x: np.ndarray, **options: Any) -> list[Recourse]:
         self._check_params()
         inst = self._instance(world, x)
         method = f"{self.name}-{self.backend}"
-        base = {"backend": self.backend, "norm": self.norm, "epsilon": float(self.epsilon)}
+        base = {"backend": self.backend, "norm": self.norm, "rel_tol": float(self.rel_tol),
+                "epsilon": float(self.epsilon), "verified_by": "oracle" if self.oracle is not None else "white-box"}
         if world.model.predict(inst.x_hat[None, :])[0]:
             return [Recourse((), (), inst.x_hat.copy(), 0.0, True, method, optimal=True,
                              extra={**base, "reason": "already_positive", "distance": 0.0, "delta_min": 0.0,
-                                    "sat_calls": 0, "counterfactual": inst.x_hat.tolist()})]
+                                    "gap": 0.0, "sat_calls": 0, "counterfactual": inst.x_hat.tolist()})]
         found: list[Recourse] = []
         for _ in range(int(self.n_diverse)):
             t0 = time.perf_counter()
-            out, cf, why = self._one(inst)
+            out = self._search(inst)
             rt = time.perf_counter() - t0
-            if cf is None:
+            if out.x is None:
                 if not found:  # later diverse runs may simply run out of counterfactuals
                     status = "no_recourse" if out.status == "infeasible" else "unknown"
-                    reason = ("no plausible counterfactual exists" if status == "no_recourse"
-                              else why or "time limit before any counterfactual was found")
+                    reason = "no plausible counterfactual exists" if status == "no_recourse" else out.why
                     return [Recourse.none(method, status=status, runtime=rt, reason=reason)]
                 break
-            found.append(self._recourse(inst, cf, out, rt, method, base))
-            inst.previous.append(cf)
-        # Successive runs add constraints, so optima are non-decreasing; within epsilon a later point
-        # may still land nearer, so report best first.
+            found.append(self._recourse(inst, out.x, out, rt, method, base))
+            inst.previous.append(out.x)
+        # Successive runs add constraints, so optima are non-decreasing; within the tolerance a later
+        # point may still land nearer, so report best first.
         return sorted(found, key=lambda r: r.cost)
 
     def _recourse(self, inst: Instance, cf: np.ndarray, out: Outcome, rt: float, method: str,
@@ -173,7 +204,8 @@ class MACE(Solver):
             else:
                 v = cf[cols[0]]
                 steps.append((r.name, int(v) if inst.integral[cols[0]] else float(v)))
-        certified = out.status == "optimal" and d - delta_min <= inst.epsilon + 1e-9
+        certified = out.status == "optimal" and inst.certified(d, delta_min)
+        gap = (d - delta_min) / d if d > 0 else 0.0
         return Recourse(tuple(steps), tuple(ids), cf, d, True, method, runtime=rt, optimal=certified,
-                        extra={**base, "distance": d, "delta_min": delta_min, "sat_calls": out.calls,
+                        extra={**base, "distance": d, "delta_min": delta_min, "gap": gap, "sat_calls": out.calls,
                                "counterfactual": cf.tolist()})

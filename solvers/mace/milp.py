@@ -1,18 +1,22 @@
 """MILP backend of MACE: the nearest counterfactual by direct minimisation with HiGHS.
 
-Same semantics as Algorithm 1 (paper §4.1): the optimum within the absolute gap epsilon, and the
-solver's dual bound as delta_min (a valid lower bound on every counterfactual's distance).
+Same semantics as Algorithm 1 (paper §4.1): the optimum within the certificate's tolerance
+(HiGHS stops at a relative gap rel_tol or an absolute gap epsilon, both halved to leave room for
+the final clean-up), and the solver's dual bound, less its tolerance, as delta_min. The bound is
+taken on the relaxed reading (``domain``), so it bounds every true counterfactual.
 
 Encodings (paper §4.2 distance and plausibility; the models of §4.1 as mixed-integer constraints):
 - tree / forest: the split-indicator formulation of Mišić (2020, "Optimization of tree ensembles"):
-  one binary w per distinct split level of a column (w = 1 iff the point goes right, x >= L),
-  monotone along the column and tied to x by a thermometer (two rows per column); per tree
+  one binary w per distinct split level of a column (w = 1 iff the point goes right, x >= L; the
+  levels are the exact float64 limits of sklearn's float32 test), monotone along the column and
+  tied to x by a thermometer (two rows per column); per tree
   continuous leaf weights y with sum 1, and for every split node sum(y, left leaves) <= 1 - w,
   sum(y, right leaves) <= w, written in flow form (q_k = sum of y under node k) and pruned to the
-  nodes the plausibility box can reach; accept iff sum_t sum_l p1_l y_l / T >= 1/2 + margin.
-- logistic regression: w.x + b >= margin.
+  nodes the plausibility box can reach; accept iff sum_t sum_l (p1_l - p0_l) y_l / T >= margin
+  (0 when relaxed); a single tree accepts iff its leaf does (the y of accepting leaves sum to 1).
+- logistic regression: w.x + b >= margin (0 when relaxed).
 - ReLU MLP: big-M per unstable neuron, with pre-activation bounds by interval arithmetic from the
-  plausibility box (stable neurons need no binary); final logit >= margin.
+  plausibility box (stable neurons need no binary); final logit >= margin (0 when relaxed).
 - distance: x = x^ + p - n (split deviations) for numeric features, delta = (p + n) / R; l0 by a
   change binary c with p + n <= R·c; binary columns and one-hot groups are linear
   (delta_g = 1 - x[column of the factual category]); linf by an epigraph variable.
@@ -29,6 +33,8 @@ from scipy.sparse import csc_matrix
 
 from envs.models import LinearModel, MLPModel, TreeEnsemble
 from solvers.mace.domain import Instance, Outcome, preactivation_bounds
+
+BOUND_SLACK = 1e-9  # HiGHS's dual bound is exact up to its tolerances; delta_min gives them back
 
 
 class _Program:
@@ -62,7 +68,9 @@ class _Program:
         self.rlo.append(lo)
         self.rhi.append(hi)
 
-    def solve(self, time_limit: float, gap: float, seed: int, tol: float) -> tuple[str, np.ndarray | None, float]:
+    def solve(self, time_limit: float, gaps: tuple[float, float], seed: int,
+              tol: float) -> tuple[str, np.ndarray | None, float]:
+        """(status, solution, dual bound); HiGHS stops at an absolute or a relative gap, whichever first."""
         n, m = len(self.lb), len(self.rlo)
         A = csc_matrix((np.asarray(self.va, float), (np.asarray(self.ri, np.int64), np.asarray(self.ci, np.int64))),
                        shape=(m, n))
@@ -80,7 +88,7 @@ class _Program:
                            for b in self.integer]
         h = highspy.Highs()
         h.silent()
-        for k, v in {"time_limit": float(max(time_limit, 0.01)), "mip_abs_gap": gap, "mip_rel_gap": 0.0,
+        for k, v in {"time_limit": float(max(time_limit, 0.01)), "mip_abs_gap": gaps[0], "mip_rel_gap": gaps[1],
                      "random_seed": seed, "mip_feasibility_tolerance": tol,
                      "primal_feasibility_tolerance": tol}.items():
             h.setOptionValue(k, v)
@@ -98,12 +106,18 @@ class _Program:
 
 
 class MilpBackend:
-    """Builds the MILP of one instance once; diversity clauses are added between runs."""
+    """Builds the MILP of one instance once; diversity clauses are added between runs.
 
-    def __init__(self, inst: Instance, tol: float = 1e-8, budget: float = 1.0) -> None:
+    ``margin=None`` is the relaxed reading (acceptance score >= 0), whose dual bound is the
+    certificate; a number is the robust reading score >= margin.
+    """
+
+    def __init__(self, inst: Instance, tol: float = 1e-9, budget: float = 1.0, margin: float | None = None) -> None:
         if budget < 1.0:
             inst = _within(inst, budget)
         self.inst, self.tol, self.budget = inst, tol, budget
+        self.margin = 0.0 if margin is None else float(margin)
+        self.levels: dict[int, tuple[list[float], list[float], list[int]]] = {}  # column -> (U's, L's, w's)
         self.p = _Program()
         n = len(inst.x_hat)
         # Columns 0..n-1 are the encoded features, within the plausibility box.
@@ -166,7 +180,7 @@ class MilpBackend:
             self._forest(m)
         elif isinstance(m, LinearModel):
             nz = np.nonzero(m.w)[0]
-            self.p.row([self.x[c] for c in nz], m.w[nz], self.inst.margin - m.b)
+            self.p.row([self.x[c] for c in nz], m.w[nz], self.margin - m.b)
         elif isinstance(m, MLPModel):
             self._mlp(m)
         else:
@@ -177,9 +191,10 @@ class MilpBackend:
         # Split levels per column; a level outside the box has a constant direction.
         levels: dict[int, dict[float, float]] = {}
         for tree in m.trees:
+            U, L = tree.limits()
             for k in np.nonzero(tree.left >= 0)[0]:
                 c = int(tree.feature[k])
-                u, lo = inst.split(c, float(tree.threshold[k]))
+                u, lo = inst.split(c, (U[k], L[k]))
                 if lo > inst.lower[c] and u < inst.upper[c]:
                     levels.setdefault(c, {})[u] = lo
         wvar: dict[tuple[int, float], int] = {}
@@ -190,6 +205,7 @@ class MilpBackend:
             for w1, w2 in zip(ws[:-1], ws[1:], strict=True):
                 p.row([w1, w2], [1.0, -1.0], 0.0)  # right of a higher level implies right of a lower one
             ls = [lv[u] for u in us]
+            self.levels[c] = (us, ls, ws)
             # thermometer: x >= L_k and x <= U_{k+1} for the last k with w_k = 1
             p.row([self.x[c], *ws], [1.0, *(-np.diff([inst.lower[c], *ls]))], inst.lower[c])
             p.row([self.x[c], *ws], [1.0, *(-np.diff([*us, inst.upper[c]]))], hi=us[0])
@@ -199,17 +215,19 @@ class MilpBackend:
         # node needs q_left + q_right = q_k, q_left <= 1 - w, q_right <= w (O(nodes) nonzeros instead
         # of O(leaves x depth)). Subtrees the box rules out are never built.
         score_idx, score_val = [], []
+        single = len(m.trees) == 1
         for tree in m.trees:
+            U, L = tree.limits()
             root = p.var(1.0, 1.0)
             stack = [(0, root)]
             while stack:
                 k, q = stack.pop()
                 if tree.left[k] < 0:
                     score_idx.append(q)
-                    score_val.append(float(tree.p1[k]))
+                    score_val.append(float(tree.p1[k] > tree.p0[k]) if single else float(tree.p1[k] - tree.p0[k]))
                     continue
                 c = int(tree.feature[k])
-                u, lo = inst.split(c, float(tree.threshold[k]))
+                u, lo = inst.split(c, (U[k], L[k]))
                 if lo <= inst.lower[c]:  # always right
                     stack.append((int(tree.right[k]), q))
                 elif u >= inst.upper[c]:  # always left
@@ -221,8 +239,10 @@ class MilpBackend:
                     p.row([ql, w], [1.0, 1.0], hi=1.0)
                     p.row([qr, w], [1.0, -1.0], hi=0.0)
                     stack += [(int(tree.left[k]), ql), (int(tree.right[k]), qr)]
-        T = len(m.trees)
-        p.row(score_idx, np.asarray(score_val) / T, 0.5 + inst.margin)
+        if single:  # the leaf decides: accepting leaves carry the unit flow
+            p.row(score_idx, score_val, 1.0)
+        else:
+            p.row(score_idx, np.asarray(score_val) / len(m.trees), self.margin)
 
     def _interval_cuts(self, c: int, us: list[float], ls: list[float], ws: list[int]) -> None:
         """Valid inequalities that price the split indicators directly (the LP bound is 0 without them).
@@ -280,7 +300,7 @@ class MilpBackend:
             h_idx = new_idx
         W, bias = m.weights[-1][:, 0], float(m.biases[-1][0])
         live = [i for i, v in enumerate(h_idx) if v is not None]
-        self.p.row([h_idx[i] for i in live], W[live], inst.margin - bias)
+        self.p.row([h_idx[i] for i in live], W[live], self.margin - bias)
 
     # -- diversity (paper §4.2): OR_j x_j != x^i_j
     def add_diversity(self, prev: np.ndarray) -> None:
@@ -312,11 +332,19 @@ class MilpBackend:
         p.row(terms, np.ones(len(terms)), 1.0)  # no term at all: infeasible, as it should be
 
     def minimize(self, time_limit: float) -> Outcome:
+        """Solve; the point comes with the split cells its binaries chose (``domain.clean`` snaps into them)."""
         # No explicit row d <= budget: the box already holds every point with d <= budget, and HiGHS
         # 1.15 once returned a wrong optimum with that objective-parallel row (tests/test_mace.py).
-        status, sol, bound = self.p.solve(time_limit, self.inst.epsilon, self.inst.seed, self.tol)
-        x = None if sol is None else sol[: len(self.inst.x_hat)]
-        return Outcome(x, status, bound, 1)  # type: ignore[arg-type]
+        inst = self.inst
+        gaps = (inst.epsilon / 2, inst.rel_tol / 2)  # half: the clean-up and a repair may cost a little
+        status, sol, bound = self.p.solve(time_limit, gaps, inst.seed, self.tol)
+        if sol is None:
+            return Outcome(None, status, bound, 1)  # type: ignore[arg-type]
+        cells = {}
+        for c, (us, ls, ws) in self.levels.items():
+            k = int(sum(sol[w] > 0.5 for w in ws))  # levels crossed; the w's are monotone
+            cells[c] = (ls[k - 1] if k else inst.lower[c], us[k] if k < len(us) else inst.upper[c])
+        return Outcome(sol[: len(inst.x_hat)], status, bound - BOUND_SLACK, 1, cells)  # type: ignore[arg-type]
 
 
 def _within(inst: Instance, budget: float) -> Instance:

@@ -5,15 +5,20 @@ regression as a linear inequality, a ReLU MLP with If(z > 0, z, 0) per neuron; t
 Eq. 3 with If-based |.| and 1[changed], linf through an upper-bounding variable; plausibility and
 l0 diversity clauses. Real variables for continuous columns, Int for integer-coded ones (binary
 columns are 0/1 Ints). Algorithm 1 runs a binary search on the distance threshold with one z3
-Solver and push/pop per step, keeping delta_min (last UNSAT threshold) and the best SAT point.
-Strict comparisons use the robust reading of ``domain.py`` (right iff x >= t + eta·R,
-accept iff score >= margin) so both backends solve the same problem.
+Solver and push/pop per step, keeping delta_min (last UNSAT threshold) and the best verified point.
+
+The formula is the relaxed reading of ``domain.py`` (splits exactly as sklearn reads them, the
+float64 gap between U and L excluded; acceptance score >= 0, a single tree per leaf), so every
+UNSAT threshold is a true lower bound in exact rational arithmetic. A SAT point that does not
+verify (a tie, or a point on the boundary that ``repair`` cannot nudge) is replaced by the robust
+reading's point at the same threshold (score >= margin, one more check). The search stops when
+the best verified distance is within max(rel_tol·d, epsilon) of the bound.
 """
 
 from __future__ import annotations
 
 import time
-from fractions import Fraction
+from collections.abc import Callable
 
 import numpy as np
 import z3
@@ -43,7 +48,8 @@ class Z3Backend:
         self.xr = [z3.ToReal(v) if z3.is_int(v) else v for v in self.v]
         self.splits: dict[tuple[int, float], z3.BoolRef] = {}
         self._domain()
-        self.s.add(self._accepts())
+        self.score, self.robust = self._score()
+        self.s.add(self.score >= (1 if inst.single_tree() else 0))
         self.dist = self._distance()
 
     def _domain(self) -> None:
@@ -60,30 +66,36 @@ class Z3Backend:
                 self.s.add(z3.Sum([self.xr[c] for c in r.columns]) == 1)
 
     # -- model formulae
-    def _left(self, c: int, t: float) -> z3.BoolRef:
-        u, lo = self.inst.split(c, t)
+    def _left(self, c: int, limits: tuple[float, float]) -> z3.BoolRef:
+        u, lo = self.inst.split(c, limits)
         key = (c, u)
         if key not in self.splits:
             if self.inst.integral[c]:
                 self.splits[key] = self.xr[c] <= int(u)
             else:
                 self.splits[key] = self.xr[c] <= _q(u)
-                self.s.add(z3.Or(self.xr[c] <= _q(u), self.xr[c] >= _q(lo)))  # no point in the sliver
+                self.s.add(z3.Or(self.xr[c] <= _q(u), self.xr[c] >= _q(lo)))  # no float64 lies between
         return self.splits[key]
 
-    def _tree(self, tree: Tree, k: int = 0) -> z3.ArithRef:
+    def _tree(self, tree: Tree, single: bool, k: int = 0) -> z3.ArithRef:
         if tree.left[k] < 0:
-            return _q(tree.p1[k])
-        c, t = int(tree.feature[k]), float(tree.threshold[k])
-        return z3.If(self._left(c, t), self._tree(tree, int(tree.left[k])), self._tree(tree, int(tree.right[k])))
+            return z3.RealVal(int(tree.p1[k] > tree.p0[k])) if single else _q(tree.p1[k] - tree.p0[k])
+        c = int(tree.feature[k])
+        U, L = tree.limits()
+        return z3.If(self._left(c, (U[k], L[k])), self._tree(tree, single, int(tree.left[k])),
+                     self._tree(tree, single, int(tree.right[k])))
 
-    def _accepts(self) -> z3.BoolRef:
+    def _score(self) -> tuple[z3.ArithRef, z3.BoolRef | None]:
+        """(score, robust acceptance): the relaxed reading is score >= 0 (a single tree: its leaf's
+        verdict >= 1, exact, no robust variant); the robust one score >= margin."""
         m, margin = self.inst.model, _q(self.inst.margin)
         if isinstance(m, TreeEnsemble):
             T = len(m.trees)
-            return z3.Sum([self._tree(t) for t in m.trees]) >= T * (z3.RealVal(Fraction(1, 2)) + margin)
+            score = z3.Sum([self._tree(t, T == 1) for t in m.trees])
+            return score, None if T == 1 else score >= T * margin  # the sum of T trees' P(1) - P(0)
         if isinstance(m, LinearModel):
-            return z3.Sum([_q(w) * x for w, x in zip(m.w, self.xr, strict=True) if w != 0] + [_q(m.b)]) >= margin
+            score = z3.Sum([_q(w) * x for w, x in zip(m.w, self.xr, strict=True) if w != 0] + [_q(m.b)])
+            return score, score >= margin
         if isinstance(m, MLPModel):
             hp = self.xr
             bounds = preactivation_bounds(m, self.inst.lower, self.inst.upper)
@@ -93,7 +105,8 @@ class Z3Backend:
                 hp = [z3.RealVal(0) if z_hi[k] <= 0 else z[k] if z_lo[k] >= 0 else z3.If(z[k] > 0, z[k], 0)
                       for k in range(W.shape[1])]
             W, b = m.weights[-1][:, 0], m.biases[-1][0]
-            return z3.Sum([_q(w) * hk for w, hk in zip(W, hp, strict=True) if w != 0] + [_q(b)]) >= margin
+            score = z3.Sum([_q(w) * hk for w, hk in zip(W, hp, strict=True) if w != 0] + [_q(b)])
+            return score, score >= margin
         raise ValueError(f"model: MACE has no formula for {type(m).__name__}")
 
     # -- Eq. 3
@@ -162,28 +175,68 @@ class Z3Backend:
         self.s.set("timeout", max(1, int(left * 1000)))
         return self.s.check()
 
-    def minimize(self, time_limit: float) -> Outcome:
-        """Algorithm 1: binary search on the distance threshold with accuracy epsilon."""
-        deadline = time.perf_counter() + time_limit
-        res, calls = self._check(deadline), 1  # is there any counterfactual at all?
+    def _sat_point(self, deadline: float, validate: Callable[[np.ndarray], np.ndarray | None],
+                   extra: list[z3.BoolRef]) -> tuple[z3.CheckSatResult, np.ndarray | None, int, float]:
+        """Check the relaxed formula (with ``extra``); on SAT, the verified point, else the robust one.
+
+        Returns (relaxed result, verified point or None, calls made, the relaxed point's distance).
+        """
+        self.s.push()
+        self.s.add(*extra)
+        res, calls, point, d = self._check(deadline), 1, None, np.inf
+        if res == z3.sat:
+            x = self._point()
+            d = float(self.inst.distance(x[None])[0])
+            point = validate(x)
+            if point is None and self.robust is not None:
+                self.s.add(self.robust)
+                calls += 1
+                if self._check(deadline) == z3.sat:
+                    point = validate(self._point())
+        self.s.pop()
+        return res, point, calls, d
+
+    def minimize(self, time_limit: float, validate: Callable[[np.ndarray], np.ndarray | None]) -> Outcome:
+        """Algorithm 1: binary search on the distance threshold until the certificate's tolerance.
+
+        ``validate`` turns a SAT point into a verified counterfactual (or None). The search bisects
+        [delta_min, the least relaxed SAT distance], except that after an UNSAT answer it asks
+        d_best - tolerance when that lies above the midpoint: near the optimum one UNSAT answer
+        there certifies, where bisection would take log2(1 / rel_tol) hard steps (while SAT points
+        come back just below the threshold asked, so asking it first from afar would crawl down by
+        a tolerance per call). It stops when the best verified
+        distance d has d - delta_min <= max(rel_tol·d, epsilon) (certified), or when the relaxed
+        interval is a quarter of that tolerance wide and the verified point still lies above it.
+        """
+        inst, deadline = self.inst, time.perf_counter() + time_limit
+        dist = inst.distance
+        res, best, calls, hi = self._sat_point(deadline, validate, [])  # is there any counterfactual at all?
         if res == z3.unsat:
             return Outcome(None, "infeasible", np.inf, calls)
         if res != z3.sat:
-            return Outcome(None, "unknown", 0.0, calls)
-        best = self._point()
-        d_min, d_max = 0.0, float(self.inst.distance(best[None, :])[0])
-        while d_max - d_min > self.inst.epsilon:
-            mid = (d_min + d_max) / 2
-            self.s.push()
-            self.s.add(self.dist <= _q(mid))
-            res = self._check(deadline)
-            calls += 1
-            if res == z3.sat:
-                best = self._point()
-                d_max = min(mid, float(self.inst.distance(best[None, :])[0]))
-            self.s.pop()
+            return Outcome(None, "unknown", 0.0, calls, why="time limit before any counterfactual was found")
+        lo, last_unsat = 0.0, False
+        while best is None or not inst.certified(float(dist(best[None])[0]), lo):
+            if hi - lo <= inst.tolerance(hi) / 4:
+                break
+            mid = (lo + hi) / 2
+            if best is not None and last_unsat:  # then d_best is likely near-optimal: one UNSAT at
+                d_best = float(dist(best[None])[0])  # d_best - tolerance certifies it at once
+                target = d_best - inst.tolerance(d_best)
+                mid = target if mid < target < hi else mid
+            res, point, n, d = self._sat_point(deadline, validate, [self.dist <= _q(mid)])
+            calls += n
+            last_unsat = res == z3.unsat
             if res == z3.unsat:
-                d_min = mid
-            elif res != z3.sat:
-                return Outcome(best, "feasible", d_min, calls)
-        return Outcome(best, "optimal", d_min, calls)
+                lo = inst.round_bound(mid)
+            elif res == z3.sat:
+                hi = min(mid, d)
+                if point is not None and (best is None or dist(point[None])[0] < dist(best[None])[0]):
+                    best = point
+            else:
+                return Outcome(best, "feasible" if best is not None else "unknown", lo, calls, why="time limit")
+        if best is None:
+            return Outcome(None, "unknown", lo, calls, why="points with score >= 0 exist but none verified, "
+                                                           f"nor any with score >= {inst.margin:g}")
+        status = "optimal" if inst.certified(float(dist(best[None])[0]), lo) else "feasible"
+        return Outcome(best, status, lo, calls)
