@@ -353,3 +353,19 @@ def test_offline_batch_bad_file_is_a_clear_error(run, tmp_path, capsys):
     assert serve.main([str(run), "--model", "table", "--batch-in", str(src), "--batch-out",
                        str(tmp_path / "o.csv")]) == 2
     assert "NaN" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- layering
+def test_no_lower_layer_imports_serving():
+    """serving sits above learners: envs, solvers, data_gen and learners never import it."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    offenders = []
+    for pkg in ("envs", "solvers", "data_gen", "learners"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                offenders += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] == "serving"]
+    assert offenders == []
