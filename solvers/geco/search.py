@@ -1,0 +1,443 @@
+"""GeCo (Schleich et al., "GeCo: Quality Counterfactual Explanations in Real Time"), Algorithm 1.
+
+``GeCo(...).fit(world, D)`` computes the feature groups' active domains in the data set D once;
+``solve(world, x)`` then grounds the PLAF program on the agent, builds the initial population by
+mutating x (``m_init`` values per group), and repeats crossover + mutation (``m_mut`` values per
+group of each candidate) + ``actionCascade``, keeping the ``q`` fittest by Eq. 11
+(``dist`` for counterfactuals, ``dist + 1 + (1 - p)`` otherwise; dist is Eq. 2 in MACE's
+normalization), until the top ``k`` are counterfactuals that survived a generation unchanged.
+
+The model is seen only through batched ``predict_proba`` (one call per generation) unless
+``partial_eval`` is on and the model is one of the project's white-box classes; the population is
+stored in the Δ-representation or the naive listing (``representation``). GeCo is a heuristic:
+it carries no optimality certificate (use MACE for one).
+
+Beyond the paper, ``refine`` (on by default) finishes with a black-box line search on each changed
+numeric feature of the answers, between the agent's value and the answer's, in batched rounds:
+it finds the decision boundary between data values (the paper's active domain is coarse on
+amounts), may leave that domain on numeric columns (never the schema's range, integrality or a
+PLAF rule), and is the paper's ``selectiveMutate`` idea made exhaustive. ``refine=False`` is the
+paper's algorithm.
+"""
+
+from __future__ import annotations
+
+import time
+from itertools import groupby
+from typing import Any, Literal
+
+import numpy as np
+
+from envs.recourse import Recourse
+from solvers.base import Solver
+from solvers.blackbox import CountingModel, check_agent, point_recourse
+from solvers.geco.partial_eval import BlackBox, Evaluator, model_code
+from solvers.geco.plaf import Plaf, default_program
+from solvers.geco.population import REPRESENTATIONS, Population, row_ids
+from solvers.geco.space import PAD, AgentSpace, FeasibleSpace
+from solvers.mace.distance import deltas, mix
+
+Representation = Literal["delta", "listing"]
+
+
+def sample_without_replacement(rng: np.random.Generator, weights: np.ndarray, n: int, m: int) -> np.ndarray:
+    """(n, min(m, len(weights))) indices: per row, m distinct draws weighted by ``weights`` (Gumbel top-m).
+
+    When there are at most m values, every row takes all of them (no draw).
+    """
+    k = len(weights)
+    if k <= m:
+        return np.broadcast_to(np.arange(k), (n, k))
+    keys = np.log(rng.random((n, k), dtype=np.float32)) / weights.astype(np.float32)  # Efraimidis-Spirakis
+    return np.argpartition(keys, k - m, axis=1)[:, k - m:]
+
+
+class GeCo(Solver):
+    """Genetic search for the nearest plausible, feasible counterfactuals of a black-box classifier."""
+
+    name = "geco"
+    exact = False
+
+    def __init__(self, plaf: Plaf | None = None, n_diverse: int = 5, population_size: int = 100,
+                 m_init: int = 20, m_mut: int = 5, alpha: float = 0.0, beta: float = 1.0, gamma: float = 0.0,
+                 max_generations: int = 100, representation: Representation = "delta", partial_eval: bool = True,
+                 refine: bool = True, refine_deltas: int = 20, refine_samples: int = 16, refine_rounds: int = 40,
+                 threshold: float = 0.5,
+                 max_cells: int = 1 << 24, seed: int = 0) -> None:
+        self.plaf = plaf  # PLAF program; None: the world's Appendix A.1 program (Adult, Credit), else none
+        self.n_diverse = n_diverse  # k: counterfactuals returned, and the stopping rule's top-k
+        self.population_size = population_size  # q: candidates kept per generation
+        self.m_init = m_init  # values sampled per group for the initial population
+        self.m_mut = m_mut  # values sampled per group and candidate in each mutation
+        self.alpha = alpha  # Eq. 2 weight of l0 / n
+        self.beta = beta  # Eq. 2 weight of l1 / n (the paper's experiments: l1 only)
+        self.gamma = gamma  # Eq. 2 weight of linf
+        self.max_generations = max_generations  # give up (status "unknown") after this many generations
+        self.representation = representation  # "delta" (Δ-representation) or "listing" (naive full rows)
+        self.partial_eval = partial_eval  # specialise white-box models to the agent (else: black box)
+        self.refine = refine  # line-search the answers' numeric changes towards x (black-box, batched)
+        self.refine_deltas = refine_deltas  # refine the best candidate of this many distinct Δ'
+        self.refine_samples = refine_samples  # probes per changed feature and refinement round
+        self.refine_rounds = refine_rounds  # refinement rounds at most (one model call each)
+        self.threshold = threshold  # counterfactual iff P(accept) > threshold
+        self.max_cells = max_cells  # rows x columns per black-box call at most (memory bound)
+        self.seed = seed  # random seed of the search
+
+    # ----------------------------------------------------------------------------------- fitting
+
+    def _check_params(self) -> None:
+        for name in ("n_diverse", "population_size", "m_init", "m_mut", "max_generations", "refine_deltas",
+                     "refine_samples", "refine_rounds"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
+        if int(self.n_diverse) > int(self.population_size):
+            raise ValueError(f"n_diverse: k = {self.n_diverse} must not exceed population_size q = "
+                             f"{self.population_size}")
+        if self.representation not in REPRESENTATIONS:
+            raise ValueError(f"representation: expected one of {sorted(REPRESENTATIONS)}, got {self.representation!r}")
+        if not 0.0 <= float(self.threshold) < 1.0:
+            raise ValueError(f"threshold: must be in [0, 1), got {self.threshold!r}")
+        w = (self.alpha, self.beta, self.gamma)
+        if min(w) < 0 or abs(sum(w) - 1.0) > 1e-9:
+            raise ValueError(f"alpha, beta, gamma: must be >= 0 and sum to 1 (Eq. 2), got {w}")
+
+    def fit(self, world: Any, data: np.ndarray) -> GeCo:
+        """Compile the PLAF program on the world's schema and compute the active domains of ``data`` (D)."""
+        self._check_params()
+        plaf = default_program(getattr(world, "name", "")) if self.plaf is None else self.plaf
+        self.program_ = plaf.compile(world.schema)
+        self.space_ = FeasibleSpace.build(self.program_, data)
+        self.world_ = world
+        self.code_ = model_code(world.model)
+        return self
+
+    def _check_world(self, world: Any) -> None:
+        if not hasattr(self, "space_"):
+            raise ValueError("GeCo: not fitted; call fit(world, data) first (it needs the data's active domains)")
+        if world.schema != self.world_.schema or world.model is not self.world_.model:
+            raise ValueError(f"world: GeCo was fitted on {getattr(self.world_, 'name', '?')!r}; "
+                             f"fit it on {getattr(world, 'name', '?')!r} first")
+
+    # ----------------------------------------------------------------------------------- solving
+
+    def solve(self, world: Any, x: np.ndarray, **options: Any) -> list[Recourse]:
+        self._check_params()
+        self._check_world(world)
+        t0 = time.perf_counter()
+        x = check_agent(world.schema, x)
+        model = CountingModel(world.model, self.threshold)
+        agent = self.space_.ground(x, (self.alpha, self.beta, self.gamma))
+        method = self.name
+        if model.predict_proba(x[None])[0] > self.threshold:
+            return [point_recourse(world.schema, self.program_.raws, x, x, method=method, distance=0.0, valid=True,
+                                   runtime=time.perf_counter() - t0,
+                                   extra={"reason": "already_positive", "model_calls": model.calls})]
+        specialised = self.code_.specialize(agent) if (self.partial_eval and self.code_ is not None) else None
+        run = _Run(self, agent, specialised or BlackBox(model, self.max_cells), model)
+        answers, status = run.search()
+        extra = {"model_calls": model.calls, "model_rows": model.rows, "generations": run.generations,
+                 "explored": run.explored, "partial_eval": specialised is not None,
+                 "specialised_calls": specialised.calls if specialised else 0,
+                 "representation": self.representation, "refine_rounds": run.refine_rounds,
+                 "seconds": {k: round(v, 6) for k, v in run.seconds.items()}}
+        runtime = time.perf_counter() - t0
+        if not len(answers):
+            reason = ("no counterfactual in the search space (the data's active domain under the PLAF rules)"
+                      if status == "no_recourse" else f"no counterfactual within {self.max_generations} generations")
+            return [Recourse.none(method, status=status, runtime=runtime, reason=reason)]
+        X, proba, dist = answers
+        return [point_recourse(world.schema, self.program_.raws, x, X[i], method=method, distance=dist[i],
+                               valid=bool(proba[i] > self.threshold), runtime=runtime,
+                               extra={"proba": float(proba[i]), "rank": i, **extra}) for i in range(len(X))]
+
+
+class _Run:
+    """One execution of Algorithm 1 for one agent."""
+
+    def __init__(self, geco: GeCo, agent: AgentSpace, evaluator: Evaluator, model: CountingModel) -> None:
+        self.p, self.agent, self.evaluator, self.model = geco, agent, evaluator, model
+        self.rng = np.random.default_rng(geco.seed)
+        self.pop_class = REPRESENTATIONS[geco.representation]
+        self.groups = agent.mutable_groups()
+        self.generations = self.explored = self.refine_rounds = 0
+        self.seconds = {"mutate": 0.0, "crossover": 0.0, "cascade": 0.0, "select": 0.0, "refine": 0.0}
+
+    def _timed(self, part: str, t0: float) -> None:
+        self.seconds[part] += time.perf_counter() - t0
+
+    # ------------------------------------------------------------------------------ operators
+
+    def mutate(self, pop: Population, m: int, born: int) -> list[Population]:
+        """Algorithm 2: m values of every group a candidate has not changed yet, per candidate."""
+        t0 = time.perf_counter()
+        parts = []
+        for g in self.groups:
+            parents = np.flatnonzero(~pop.has_group(g))
+            if not len(parents):
+                continue
+            opts = self.agent.options(g)
+            picks = sample_without_replacement(self.rng, self.agent.space.count[opts], len(parents), m)
+            parts.append(pop.take(np.repeat(parents, picks.shape[1])).with_group(g, opts[picks.ravel()], born))
+        self._timed("mutate", t0)
+        return parts
+
+    def crossover(self, pop: Population, born: int) -> list[Population]:
+        """Algorithm 3: the fittest candidate of each distinct Δ' crossed with that of every other Δ'."""
+        t0 = time.perf_counter()
+        _, first = pop.delta_keys()  # pop is sorted by fitness: first row of a Δ' is its best
+        if len(first) < 2:
+            return []
+        a, b = np.triu_indices(len(first), 1)
+        take_j = self.rng.random((len(a), self.agent.space.n_groups)) < 0.5
+        out = pop.crossover(first[a], first[b], take_j, born)
+        self._timed("crossover", t0)
+        return [out]
+
+    def cascade(self, pop: Population) -> Population:
+        """actionCascade: repair every rule over several groups, in topological order, by resampling its group."""
+        t0 = time.perf_counter()
+        prog, rules = self.agent.space.program, self.agent.rules.rules
+        for target, ids in groupby(prog.cascade, key=lambda i: prog.raw_group(prog.rules[i].defines)):
+            grounded = [rules[i] for i in ids]
+            need = np.zeros(len(pop), bool)
+            for r in grounded:
+                t = r.atoms(pop.column_values(r.cols))
+                need |= t[:, :-1].all(axis=1) & ~t[:, -1]
+            if need.any():
+                keep = pop.take(np.flatnonzero(~need))
+                pop = type(pop).concat([keep, self._repair(pop.take(np.flatnonzero(need)), target, grounded)])
+        self._timed("cascade", t0)
+        return pop
+
+    def _repair(self, pop: Population, target: int, grounded: list) -> Population:
+        """Set group ``target`` to a value (or back to x's) that satisfies every rule defining it."""
+        sp, a = self.agent.space, self.agent
+        cols_g = sp.program.group_cols[target]
+        opts = a.options(target)
+        values = sp.values[opts, :len(cols_g)]
+        weights = sp.count[opts]
+        if a.own_ok[target]:  # going back to x's value is a repair too
+            opts = np.append(opts, PAD)
+            values = np.vstack([values, a.x[cols_g]])
+            weights = np.append(weights, sp.count[a.own[target]] if a.own[target] >= 0 else 1.0)
+        ok = np.ones((len(pop), len(opts)), bool)
+        for r in grounded:
+            V = np.repeat(pop.column_values(r.cols)[:, None, :], len(opts), axis=1)  # (n, options, k)
+            mine = sp.program.col_group[r.cols] == target
+            V[:, :, mine] = values[:, sp.col_offset[r.cols[mine]]][None]
+            t = r.atoms(V.reshape(-1, len(r.cols))).reshape(len(pop), len(opts), -1)
+            ok &= ~t[..., :-1].all(axis=2) | t[..., -1]
+        keys = np.where(ok, np.log(weights) - np.log(-np.log(self.rng.random(ok.shape))), -np.inf)
+        fixable = ok.any(axis=1)
+        choice = opts[keys.argmax(axis=1)]
+        return pop.take(np.flatnonzero(fixable)).with_group(target, choice[fixable], int(pop.born.max(initial=0)))
+
+    def feasible(self, pop: Population) -> Population:
+        """Drop candidates that break a rule (a safeguard: sampling and the cascade already respect them)."""
+        a = self.agent
+        ok = pop.sizes() > 0
+        for g in np.flatnonzero(~a.own_ok):  # x's own value of g breaks g's unary rules: g must change
+            ok &= pop.has_group(g)
+        for i in (*a.space.program.cascade, *a.space.program.constant):
+            r = a.rules.rules[i]
+            ok &= r.holds(pop.column_values(r.cols))
+        return pop.take(np.flatnonzero(ok))
+
+    def select(self, pop: Population) -> Population:
+        """selectFittest: score the new candidates (one batched call), sort by Eq. 11, keep the q best."""
+        t0 = time.perf_counter()
+        new = np.flatnonzero(np.isnan(pop.proba))
+        if len(new):
+            pop.proba[new] = self.evaluator.proba(pop.take(new))
+            self.explored += len(new)
+        valid = pop.proba > self.p.threshold
+        score = pop.distance() + np.where(valid, 0.0, 2.0 - pop.proba)
+        out = pop.take(np.argsort(score, kind="stable")[: int(self.p.population_size)])
+        self._timed("select", t0)
+        return out
+
+    def unique(self, pop: Population) -> Population:
+        _, first = row_ids(pop.identity())
+        return pop.take(np.sort(first))
+
+    # -------------------------------------------------------------------------------- the loop
+
+    def search(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | tuple, str]:
+        p, k = self.p, int(self.p.n_diverse)
+        start = self.pop_class.start(self.agent)
+        if not len(self.groups):
+            return (), "no_recourse"
+        pop = self._next(start, self.mutate(start, int(p.m_init), 0))
+        exhausted = False
+        for gen in range(1, int(p.max_generations) + 1):
+            self.generations = gen
+            cand = self.crossover(pop, gen) + self.mutate(pop, int(p.m_mut), gen)
+            before = self.explored
+            pop = self._next(pop, cand)
+            top = pop.take(np.arange(min(k, len(pop))))
+            if self.explored == before:
+                exhausted = True
+                break
+            if len(top) == k and np.all(top.proba > p.threshold) and np.all(top.born < gen):
+                break
+        valid = np.flatnonzero(pop.proba > p.threshold)
+        if not len(valid):
+            return (), "no_recourse" if exhausted else "unknown"
+        return self.answers(pop.take(valid)), "ok"
+
+    def _next(self, pop: Population, cand: list[Population]) -> Population:
+        """POP := selectFittest(POP ∪ CAND) with CAND cascaded, made feasible and new."""
+        if cand:
+            fresh = self.feasible(self.cascade(self.pop_class.concat(cand)))
+            pop = self.unique(self.pop_class.concat([pop, fresh]))  # POP first: a known candidate stays old
+            pop = pop.take(np.flatnonzero(pop.sizes() > 0))
+        return self.select(pop)
+
+    # ----------------------------------------------------------------------------- the answers
+
+    def distance(self, X: np.ndarray) -> np.ndarray:
+        a = self.agent
+        return mix(deltas(a.space.program.raws, a.x, X), a.weights)
+
+    def changed_groups(self, X: np.ndarray) -> np.ndarray:
+        """(n, G) bool: the groups each full row changes."""
+        a = self.agent
+        return np.column_stack([(X[:, c] != a.x[c]).any(axis=1) for c in a.space.program.group_cols])
+
+    def answers(self, pop: Population) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The k best counterfactuals, re-scored by the black box, best first, distinct Δ' first.
+
+        With ``refine``, the best candidate of each of the ``refine_deltas`` fittest distinct Δ' is
+        line-searched towards x first (different Δ' reach different local optima).
+        """
+        k = int(self.p.n_diverse)
+        X = pop.rows()
+        if self.p.refine:
+            t0 = time.perf_counter()
+            _, heads = pop.delta_keys()  # pop is sorted: the first row of a Δ' is its fittest
+            heads = heads[: int(self.p.refine_deltas)]
+            X = np.vstack([self.refined(X[heads]), np.delete(X, heads, axis=0)])
+            self._timed("refine", t0)
+        _, first = row_ids(X)
+        X = X[np.sort(first)]
+        X = X[np.argsort(self.distance(X), kind="stable")]
+        _, distinct = row_ids(self.changed_groups(X))  # the nearest row of each Δ', nearest first
+        X = X[np.concatenate([np.sort(distinct), np.setdiff1d(np.arange(len(X)), distinct)])[:k]]
+        X = X[np.argsort(self.distance(X), kind="stable")]
+        proba = self.model.predict_proba(X)  # the black box has the last word
+        bad = self.agent.rules.violations(X)
+        if bad.any():
+            raise AssertionError(f"GeCo produced a counterfactual breaking {self.agent.rules.broken(X[bad > 0][:1])}")
+        keep = np.flatnonzero(proba > self.p.threshold)  # a specialised model may round the other way
+        return X[keep], proba[keep], self.distance(X)[keep]
+
+    def refined(self, X: np.ndarray) -> np.ndarray:
+        """Local search of the answers towards x, one batched black-box call per round.
+
+        Each round, every answer tries (i) x's value for each changed group; (ii) for numeric and
+        ordinal single-column groups, ``refine_samples`` probes on the segment between its value
+        and the nearest value known to fail (initially x's own), integers on integer columns, down
+        to 1e-6 of the range; for other groups, the cheapest data values; and, once no segment of
+        the answer is open, (iii) trades: one changed group back to x's value while a numeric one
+        moves further (a geometric ladder of steps), which reaches single-feature optima that
+        coordinate moves cannot. The answer takes the probe that lowers its distance most; the
+        search stops when a round learns nothing.
+        """
+        a = self.agent
+        X = X.copy()
+        lo: dict[tuple[int, int], float] = {}  # (answer, column) -> value on x's side known to fail
+        for _ in range(int(self.p.refine_rounds)):
+            probes, owner = self._probes(X, lo)
+            if not probes:
+                break
+            self.refine_rounds += 1
+            P = np.array(probes)
+            ok = a.rules.violations(P) == 0
+            valid = np.zeros(len(P), bool)
+            valid[ok] = self.model.predict_proba(P[ok]) > self.p.threshold
+            dist, base = self.distance(P), self.distance(X)
+            best: dict[int, int] = {}  # answer -> its best probe
+            segs: dict[tuple[int, int], list[tuple[float, bool]]] = {}
+            for n, (i, c, v) in enumerate(owner):
+                if valid[n] and dist[n] < base[i] - 1e-15 and (i not in best or dist[n] < dist[best[i]]):
+                    best[i] = n
+                if c >= 0:
+                    segs.setdefault((i, c), []).append((v, bool(valid[n])))
+            learned = False
+            for (i, c), seen in segs.items():  # the failing probe nearest the first passing one
+                gap = [abs(v - a.x[c]) for v, passed in seen if passed]
+                limit = min(gap) if gap else abs(X[i, c] - a.x[c])
+                failing = [v for v, passed in seen if not passed and abs(v - a.x[c]) < limit]
+                if failing:
+                    lo[(i, c)] = max(failing, key=lambda v, c=c: abs(v - a.x[c]))
+                    learned = True
+            for i, n in best.items():
+                X[i] = P[n]
+            if not best and not learned:
+                break
+        return X
+
+    def _probes(self, X: np.ndarray, lo: dict[tuple[int, int], float]) -> tuple[list, list]:
+        """The probe rows of one refinement round and their (answer, segment column or -1, value)."""
+        a, sp = self.agent, self.agent.space
+        prog, schema, m = sp.program, sp.program.schema, int(self.p.refine_samples)
+        probes, owner = [], []
+        for i, row in enumerate(X):
+            changed = [g for g, c in enumerate(prog.group_cols) if not np.array_equal(row[c], a.x[c])]
+            ordered = {g: int(prog.group_cols[g][0]) for g in changed if self._ordered(g)}
+            reverted = {}
+            for g in changed:
+                reverted[g] = row.copy()
+                reverted[g][prog.group_cols[g]] = a.x[prog.group_cols[g]]
+                probes.append(reverted[g])
+                owner.append((i, -1, np.nan))
+            segments = {g: self._segment(schema.features[c], lo.get((i, c), a.x[c]), row[c], m)
+                        for g, c in ordered.items()}
+            for g, c in ordered.items():
+                for v in segments[g]:
+                    probes.append(np.where(np.arange(len(row)) == c, v, row))
+                    owner.append((i, c, v))
+            for g in set(changed) - set(ordered):
+                cols, opts = prog.group_cols[g], a.options(g)
+                now = self.distance(row[None])[0] - self.distance(reverted[g][None])[0]
+                cost = a.entry_cost(opts)
+                for e in opts[np.argsort(cost, kind="stable")][:m][np.sort(cost)[:m] < now - 1e-12]:
+                    probe = row.copy()
+                    probe[cols] = sp.values[e, :len(cols)]
+                    probes.append(probe)
+                    owner.append((i, -1, np.nan))
+            if not any(len(v) for v in segments.values()):  # converged: trades
+                for h, c in ordered.items():
+                    for g in changed:
+                        for v in (self._ladder(schema.features[c], a.x[c], row[c], m) if g != h else ()):
+                            probes.append(np.where(np.arange(len(row)) == c, v, reverted[g]))
+                            owner.append((i, -1, np.nan))
+        return probes, owner
+
+    def _ordered(self, g: int) -> bool:
+        """A single numeric or ordinal column: searched on a line."""
+        cols = self.agent.space.program.group_cols[g]
+        return len(cols) == 1 and self.agent.space.program.schema.features[cols[0]].kind in ("numeric", "ordinal")
+
+    @staticmethod
+    def _segment(f: Any, lo: float, v: float, m: int) -> np.ndarray:
+        """Up to m probe values strictly between ``lo`` (fails) and ``v`` (passes)."""
+        if f.integer or f.kind == "ordinal":
+            step = 1.0 if v > lo else -1.0
+            inner = np.arange(lo + step, v, step)
+            if len(inner) > m:
+                inner = np.unique(np.round(np.linspace(lo, v, m + 2)[1:-1]))
+                inner = inner[(inner - lo) * (v - inner) > 0]
+            return inner
+        if abs(v - lo) <= 1e-6 * (f.upper - f.lower):
+            return np.zeros(0)
+        return lo + (v - lo) * np.arange(1, m + 1) / (m + 1)
+
+    @staticmethod
+    def _ladder(f: Any, x: float, v: float, m: int) -> np.ndarray:
+        """Up to m values beyond ``v`` away from ``x``: steps of |v - x| times 2^-8 ... 2^4, within range."""
+        out = v + np.sign(v - x) * abs(v - x) * np.exp2(np.linspace(-8.0, 4.0, m))
+        out = np.clip(out, f.lower, f.upper)
+        if f.integer or f.kind == "ordinal":
+            out = np.round(out)
+        return np.unique(out[out != v])
