@@ -3,6 +3,7 @@
     python serve.py runs/NAME [--model NAME] [--filter all] [--seed 0] [--host 127.0.0.1] [--port 8000]
                     [--fallback-budget-ms 50] [--max-batch 10000]
     python serve.py runs/NAME --batch-in agents.csv --batch-out out.parquet
+    python serve.py runs/NAME --batch-in big.parquet --batch-out out.parquet --ray auto [--chunk-size 50000]
 
 Every answer is verified against the run's world; an invalid generated answer is replaced by the
 exact set-cover solver within the fallback budget (status "unknown" past it). API docs at /docs.
@@ -12,7 +13,8 @@ import argparse
 import logging
 import sys
 
-from serving.batch import recommend_file
+from data_gen.compute import ComputeConfig
+from serving.batch import recommend_file, recommend_parquet
 from serving.service import InputError, RecommendationService, ServiceError
 
 SERVER_BUDGET_MS = 50.0
@@ -33,10 +35,19 @@ def main(argv=None) -> int:
     p.add_argument("--batch-in", default=None, help="offline: CSV/Parquet of agents (f0..f{n-1} or list column x; "
                                                     "optional group)")
     p.add_argument("--batch-out", default=None, help="offline: where to write the answers (.csv or .parquet)")
+    p.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="offline, Parquet in and out: one Ray task per chunk of the input's row groups, on the "
+                        "cluster at ADDRESS ('auto', 'ray://host:port', or 'local' to start one here)")
+    p.add_argument("--ray-workers", type=int, default=2, help="CPUs of a Ray instance started with --ray local")
+    p.add_argument("--chunk-size", type=int, default=50_000, help="agents per chunk with --ray")
+    p.add_argument("--work-dir", default=None,
+                   help="finished chunks with --ray (a rerun resumes from them; default: BATCH_OUT.chunks)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
     if (args.batch_in is None) != (args.batch_out is None):
         p.error("--batch-in and --batch-out go together")
+    if args.ray and not args.batch_in:
+        p.error("--ray is for offline batches (--batch-in/--batch-out)")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     budget_ms = args.fallback_budget_ms
     if budget_ms is None:
@@ -45,7 +56,13 @@ def main(argv=None) -> int:
     try:
         if args.batch_in:
             svc = RecommendationService(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
-            counts = recommend_file(svc, args.batch_in, args.batch_out)
+            if args.ray:
+                compute = ComputeConfig(backend="ray", address=None if args.ray == "local" else args.ray,
+                                        n_workers=args.ray_workers, chunk_size=args.chunk_size)
+                counts = recommend_parquet(svc, args.batch_in, args.batch_out,
+                                           args.work_dir or f"{args.batch_out}.chunks", compute=compute)
+            else:
+                counts = recommend_file(svc, args.batch_in, args.batch_out)
             print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
             return 0
         from serving.app import create_app  # FastAPI: the "serve" extra, not needed offline

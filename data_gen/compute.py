@@ -76,8 +76,12 @@ def finished_chunks(work_dir: str | Path, n_chunks: int) -> list[int]:
 
 def run_chunks(task: ChunkTask, shared: Any, chunks: Sequence[Any], work_dir: str | Path, *,
                compute: ComputeConfig | None = None, sizes: Sequence[int] | None = None,
-               desc: str = "chunks", unit: str = "agent", progress: bool = True) -> list[ChunkResult]:
+               desc: str = "chunks", unit: str = "agent", progress: bool = True,
+               keep_results: bool = True) -> list[ChunkResult]:
     """Run ``task(shared, chunk)`` on every chunk not yet in ``work_dir``; return all results in order.
+
+    ``keep_results=False`` returns nothing: the caller streams the chunk files itself (results
+    larger than memory).
 
     ``task`` must be a module-level function (it is pickled to the workers) and deterministic;
     ``shared`` (the world and the solver) is sent to each worker once. ``sizes`` (rows per
@@ -115,6 +119,8 @@ def run_chunks(task: ChunkTask, shared: Any, chunks: Sequence[Any], work_dir: st
                 finish(i, task(shared, chunks[i]))
     finally:
         bar.close()
+    if not keep_results:
+        return []
     return [load_chunk(chunk_path(work_dir, i)) for i in range(len(chunks))]
 
 

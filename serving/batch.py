@@ -3,17 +3,27 @@
 The same code path as ``/recommend/batch`` (:meth:`RecommendationService.recommend_records`),
 so a file answered offline matches what the HTTP service answers for the same agents; used by
 ``serve.py --batch-in ... --batch-out ...``.
+
+``recommend_parquet`` handles a Parquet file too large for one machine: its row groups are
+chunks of ``data_gen.compute.run_chunks`` (Ray tasks with ``--ray ADDRESS``), each read and
+answered by a worker that loads the run once, checkpointed as it finishes (a rerun resumes),
+and streamed into the output Parquet one chunk at a time. The run directory and the input must
+be readable from every node (a shared filesystem) on a multi-node cluster.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from data_gen.compute import ComputeConfig, chunk_path, load_chunk, run_chunks
 from serving.service import InputError, RecommendationService
 
 
@@ -33,6 +43,11 @@ def _read_agents(path: Path, n_features: int, feature_names: list[str]) -> tuple
         if isinstance(err, InputError):
             raise
         raise InputError(f"batch-in: cannot read {path} ({err})") from None
+    return _agents_of_frame(df, n_features, feature_names)
+
+
+def _agents_of_frame(df: pd.DataFrame, n_features: int, feature_names: list[str]) -> tuple[Any, Any]:
+    """Rows and groups of a frame of agents (columns f0..f{n-1}, the feature names, or a list column x)."""
     if "x" in df.columns:
         try:
             rows = [json.loads(v) if isinstance(v, str) else list(v) for v in df["x"]]
@@ -63,18 +78,7 @@ def recommend_file(svc: RecommendationService, in_path: str | Path, out_path: st
         raise InputError(f"batch-out: {out_path} must be .csv or .parquet")
     rows, groups = _read_agents(in_path, svc.world.n_features, svc.world.feature_names)
     records = svc.recommend_records(rows, groups, "x", "group")
-    table = pd.DataFrame({
-        "agent": np.arange(len(records)),
-        "status": [r["status"] for r in records],
-        "action_ids": [[a["id"] for a in r["actions"]] for r in records],
-        "actions": [[a["name"] for a in r["actions"]] for r in records],
-        "cost": [r["cost"] for r in records],
-        "confidence": [r["confidence"] for r in records],
-        "verified": [r["verified"] for r in records],
-        "method": [r["method"] for r in records],
-        "optimal": pd.array([r["optimal"] for r in records], dtype="boolean"),
-        "budget_exceeded": [r["budget_exceeded"] for r in records],
-    })
+    table = _answers_frame(records)
     if groups is not None:
         table.insert(1, "group", groups)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,3 +89,117 @@ def recommend_file(svc: RecommendationService, in_path: str | Path, out_path: st
     else:
         table.to_parquet(out_path, index=False)
     return table["status"].value_counts().to_dict()
+
+
+def _answers_frame(records: list[dict[str, Any]], first_agent: int = 0) -> pd.DataFrame:
+    """One output row per answer (the columns of every batch output file)."""
+    return pd.DataFrame({
+        "agent": np.arange(first_agent, first_agent + len(records)),
+        "status": [r["status"] for r in records],
+        "action_ids": [[a["id"] for a in r["actions"]] for r in records],
+        "actions": [[a["name"] for a in r["actions"]] for r in records],
+        "cost": [r["cost"] for r in records],
+        "confidence": [r["confidence"] for r in records],
+        "verified": [r["verified"] for r in records],
+        "method": [r["method"] for r in records],
+        "optimal": pd.array([r["optimal"] for r in records], dtype="boolean"),
+        "budget_exceeded": [r["budget_exceeded"] for r in records],
+    })
+
+
+# ---------------------------------------------------------------- large Parquet files, chunked (Ray)
+
+_OUTPUT_TYPES = {c: pa.field(c, t) for c, t in [
+    ("agent", pa.int64()), ("group", pa.int64()), ("status", pa.string()), ("action_ids", pa.list_(pa.int64())),
+    ("actions", pa.list_(pa.string())), ("cost", pa.float64()), ("confidence", pa.float64()),
+    ("verified", pa.bool_()), ("method", pa.string()), ("optimal", pa.bool_()), ("budget_exceeded", pa.bool_())]}
+
+
+@functools.lru_cache(maxsize=4)
+def _worker_service(options: tuple) -> RecommendationService:
+    """The service of a run, loaded once per worker process (a chunk task reuses it)."""
+    run_dir, model, rule, seed, budget_s, max_batch = options
+    return RecommendationService(run_dir, model, rule, seed, budget_s, max_batch)
+
+
+def _recommend_chunk(shared: tuple, chunk: tuple[int, int, int]) -> dict[str, np.ndarray]:
+    """Answer the rows ``[start, stop)`` of one row group of the input (a chunk task)."""
+    options, in_path = shared
+    row_group, start, stop = chunk
+    svc = _worker_service(options)
+    df = pq.ParquetFile(in_path).read_row_group(row_group).slice(start, stop - start).to_pandas()
+    rows, groups = _agents_of_frame(df, svc.world.n_features, svc.world.feature_names)
+    records = svc.recommend_records(rows, groups, "x", "group")
+    width = max([len(r["actions"]) for r in records] + [1])
+    ids = np.full((len(records), width), -1, np.int64)
+    for i, r in enumerate(records):
+        ids[i, : len(r["actions"])] = [a["id"] for a in r["actions"]]
+    opt = np.array([-1 if r["optimal"] is None else int(r["optimal"]) for r in records], np.int8)
+    return {"status": np.array([r["status"] for r in records], dtype="U32"), "action_ids": ids,
+            "cost": np.array([np.nan if r["cost"] is None else r["cost"] for r in records], float),
+            "confidence": np.array([np.nan if r["confidence"] is None else r["confidence"] for r in records], float),
+            "verified": np.array([r["verified"] for r in records], bool),
+            "method": np.array([r["method"] for r in records], dtype="U64"), "optimal": opt,
+            "budget_exceeded": np.array([r["budget_exceeded"] for r in records], bool),
+            "group": np.full(len(records), -1, np.int64) if groups is None else np.asarray(groups, np.int64)}
+
+
+def recommend_parquet(svc: RecommendationService, in_path: str | Path, out_path: str | Path, work_dir: str | Path, *,
+                      compute: ComputeConfig | None = None, chunk_size: int = 50_000,
+                      progress: bool = True) -> dict[str, int]:
+    """Recommend for every agent of a large Parquet file in chunks (local or Ray), resumable from ``work_dir``.
+
+    Each worker loads the run of ``svc`` itself and verifies every answer as the HTTP service
+    does; the output has the columns of :func:`recommend_file`, written one chunk at a time.
+    """
+    in_path, out_path = Path(in_path), Path(out_path)
+    if in_path.suffix.lower() not in (".parquet", ".pq") or out_path.suffix.lower() not in (".parquet", ".pq"):
+        raise InputError("batch: chunked recommendation reads and writes Parquet (.parquet)")
+    if not in_path.exists():
+        raise InputError(f"batch-in: {in_path} does not exist")
+    try:
+        meta = pq.ParquetFile(in_path).metadata
+        has_group = "group" in pq.ParquetFile(in_path).schema_arrow.names
+    except (OSError, pa.ArrowException) as err:
+        raise InputError(f"batch-in: cannot read {in_path} ({err})") from None
+    compute = compute or ComputeConfig()
+    size = compute.chunk_size or chunk_size
+    chunks = [(g, s, min(s + size, meta.row_group(g).num_rows))
+              for g in range(meta.num_row_groups) for s in range(0, meta.row_group(g).num_rows, size)]
+    options = (str(Path(svc.run_dir).resolve()), svc.model_name, svc.rule, svc.seed, svc.fallback_budget_s,
+               svc.max_batch)
+    work_dir = Path(work_dir)
+    run_chunks(_recommend_chunk, (options, str(in_path.resolve())), chunks, work_dir, compute=compute,
+               sizes=[e - s for _, s, e in chunks], desc="batch recommendations", progress=progress,
+               keep_results=False)
+    items = svc.action_items
+    counts: dict[str, int] = {}
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    writer = None
+    first = 0
+    try:
+        for i in range(len(chunks)):  # one chunk in memory at a time
+            part = load_chunk(chunk_path(work_dir, i))
+            sets = [[int(a) for a in row if a >= 0] for row in part["action_ids"]]
+            records = [{"status": str(st), "actions": [items[a] for a in ids], "cost": c, "confidence": cf,
+                        "verified": bool(v), "method": str(m), "optimal": None if o < 0 else bool(o),
+                        "budget_exceeded": bool(b)}
+                       for st, ids, c, cf, v, m, o, b in zip(part["status"], sets, part["cost"], part["confidence"],
+                                                              part["verified"], part["method"], part["optimal"],
+                                                              part["budget_exceeded"], strict=True)]
+            table = _answers_frame(records, first)
+            if has_group:
+                table.insert(1, "group", part["group"])
+            first += len(records)
+            for k, v in table["status"].value_counts().items():
+                counts[k] = counts.get(k, 0) + int(v)
+            schema = pa.schema([_OUTPUT_TYPES[c] for c in table.columns])
+            arrow = pa.Table.from_pandas(table, schema=schema, preserve_index=False)
+            writer = writer or pq.ParquetWriter(tmp, arrow.schema)
+            writer.write_table(arrow)
+    finally:
+        if writer is not None:
+            writer.close()
+    tmp.replace(out_path)
+    return counts
