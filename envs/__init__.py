@@ -1,4 +1,5 @@
-"""The world model and the Gymnasium environments; importing it registers ``recourse/SetCover-v0``."""
+"""The world model and the Gymnasium environments; importing it registers ``recourse/SetCover-v0``
+and ``recourse/Sequential-v0``."""
 
 from gymnasium.envs.registration import register, registry
 
@@ -10,3 +11,6 @@ __all__ = ["CapabilityWorld", "Recourse", "SetCoverEnv"]
 
 if "recourse/SetCover-v0" not in registry:
     register(id="recourse/SetCover-v0", entry_point="envs.setcover_env:SetCoverEnv")
+
+if "recourse/Sequential-v0" not in registry:
+    register(id="recourse/Sequential-v0", entry_point="envs.sequential_env:SequentialEnv")

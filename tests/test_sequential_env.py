@@ -1,0 +1,181 @@
+"""recourse/Sequential-v0: spaces, masks, rewards = the world's (and the sequencer's) prices,
+termination/truncation, determinism, gymnasium's and sb3's check_env, the stored default worlds."""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envs  # noqa: F401  (registers the environments)
+from envs.sequential_env import (
+    DEFAULT_WORLDS_DIR,
+    FlatGrid,
+    SequentialEnv,
+    candidates,
+    default_world,
+    save_default_world,
+)
+
+
+@pytest.fixture(scope="module", params=["adult", "german"])
+def env(request) -> SequentialEnv:
+    return SequentialEnv(request.param)
+
+
+def _play(env: SequentialEnv, seed: int, rng: np.random.Generator) -> tuple[np.ndarray, list, float, dict]:
+    obs, info = env.reset(seed=seed)
+    x0, total, done = env._x.copy(), 0.0, False
+    while not done:
+        k = int(rng.choice(np.flatnonzero(env.action_masks())))
+        obs, r, term, trunc, info = env.step(k)
+        total += r
+        done = term or trunc
+    return x0, info["steps"], total, info
+
+
+def test_make_defaults():
+    e = gym.make("recourse/Sequential-v0")
+    assert e.unwrapped.world.name == "adult"
+    g = gym.make("recourse/Sequential-v0", world="german").unwrapped
+    assert g.world.name == "german" and g.action_space.n == int(g.world.grid_sizes.sum())
+    with pytest.raises(ValueError, match="unknown default"):
+        SequentialEnv("compas")
+    w, X = default_world("adult")
+    with pytest.raises(ValueError, match="agents: required"):
+        SequentialEnv(w)
+    with pytest.raises(ValueError, match="already accepted"):
+        SequentialEnv(w, agents=np.concatenate([X[:2], _accepted_row(w)]))
+
+
+def _accepted_row(world):
+    _, X = default_world(world.name)
+    x = X[:1].copy()
+    j = world.schema.index["capital-gain"]
+    x[0, j] = 99_000
+    assert world.accepts(x)[0]
+    return x
+
+
+def test_spaces_and_masks(env):
+    w = env.world
+    K = int(w.grid_sizes.sum())
+    obs, info = env.reset(seed=1)
+    assert env.action_space.n == K and obs.shape == (w.n_features + w.n_actions + 1,) and obs in env.observation_space
+    grid = env.grid
+    m = env.action_masks()
+    assert m.shape == (K,) and m.any() and np.array_equal(m, info["action_mask"])
+    # the mask is exactly: conditions hold and the state changes (every action unused at reset)
+    for k in range(K):
+        t = w.transition(env._x[None], int(grid.action[k]), np.array([grid.value[k]]))
+        assert m[k] == bool(t.ok[0] and (t.states[0] != env._x).any())
+    # the flat index round-trips to (action, value)
+    for k in range(0, K, 7):
+        a = int(grid.action[k])
+        assert grid.index(w, a, None if not w.actions[a].valued else grid.value[k]) == k
+    # a used action is masked afterwards
+    k = int(np.flatnonzero(m)[0])
+    _, _, term, _, info = env.step(k)
+    if not term:
+        a = grid.action[k]
+        assert not env.action_masks()[grid.offsets[a]: grid.offsets[a + 1]].any()
+
+
+def test_rewards_equal_world_prices(env):
+    rng = np.random.default_rng(0)
+    for seed in range(8):
+        x0, steps, total, info = _play(env, seed, rng)
+        r = env.world.evaluate(x0, steps)
+        assert -total == pytest.approx(r.cost, rel=1e-12, abs=1e-12) == pytest.approx(info["cost"])
+        assert info["is_success"] == r.valid
+
+
+def test_rewards_equal_sequencer_prices(env):
+    from solvers.sequential import BRKGASequencer
+
+    solver = BRKGASequencer(pop_size=60, n_offspring=40, n_mutants=20, n_generations=5, polish=2)
+    for i in range(3):
+        x = env.agents[i]
+        for r in solver.solve(env.world, x)[:3]:
+            if not r.found:
+                continue
+            env.reset(options={"agent": x})
+            total, term = 0.0, False
+            for a, (_, v) in zip(r.action_ids, r.steps, strict=True):
+                _, rew, term, _, _ = env.step(env.grid.index(env.world, a, v))
+                total += rew
+            assert term and -total == pytest.approx(r.cost, rel=1e-12, abs=1e-12)
+
+
+def test_termination_truncation_and_invalid():
+    w, X = default_world("adult")
+    e = SequentialEnv(w, agents=X, max_steps=1, invalid_action_penalty=3.0)
+    e.reset(seed=0)
+    masked = np.flatnonzero(~e.action_masks())
+    k_bad = int(masked[0]) if len(masked) else None
+    if k_bad is not None:
+        _, r, term, trunc, info = e.step(k_bad)
+        assert r == -3.0 and info["invalid_action"] and trunc and not term
+    # a cheapest accepting single step terminates
+    e = SequentialEnv(w, agents=X)
+    e.reset(options={"index": 0})
+    c = candidates(w, e.grid, e._x[None], np.zeros((1, w.n_actions), bool))
+    acc = np.flatnonzero(c.accepted[0])
+    assert len(acc)
+    _, r, term, trunc, info = e.step(int(acc[np.argmin(c.cost[0, acc])]))
+    assert term and not trunc and info["is_success"]
+    # a step that does not accept, with a budget of one step, truncates
+    e = SequentialEnv(w, agents=X, max_steps=1)
+    e.reset(options={"index": 0})
+    rej = np.flatnonzero(c.mask[0] & ~c.accepted[0])
+    _, _, term, trunc, _ = e.step(int(rej[0]))
+    assert trunc and not term
+    with pytest.raises(ValueError, match="action"):
+        e.step(10_000)
+
+
+def test_determinism(env):
+    runs = []
+    for _ in range(2):
+        rng = np.random.default_rng(5)
+        out = [_play(env, s, rng) for s in (3, 4)]
+        runs.append([(x0.tolist(), steps, total) for x0, steps, total, _ in out])
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("features", [False, True])
+def test_check_env(features):
+    from gymnasium.utils.env_checker import check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    for name in ("adult", "german"):
+        e = SequentialEnv(name, candidate_features=features)
+        check_env(e, skip_render_check=True)
+        sb3_check_env(e, warn=True)
+        obs, _ = e.reset(seed=0)
+        assert obs in e.observation_space
+
+
+def test_flat_grid_sizes():
+    w, _ = default_world("german")
+    g = FlatGrid.of(w)
+    assert g.size == int(w.grid_sizes.sum()) and g.offsets[-1] == g.size
+    assert np.isnan(g.value[g.offsets[w.action_id("Naturalize")]])
+
+
+@pytest.mark.parametrize("name,n", [("adult", 200), ("german", 197)])
+def test_default_worlds_regenerate(name, n, tmp_path):
+    """The stored default worlds are what data_gen builds (write them anew with RECOURSE_WRITE_ENV_DEFAULTS=1)."""
+    from data_gen.sequential_worlds import build_sequential, rejected_agents
+
+    built = build_sequential(name)
+    X = rejected_agents(built, n, split="all", seed=0)
+    path = tmp_path / f"{name}.json"
+    save_default_world(path, built.world, X)
+    if os.environ.get("RECOURSE_WRITE_ENV_DEFAULTS"):
+        save_default_world(DEFAULT_WORLDS_DIR / f"{name}.json", built.world, X)
+    world, agents = default_world(name)
+    assert world.fingerprint() == built.world.fingerprint()
+    np.testing.assert_array_equal(agents, X)
