@@ -1,7 +1,7 @@
 """Labelling throughput on Ray with 1 and 2 workers per labeller, and a projection to 10^6 / 10^8 agents.
 
-    python benchmarks/scale.py [--labellers setcover mace] [--setcover-agents N] [--mace-agents N]
-                               [--workers 1 2] [--address auto] [--out results.json]
+    python benchmarks/scale.py [--labellers setcover mace sequencer] [--setcover-agents N] [--mace-agents N]
+                               [--sequencer-agents N] [--workers 1 2] [--address auto] [--out results.json]
 
 For each labeller the same agents are labelled three ways in one run: in this process (the
 local backend, the baseline), and as Ray tasks on a local instance with 1 and with 2 worker
@@ -75,10 +75,28 @@ def mace_labeller(agents: int) -> tuple[Callable[[Path, ComputeConfig], Any], in
     return run, chunk, {"world": "adult/forest", "agents": len(X)}
 
 
+def sequencer_labeller(agents: int) -> tuple[Callable[[Path, ComputeConfig], Any], int, dict]:
+    """The BRKGA sequencer with the CSCF settings on the Adult sequential world (chunks of 2 agents)."""
+    from data_gen.sequence_labels import label_sequences
+    from data_gen.sequential_worlds import build_sequential, rejected_agents
+    from solvers.sequential import BRKGASequencer
+
+    built = build_sequential("adult")
+    X = rejected_agents(built, agents, seed=0)
+    chunk = 2
+
+    def run(work: Path, compute: ComputeConfig) -> Any:
+        labels = label_sequences(built.world, X, work, BRKGASequencer(), chunk_size=chunk, progress=False,
+                                 compute=compute)
+        return np.concatenate([labels.cost, np.nan_to_num(labels.values).ravel(), labels.actions.ravel()])
+
+    return run, chunk, {"world": "adult (cscf), BRKGA 500/150", "agents": len(X)}
+
+
 LABELLERS: dict[str, Callable[[int], tuple[Callable[[Path, ComputeConfig], Any], int, dict]]] = {
-    "setcover": setcover_labeller, "mace": mace_labeller,
+    "setcover": setcover_labeller, "mace": mace_labeller, "sequencer": sequencer_labeller,
 }
-DEFAULT_AGENTS = {"setcover": 100_000, "mace": 60}
+DEFAULT_AGENTS = {"setcover": 100_000, "mace": 60, "sequencer": 12}
 
 
 def measure(name: str, agents: int, workers: list[int], address: str | None) -> dict[str, Any]:

@@ -71,6 +71,20 @@ def test_mace_labels_on_ray_are_identical(tmp_path, compas):
         np.testing.assert_array_equal(getattr(remote, field), getattr(local, field))
 
 
+def test_sequence_labels_on_ray_are_identical(tmp_path):
+    from data_gen.sequence_labels import label_sequences
+    from data_gen.sequential_worlds import build_sequential, rejected_agents
+    from solvers.sequential import BRKGASequencer
+
+    built = build_sequential("german", cache_dir=tmp_path / "cache")
+    X = rejected_agents(built, 4, seed=0)
+    solver = BRKGASequencer(pop_size=40, n_offspring=30, n_mutants=10, n_generations=5, polish=0, seed=0)
+    local = label_sequences(built.world, X, tmp_path / "local", solver, chunk_size=2, n_jobs=1, progress=False)
+    remote = label_sequences(built.world, X, tmp_path / "ray", solver, chunk_size=2, progress=False, compute=RAY)
+    for field in ("status", "cost", "actions", "values", "front_size", "front_agent", "front_cost"):
+        np.testing.assert_array_equal(getattr(remote, field), getattr(local, field))
+
+
 def test_killed_worker_is_retried_and_nothing_is_lost(tmp_path):
     chunks = [np.arange(s, e) for s, e in chunk_bounds(12, 4)]
     marker = tmp_path / "killed"
