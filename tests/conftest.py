@@ -29,3 +29,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                   for r in skipped[:20]]
         print("\n" + "\n".join(lines))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local 2-CPU Ray instance for one test module: its workers (and what they load) are reused."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

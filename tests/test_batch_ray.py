@@ -15,14 +15,7 @@ from serving.service import InputError, RecommendationService
 from tests.serving_run import table_generator_registered, train_run
 
 ray = pytest.importorskip("ray")  # the ray extra; CI installs it
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    """One Ray instance for the module: its workers load the run (and compile the fallback) once."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
 @pytest.fixture(scope="module")

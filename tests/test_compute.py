@@ -21,17 +21,11 @@ from solvers.mace import MACE
 from tests.chunk_tasks import die_once, square
 
 ray = pytest.importorskip("ray")  # the ray extra; CI installs it
+pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = dict(n_features=10, n_actions=20, n_agents=3000, seed=3, chunk_size=500)
 RAY = ComputeConfig(backend="ray", n_workers=2)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
