@@ -18,7 +18,7 @@ from envs.models import LinearModel, MLPModel, SklearnOracle, from_sklearn, spli
 from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
 from solvers.mace import MACE, distance, norm_weights
-from solvers.mace.domain import plausible_box
+from solvers.mace.domain import descend, plausible_box, problems
 
 MODELS = ("tree", "forest", "lr", "mlp")
 NORMS = ("zero", "one", "infty")
@@ -562,3 +562,21 @@ def test_relative_certificate_credit_agent_4(real_forests):
         _assert_counterfactual(world, x, r)
         assert r.optimal and r.cost <= 1.01 * ref.cost and r.extra["gap"] <= 1e-3
         assert r.extra["delta_min"] <= ref.cost and ref.extra["delta_min"] <= r.cost
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_descend_keeps_a_counterfactual(mixed_worlds, kind):
+    """z3's points are pulled back toward the factual: still a plausible counterfactual, never farther."""
+    world, agents = mixed_worlds[kind]
+    solver = MACE(norm="one")
+    for x in agents[:3]:
+        r = solver.solve(world, x)[0]
+        inst = solver._instance(world, x)
+        far = np.asarray(r.final_state).copy()
+        far[1] = inst.upper[1] if far[1] >= x[1] else inst.lower[1]  # income pushed to its bound, the same way
+        if not world.accepts(far[None])[0]:
+            continue
+        y = descend(inst, far, True)
+        assert not problems(inst, y, True)
+        d_far, d_y = distance(world.schema, x, np.array([far, y]), "one")
+        assert d_y <= r.cost + (d_far - r.cost) / 500  # back to the optimum, up to the grid (1/1024 of the move)

@@ -25,7 +25,7 @@ from envs.recourse import Recourse
 from envs.tabular import TabularWorld
 from solvers.base import Solver
 from solvers.mace.distance import Norm, norm_weights, raw_features
-from solvers.mace.domain import Instance, Oracle, Outcome, integral_columns, plausible_box, validate
+from solvers.mace.domain import Instance, Oracle, Outcome, descend, integral_columns, plausible_box, validate
 from solvers.mace.milp import MilpBackend
 
 BACKENDS = ("milp", "z3")
@@ -98,11 +98,15 @@ class MACE(Solver):
                         float(self.epsilon), float(self.rel_tol), float(self.margin), oracle=self.oracle,
                         seed=int(self.seed))
 
-    def _validator(self, inst: Instance, cells: dict[int, tuple[float, float]] | None = None):
-        """x -> the verified counterfactual or None; a boundary repair may cost a tenth of the tolerance."""
+    def _validator(self, inst: Instance, cells: dict[int, tuple[float, float]] | None = None, improve: bool = False):
+        """x -> the verified counterfactual or None; a boundary repair may cost a tenth of the tolerance.
+
+        ``improve`` (z3) also moves the verified point back toward the factual while it stays one.
+        """
         def check(x: np.ndarray) -> np.ndarray | None:
             d = float(inst.distance(x[None])[0])
-            return validate(inst, x, self.plausible, cells, budget=inst.tolerance(d) / 10)[0]
+            y = validate(inst, x, self.plausible, cells, budget=inst.tolerance(d) / 10)[0]
+            return descend(inst, y, self.plausible) if improve and y is not None else y
         return check
 
     def _milp(self, inst: Instance, deadline: float) -> Outcome:
@@ -159,7 +163,7 @@ class MACE(Solver):
             be = _z3_backend()(inst)
             for prev in inst.previous:
                 be.add_diversity(prev)
-            return be.minimize(self.time_limit, self._validator(inst))
+            return be.minimize(self.time_limit, self._validator(inst, improve=True))
         return self._milp(inst, deadline)
 
     def solve(self, world: TabularWorld, x: np.ndarray, **options: Any) -> list[Recourse]:

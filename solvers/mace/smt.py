@@ -215,6 +215,8 @@ class Z3Backend:
             return Outcome(None, "infeasible", np.inf, calls)
         if res != z3.sat:
             return Outcome(None, "unknown", 0.0, calls, why="time limit before any counterfactual was found")
+        if best is not None:
+            hi = min(hi, float(dist(best[None])[0]))
         lo, last_unsat = 0.0, False
         while best is None or not inst.certified(float(dist(best[None])[0]), lo):
             if hi - lo <= inst.tolerance(hi) / 4:
@@ -233,6 +235,7 @@ class Z3Backend:
                 hi = min(mid, d)
                 if point is not None and (best is None or dist(point[None])[0] < dist(best[None])[0]):
                     best = point
+                    hi = min(hi, float(dist(best[None])[0]))  # a verified point is a relaxed one too
             else:
                 return Outcome(best, "feasible" if best is not None else "unknown", lo, calls, why="time limit")
         if best is None:
