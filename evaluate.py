@@ -16,6 +16,16 @@ def main(argv=None) -> int:
     p.add_argument("--filters", nargs="+", default=None, help="evaluate only these filters of the run")
     args = p.parse_args(argv)
     try:
+        from pathlib import Path
+
+        import yaml
+
+        from learners.sequential_experiment import evaluate_sequential, is_sequential_config
+
+        cfg_path = Path(args.run_dir) / "config.yaml"
+        if cfg_path.exists() and is_sequential_config(yaml.safe_load(cfg_path.read_text())):
+            evaluate_sequential(args.run_dir)
+            return 0
         evaluate_run(args.run_dir, plots=not args.no_plots, filters=args.filters)
     except (ValueError, FileNotFoundError) as err:
         print(err, file=sys.stderr)

@@ -3,6 +3,8 @@
     python train.py [configs/NAME.yaml] [--no-eval] [--quiet]
 
 With no config, the embedded default (configs/default.yaml: a small synthetic set) is used.
+A config that names a ``world`` (configs/sequential_adult.yaml) is a sequential experiment
+(learners/sequential_experiment.py).
 """
 
 import argparse
@@ -23,6 +25,11 @@ def main(argv=None) -> int:
                    help="no progress output (bars on a terminal; elsewhere, a line per epoch and sparse lines)")
     args = p.parse_args(argv)
     try:
+        from data_gen.config import read_yaml
+        from learners.sequential_experiment import is_sequential_config
+
+        if is_sequential_config(read_yaml(args.config)):
+            return _sequential(args)
         cfg = load_config(args.config)
     except (ValueError, FileNotFoundError) as err:
         print(err, file=sys.stderr)
@@ -31,6 +38,18 @@ def main(argv=None) -> int:
     print(f"run directory: {run_dir}")
     if (cfg.generators or cfg.policies) and not args.no_eval:
         evaluate_run(run_dir)
+        print(f"report: {run_dir / 'report.md'}")
+    return 0
+
+
+def _sequential(args) -> int:
+    from learners.sequential_experiment import evaluate_sequential, load_sequential_config, train_sequential
+
+    cfg = load_sequential_config(args.config)
+    run_dir = train_sequential(cfg, progress=not args.quiet)
+    print(f"run directory: {run_dir}")
+    if cfg.policies and not args.no_eval:
+        evaluate_sequential(run_dir)
         print(f"report: {run_dir / 'report.md'}")
     return 0
 

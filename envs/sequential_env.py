@@ -94,13 +94,22 @@ class Candidates:
 
 def candidates(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.ndarray, *,
                score: bool = True, keep_states: bool = False) -> Candidates:
-    """All one-step children of states ``X`` (B, D) whose used actions are ``used`` (B, A)."""
+    """All one-step children of states ``X`` (B, D) whose used actions are ``used`` (B, A).
+
+    With a white-box MLP (``envs.models.MLPModel``) the children's decision scores are computed
+    incrementally: the first layer of a child is its parent's plus the columns the step changed,
+    the later layers in float32 (equal to ``world.score`` up to ~1e-6; these scores are features
+    and look-ahead hints: validity is always decided by the world's own ``accepts``).
+    """
     X = np.atleast_2d(np.asarray(X, dtype=float))
     B, K = len(X), grid.size
     mask = np.zeros((B, K), dtype=bool)
     cost = np.full((B, K), np.inf)
+    sc = np.full((B, K), -np.inf)
     G = world.action_discounts(X)
-    children = np.empty((B, K, X.shape[1])) if (score or keep_states) else None
+    children = np.zeros((B, K, X.shape[1])) if keep_states else None
+    mlp = getattr(world.model, "weights", None) is not None and getattr(world.model, "kind", "") == "mlp"
+    pre = X @ world.model.weights[0] + world.model.biases[0] if (score and mlp) else None
     for a in range(world.n_actions):
         s, e = int(grid.offsets[a]), int(grid.offsets[a + 1])
         n = e - s
@@ -109,16 +118,35 @@ def candidates(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.n
             continue
         Xp = np.repeat(X[free], n, axis=0)
         t = world.transition(Xp, a, np.tile(world.grid_values[a, :n], len(free)), np.repeat(G[free, a], n))
-        ok = (t.ok & (t.states != Xp).any(axis=1) & np.isfinite(t.cost)).reshape(len(free), n)
-        mask[free, s:e] = ok
-        cost[free, s:e] = np.where(ok, t.cost.reshape(len(free), n), np.inf)
-        if children is not None:
+        diff = t.states != Xp
+        ok = t.ok & diff.any(axis=1) & np.isfinite(t.cost)
+        mask[free, s:e] = ok.reshape(len(free), n)
+        cost[free, s:e] = np.where(ok, t.cost, np.inf).reshape(len(free), n)
+        if keep_states:
             children[free, s:e] = t.states.reshape(len(free), n, -1)
-    sc = np.full((B, K), -np.inf)
-    if score and mask.any():
-        rows, cols = np.nonzero(mask)
-        sc[rows, cols] = world.score(children[rows, cols])
-    return Candidates(mask, cost, sc, children if keep_states else None)
+        if score and ok.any():
+            r = np.flatnonzero(ok)
+            if pre is not None:
+                cols = np.flatnonzero(diff.any(axis=0))
+                parent = free[r // n]
+                rc = np.ix_(r, cols)
+                h = pre[parent] + (t.states[rc] - Xp[rc]) @ world.model.weights[0][cols]
+                values = _mlp_tail(world.model, h)
+            else:
+                values = world.score(t.states[r])
+            block = np.full(len(free) * n, -np.inf)
+            block[r] = values
+            sc[free, s:e] = block.reshape(len(free), n)
+    return Candidates(mask, cost, sc, children)
+
+
+def _mlp_tail(model: Any, pre: np.ndarray) -> np.ndarray:
+    """An MLP's decision score from its first layer's pre-activations (later layers in float32:
+    these scores are features and look-ahead hints; acceptance is always decided by the world)."""
+    h = np.maximum(pre, 0.0).astype(np.float32)
+    for W, b in zip(model.weights[1:-1], model.biases[1:-1], strict=True):
+        h = np.maximum(h @ W.astype(np.float32) + b.astype(np.float32), 0.0)
+    return (h @ model.weights[-1].astype(np.float32)).reshape(-1).astype(float) + float(model.biases[-1][0])
 
 
 def candidate_features(c: Candidates) -> np.ndarray:

@@ -10,7 +10,9 @@ One module per family on a shared base, as stable-baselines3 lays out its algori
   ``bc_ppo``;
 - :mod:`~learners.policies.bc`: behaviour cloning from exact labels (the presets' algorithm);
 - :mod:`~learners.policies.dqn`: ``dqn``;
-- :mod:`~learners.policies.lookahead`: ``lookahead``, the no-learning greedy two-step baseline.
+- :mod:`~learners.policies.lookahead`: ``lookahead``, the no-learning greedy two-step baseline;
+- :mod:`~learners.policies.sequential`: the policies of the sequential CSCF worlds
+  (``recourse/Sequential-v0``): ``seq_maskable_ppo``, ``seq_bc``, ``seq_bc_ppo``, ``seq_lookahead``.
 
 Importing the package registers every method with :func:`learners.base.register`.
 """
@@ -42,11 +44,20 @@ from learners.policies.ppo import (
     MaskablePPOParams,
     MaskablePPOPolicy,
 )
+from learners.policies.sequential import (
+    SequencePrediction,
+    SequentialBC,
+    SequentialBCPPO,
+    SequentialLookahead,
+    SequentialPolicyParams,
+    SequentialPPO,
+)
 
 __all__ = [
     "ENV_ID", "BCParams", "BCPolicy", "BCPPOParams", "BCPPOPolicy", "CapabilityFeatures", "DQNParams", "DQNPolicy",
     "LookaheadParams", "LookaheadPolicy", "LookaheadScorer", "MaskablePPOParams", "MaskablePPOPolicy",
-    "PerActionScorer", "PolicyGenerator", "PolicyParams", "PolicyRollout", "RolloutParams", "SB3PolicyGenerator",
+    "PerActionScorer", "PolicyGenerator", "SequencePrediction", "SequentialBC", "SequentialBCPPO",
+    "SequentialLookahead", "SequentialPPO", "SequentialPolicyParams", "PolicyParams", "PolicyRollout", "RolloutParams", "SB3PolicyGenerator",
     "behaviour_clone", "build_net", "expert_pairs", "expert_sequences", "export_net", "greedy_rollout",
     "optimal_first_actions",
 ]

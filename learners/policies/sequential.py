@@ -1,0 +1,595 @@
+"""Policies over rejected agents of the sequential CSCF worlds (``recourse/Sequential-v0``).
+
+A policy answers an agent with an ordered (action, value) sequence by a greedy deterministic
+rollout in the world, batched: at every step the (action, value) candidates of all agents still
+rejected are computed at once (:func:`envs.sequential_env.candidates`: one vectorized transition
+per action, one classifier call for every child), the network scores them in one forward pass,
+and each agent takes its best allowed step. Methods (``method`` in a sequential config):
+
+- ``seq_maskable_ppo``: sb3-contrib MaskablePPO from scratch in ``SequentialEnv`` with candidate
+  features and action masks;
+- ``seq_bc``: behaviour cloning of the sequencer's cheapest sequences (labels of
+  :mod:`data_gen.sequence_labels`), no RL;
+- ``seq_bc_ppo``: ``seq_bc``, then MaskablePPO fine-tuning from the cloned weights;
+- ``seq_lookahead1`` / ``seq_lookahead2``: the no-learning baselines, greedy one- and two-step
+  lookahead over the same grid, priced the same way (:class:`SequentialLookahead`).
+
+**Network** (:class:`SequentialScorer`): one small MLP shared by all K (action, value) candidates
+scores each from its features (allowed, log cost, child's decision score, accepted; plus two
+weightless relational features: its log cost above the cheapest accepted candidate and its score
+below the best candidate), a learned embedding of its action, its position in the action's grid
+and an encoding of the agent's state; the critic is an MLP on the state and a pooled summary.
+Sharing the scorer across candidates lets ~500 labelled agents teach a rule ("the cheapest step
+that is accepted, else the step the sequencer takes here") rather than one output unit per value.
+
+**Model selection**: a share of the training agents is held out; after BC and every
+``eval_freq`` PPO steps the greedy rollout runs on them and the weights with the best (validity,
+mean cost) are kept, the cloned weights included, so fine-tuning never ends worse than BC there.
+
+**Persistence**: ``weights.pt`` (state_dict of the scorer, ``weights_only=True``), ``world.json``
+and ``config.json``; no pickles (the sb3 model is not saved: it is not needed to serve).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from envs.sequential import SequentialWorld
+from envs.sequential_env import CANDIDATE_CHANNELS, FlatGrid, candidates, observations
+from learners.base import FitContext, Generator, Prediction, register
+from learners.torch_training import torch_threads
+
+MASKED_LOGIT = -1e8
+_NO_ACCEPTED = 10.0  # relational feature of a candidate when no candidate is accepted
+
+
+# ---------------------------------------------------------------------------- results
+@dataclass
+class SequencePrediction(Prediction):
+    """Generated sequences: ``sets`` are the action ids in order (-1 padded), with their values."""
+
+    values: np.ndarray  # (B, L) raw values (NaN: no step / assign action)
+    cost: np.ndarray  # (B,) price of the sequence in the world (consequences and discounts in order)
+    accepted: np.ndarray  # (B,) the classifier accepts the final state and every condition held
+    seconds: float = 0.0  # wall time of the batched rollout
+
+
+# ---------------------------------------------------------------------------- hyperparameters
+@dataclass
+class SequentialRolloutParams:
+    """What serving any sequential policy needs."""
+
+    max_steps: int | None = None  # step budget per rollout; None: the number of actions
+    num_threads: int = 1  # torch intra-op threads in fit and predict
+    rollout_chunk: int = 1024  # agents whose candidates are computed at once (bounds memory)
+
+    def __post_init__(self) -> None:
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps: must be >= 1 or None, got {self.max_steps}")
+        if self.num_threads < 0 or self.rollout_chunk < 1:
+            raise ValueError("num_threads: must be >= 0; rollout_chunk: must be >= 1")
+
+
+@dataclass
+class SequentialPolicyParams(SequentialRolloutParams):
+    """Hyperparameters of the learned sequential policies (MaskablePPO and BC)."""
+
+    total_timesteps: int = 20_000  # environment steps of PPO (0: no RL)
+    n_envs: int = 4  # parallel environments (DummyVecEnv)
+    learning_rate: float = 3e-4  # Adam learning rate of PPO
+    n_steps: int = 128  # rollout steps per environment between PPO updates
+    batch_size: int = 128  # PPO minibatch size
+    n_epochs: int = 4  # PPO epochs per update
+    gamma: float = 1.0  # discount of the return (1: the episode's total cost)
+    gae_lambda: float = 0.95  # GAE lambda
+    clip_range: float = 0.2  # PPO clipping
+    ent_coef: float = 0.01  # entropy bonus
+    vf_coef: float = 0.5  # value loss weight
+    reward_scale: float = 1.0  # rewards are -cost / this
+    hidden: tuple[int, ...] = (64, 64)  # widths of the shared candidate scorer and of the critic
+    context_dim: int = 32  # width of the agent-state encoding fed to the scorer
+    embed_dim: int = 8  # width of the learned action embedding
+    bc_epochs: int = 0  # behaviour-cloning epochs on the sequencer's labels before RL (0: none)
+    bc_learning_rate: float = 1e-3  # Adam learning rate of behaviour cloning
+    bc_batch_size: int = 128  # (state, next step) pairs per BC minibatch
+    eval_freq: int = 2_000  # PPO steps between held-out evaluations (0: only at the start and end)
+    val_fraction: float = 0.1  # share of training agents held out for model selection
+    keep_best: bool = True  # end with the held-out best weights (validity, mean cost)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.hidden = tuple(int(h) for h in self.hidden)
+        for name in ("n_envs", "n_steps", "batch_size", "n_epochs", "bc_batch_size", "context_dim", "embed_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        for name in ("total_timesteps", "bc_epochs", "eval_freq"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden: expected positive widths, got {self.hidden}")
+        if self.total_timesteps == 0 and self.bc_epochs == 0:
+            raise ValueError("total_timesteps, bc_epochs: both 0, nothing would be trained")
+        if not 0 < self.gamma <= 1 or not 0 < self.val_fraction < 1 or not self.reward_scale > 0:
+            raise ValueError("gamma: in (0, 1]; val_fraction: in (0, 1); reward_scale: > 0")
+
+
+@dataclass
+class SequentialBCParams(SequentialPolicyParams):
+    """Behaviour cloning of the sequencer's labels only."""
+
+    total_timesteps: int = 0  # no RL
+    bc_epochs: int = 60  # behaviour-cloning epochs
+
+
+@dataclass
+class SequentialBCPPOParams(SequentialPolicyParams):
+    """Behaviour cloning, then MaskablePPO fine-tuning."""
+
+    bc_epochs: int = 60  # behaviour-cloning epochs
+    total_timesteps: int = 10_000  # PPO fine-tuning steps
+    learning_rate: float = 5e-5  # small: fine-tuning must not undo the clone
+    ent_coef: float = 0.0  # the clone is already near-deterministic
+    clip_range: float = 0.1  # conservative updates
+
+
+@dataclass
+class SequentialLookaheadParams(SequentialRolloutParams):
+    """The no-learning greedy lookahead."""
+
+    depth: int = 2  # 1: cheapest accepting step, else best score gain per cost; 2: cheapest <= 2-step completion
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.depth not in (1, 2):
+            raise ValueError(f"depth: expected 1 or 2, got {self.depth}")
+
+
+# ---------------------------------------------------------------------------- the network
+def _mlp(n_in: int, widths: tuple[int, ...], n_out: int | None) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for w in widths:
+        layers += [nn.Linear(n_in, w), nn.ReLU()]
+        n_in = w
+    if n_out is not None:
+        layers.append(nn.Linear(n_in, n_out))
+    return nn.Sequential(*layers)
+
+
+class SequentialScorer(nn.Module):
+    """Actor (one logit per (action, value) candidate) and critic on ``SequentialEnv``'s
+    observation with candidate features (see the module doc)."""
+
+    def __init__(self, n_features: int, n_actions: int, grid_action: list[int], grid_position: list[float],
+                 hidden: tuple[int, ...] = (64, 64), context_dim: int = 32, embed_dim: int = 8):
+        super().__init__()
+        self.n_context = n_features + n_actions + 1
+        self.n_candidates = len(grid_action)
+        self.register_buffer("grid_action", torch.as_tensor(grid_action, dtype=torch.long))
+        self.register_buffer("grid_position", torch.as_tensor(grid_position, dtype=torch.float32))
+        self.context = _mlp(self.n_context, (context_dim,), None)
+        self.embed = nn.Embedding(n_actions, embed_dim)
+        n_in = CANDIDATE_CHANNELS + 2 + embed_dim + 1 + context_dim
+        self.scorer = _mlp(n_in, hidden, 1)
+        self.critic = _mlp(self.n_context + 2, hidden, None)
+        self.latent_dim_pi, self.latent_dim_vf = self.n_candidates, hidden[-1]
+        last = self.scorer[-1]
+        nn.init.orthogonal_(last.weight, gain=0.01)
+        nn.init.zeros_(last.bias)
+
+    def _parts(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ctx = obs[:, : self.n_context]
+        cand = obs[:, self.n_context:].reshape(len(obs), self.n_candidates, CANDIDATE_CHANNELS)
+        valid, logc, score, acc = cand.unbind(-1)
+        big = torch.tensor(1e4, dtype=obs.dtype)
+        min_acc = torch.where(acc > 0.5, logc, big).min(1, keepdim=True).values
+        has_acc = min_acc < big
+        gap = torch.where(has_acc, (logc - min_acc).clamp(max=_NO_ACCEPTED), torch.full_like(logc, _NO_ACCEPTED))
+        best = torch.where(valid > 0.5, score, -big).max(1, keepdim=True).values
+        behind = torch.where(valid > 0.5, (best - score).clamp(max=_NO_ACCEPTED), torch.full_like(score, _NO_ACCEPTED))
+        summary = torch.cat([has_acc.float(), torch.where(has_acc, min_acc, torch.zeros_like(min_acc))], 1)
+        return ctx, torch.cat([cand, gap[..., None], behind[..., None]], -1), summary
+
+    def forward_actor(self, obs: torch.Tensor) -> torch.Tensor:
+        ctx, cand, _ = self._parts(obs)
+        B, K = len(obs), self.n_candidates
+        c = self.context(ctx)[:, None].expand(B, K, -1)
+        static = torch.cat([self.embed(self.grid_action), self.grid_position[:, None]], 1)[None].expand(B, K, -1)
+        return self.scorer(torch.cat([cand, static, c], -1)).squeeze(-1)
+
+    def forward_critic(self, obs: torch.Tensor) -> torch.Tensor:
+        ctx, _, summary = self._parts(obs)
+        return self.critic(torch.cat([ctx, summary], 1))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward_actor(obs), self.forward_critic(obs)
+
+
+def _scorer_kwargs(world: SequentialWorld, p: SequentialPolicyParams) -> dict[str, Any]:
+    grid = FlatGrid.of(world)
+    n = np.maximum(world.grid_sizes[grid.action] - 1, 1)
+    return {"n_features": world.n_features, "n_actions": world.n_actions, "grid_action": grid.action.tolist(),
+            "grid_position": (grid.position / n).tolist(), "hidden": tuple(p.hidden), "context_dim": p.context_dim,
+            "embed_dim": p.embed_dim}
+
+
+def _sb3_policy_class() -> type:
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+
+    class SequentialActorCriticPolicy(MaskableActorCriticPolicy):
+        """MaskablePPO policy whose actor/critic are a :class:`SequentialScorer`."""
+
+        def __init__(self, *args: Any, scorer_kwargs: dict[str, Any] | None = None, **kwargs: Any):
+            self.scorer_kwargs = scorer_kwargs or {}
+            super().__init__(*args, **kwargs)
+
+        def _get_constructor_parameters(self) -> dict[str, Any]:
+            return {**super()._get_constructor_parameters(), "scorer_kwargs": self.scorer_kwargs}
+
+        def _build_mlp_extractor(self) -> None:
+            self.mlp_extractor = SequentialScorer(**self.scorer_kwargs)
+
+        def _build(self, lr_schedule: Any) -> None:
+            super()._build(lr_schedule)
+            self.action_net = nn.Identity()
+            self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    return SequentialActorCriticPolicy
+
+
+# ---------------------------------------------------------------------------- batched rollouts
+def _finish(world: SequentialWorld, X0: np.ndarray, A: np.ndarray, V: np.ndarray, conf: np.ndarray,
+            t0: float) -> SequencePrediction:
+    width = max(int((A >= 0).sum(1).max(initial=0)), 1)
+    A, V = A[:, :width], V[:, :width]
+    r = world.rollout(X0, A, V)
+    accepted = r.ok & world.accepts(r.final)
+    return SequencePrediction(A, conf, V, r.cost, accepted, time.perf_counter() - t0)
+
+
+def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int | None, chunk: int,
+            need_scores: bool = True) -> SequencePrediction:
+    """Greedy batched rollout: ``choose(X, used, steps, cand) -> (flat index, confidence)`` picks one
+    step for every active agent (all of them at once); an agent stops when accepted, when no step
+    is allowed, or after ``max_steps`` steps."""
+    t0 = time.perf_counter()
+    X0 = world.validate(X, name="X")
+    grid = FlatGrid.of(world)
+    B, T = len(X0), world.n_actions if max_steps is None else int(max_steps)
+    Xc = X0.copy()
+    used = np.zeros((B, world.n_actions), dtype=bool)
+    A, V = np.full((B, T), -1, np.int64), np.full((B, T), np.nan)
+    conf = np.ones(B)
+    active = ~world.accepts(Xc)
+    for t in range(T):
+        for s in range(0, B, chunk):
+            idx = np.flatnonzero(active[s: s + chunk]) + s
+            if len(idx) == 0:
+                continue
+            cand = candidates(world, grid, Xc[idx], used[idx], score=need_scores)
+            has = cand.mask.any(1)
+            if not has.all():
+                active[idx[~has]] = False
+                idx = idx[has]
+                cand = type(cand)(cand.mask[has], cand.cost[has], cand.score[has])
+                if len(idx) == 0:
+                    continue
+            k, p = choose(Xc[idx], used[idx], np.full(len(idx), t), cand)
+            a = grid.action[k]
+            Xc[idx] = world.apply(Xc[idx], a, grid.value[k]).states
+            used[idx, a] = True
+            A[idx, t], V[idx, t], conf[idx] = a, grid.value[k], conf[idx] * p
+            active[idx] = ~world.accepts(Xc[idx])
+        if not active.any():
+            break
+    return _finish(world, X0, A, V, conf, t0)
+
+
+def _net_chooser(world: SequentialWorld, net: SequentialScorer, max_steps: int) -> Any:
+    def choose(X: np.ndarray, used: np.ndarray, steps: np.ndarray, cand: Any) -> tuple[np.ndarray, np.ndarray]:
+        obs = torch.as_tensor(observations(world, X, used, steps, max_steps, cand))
+        with torch.inference_mode():
+            logits = net.forward_actor(obs)
+        logits = torch.where(torch.as_tensor(cand.mask), logits, torch.tensor(MASKED_LOGIT))
+        probs = torch.softmax(logits, 1)
+        k = probs.argmax(1)
+        return k.numpy(), probs[torch.arange(len(k)), k].double().numpy()
+    return choose
+
+
+# ---------------------------------------------------------------------------- the generators
+class _SequentialGenerator(Generator):
+    """Shared serving and persistence of the sequential policies."""
+
+    params: SequentialRolloutParams
+    uses_world: ClassVar[bool] = True
+
+    def _check_fitted(self) -> None:
+        if getattr(self, "world_", None) is None:
+            raise RuntimeError(f"{self.method}: not fitted; call fit() or load() first")
+
+    def _max_steps(self) -> int:
+        return self.world_.n_actions if self.params.max_steps is None else self.params.max_steps
+
+    def predict_sequences(self, X: np.ndarray) -> SequencePrediction:
+        self._check_fitted()
+        with torch_threads(self.params.num_threads):
+            return rollout(self.world_, self._chooser(), X, self._max_steps(), self.params.rollout_chunk)
+
+    def predict(self, X: np.ndarray) -> SequencePrediction:
+        return self.predict_sequences(X)
+
+    def steps(self, pred: SequencePrediction, i: int) -> list[tuple[str, float | None]]:
+        """Agent ``i``'s answer as readable ``(action name, value)`` steps."""
+        return [(self.world_.actions[a].name, None if np.isnan(v) else float(v))
+                for a, v in zip(pred.sets[i], pred.values[i], strict=True) if a >= 0]
+
+    def _save_world(self, path: Path) -> dict[str, Any]:
+        (path / "world.json").write_text(json.dumps(self.world_.to_dict()))
+        return {"world_fingerprint": self.world_.fingerprint(), "fit": getattr(self, "fit_info_", {})}
+
+    def _load_world(self, path: Path, meta: dict[str, Any]) -> None:
+        self.world_ = SequentialWorld.load(path / "world.json", fingerprint=meta["world_fingerprint"])
+        self.fit_info_ = meta.get("fit", {})
+
+
+class SequentialPolicy(_SequentialGenerator):
+    """A learned sequential policy (MaskablePPO and/or BC on :class:`SequentialScorer`)."""
+
+    Params = SequentialPolicyParams
+    params: SequentialPolicyParams
+
+    # ------------------------------------------------------------------ training
+    def fit(self, train: Any, val: Any, ctx: FitContext) -> SequentialPolicy:
+        """``train``: the training agents (``train.X``) and, for BC, the sequencer's labels
+        (``train.actions``/``train.values``/``train.ok``, e.g. a ``SequenceLabelSet``);
+        ``ctx.world`` the :class:`SequentialWorld`. ``val`` (optional) are held-out agents."""
+        world = ctx.world
+        if not isinstance(world, SequentialWorld):
+            raise ValueError(f"{self.method}: ctx.world must be a SequentialWorld, got {type(world).__name__}")
+        p = self.params
+        t0 = time.perf_counter()
+        self.world_ = world
+        X = world.validate(train.X, name="train.X")
+        rows = np.flatnonzero(~world.accepts(X))
+        rng = np.random.default_rng(ctx.seed)
+        if val is not None:
+            Xv = world.validate(getattr(val, "X", val), name="val.X")
+            Xv = Xv[~world.accepts(Xv)]
+        else:
+            perm = rng.permutation(rows)
+            n_val = max(1, round(p.val_fraction * len(rows)))
+            Xv, rows = X[np.sort(perm[:n_val])], np.sort(perm[n_val:])
+        if len(rows) == 0:
+            raise ValueError("train: no rejected agent to learn from")
+        torch.manual_seed(ctx.seed)
+        info: dict[str, Any] = {"train_agents": int(len(rows)), "heldout_agents": int(len(Xv)), "heldout": []}
+        with torch_threads(p.num_threads):
+            model = self._sb3_model(X[rows], ctx.seed)
+            self.net_ = model.policy.mlp_extractor
+            best: dict[str, Any] = {"score": None, "state": None}
+
+            def heldout(step: int, phase: str) -> None:
+                r = rollout(world, _net_chooser(world, self.net_, self._max_steps()), Xv, self._max_steps(),
+                            p.rollout_chunk)
+                rec = {"phase": phase, "step": step, "validity": float(r.accepted.mean()),
+                       "mean_cost": float(r.cost[r.accepted].mean()) if r.accepted.any() else float("nan")}
+                score = (rec["validity"], -rec["mean_cost"] if r.accepted.any() else -np.inf)
+                rec["best"] = best["score"] is None or score >= best["score"]
+                if rec["best"]:
+                    best["score"], best["state"] = score, {k: v.clone() for k, v in model.policy.state_dict().items()}
+                info["heldout"].append(rec)
+
+            if p.bc_epochs:
+                info["bc"] = self._clone(model, train, rows, ctx)
+                heldout(0, "bc")
+            if p.total_timesteps:
+                from stable_baselines3.common.callbacks import BaseCallback
+
+                class _Eval(BaseCallback):
+                    def _on_step(inner) -> bool:  # noqa: N805
+                        if p.eval_freq and inner.num_timesteps % max(p.eval_freq // p.n_envs * p.n_envs, 1) < p.n_envs:
+                            heldout(int(inner.num_timesteps), "ppo")
+                        return True
+
+                if not p.bc_epochs:
+                    heldout(0, "start")
+                t1 = time.perf_counter()
+                model.learn(p.total_timesteps, callback=_Eval())
+                info["rl_seconds"] = round(time.perf_counter() - t1, 2)
+                heldout(int(model.num_timesteps), "end")
+            if p.keep_best and best["state"] is not None and not info["heldout"][-1]["best"]:
+                model.policy.load_state_dict(best["state"])
+                info["kept"] = next(r for r in reversed(info["heldout"]) if r["best"])
+            self.net_ = model.policy.mlp_extractor.eval()
+            model.env.close()
+        info["fit_seconds"] = round(time.perf_counter() - t0, 2)
+        self.fit_info_ = info
+        return self
+
+    def _sb3_model(self, X: np.ndarray, seed: int) -> Any:
+        from sb3_contrib import MaskablePPO
+        from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        from envs.sequential_env import SequentialEnv
+
+        p = self.params
+        env = make_vec_env(SequentialEnv, n_envs=p.n_envs, seed=seed, vec_env_cls=DummyVecEnv,
+                           env_kwargs={"world": self.world_, "agents": X, "max_steps": p.max_steps,
+                                       "reward_scale": p.reward_scale, "candidate_features": True})
+        return MaskablePPO(_sb3_policy_class(), env, learning_rate=p.learning_rate, n_steps=p.n_steps,
+                           batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
+                           clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef, seed=seed, device="cpu",
+                           verbose=0, policy_kwargs={"scorer_kwargs": _scorer_kwargs(self.world_, p)})
+
+    def _clone(self, model: Any, labels: Any, rows: np.ndarray, ctx: FitContext) -> dict[str, Any]:
+        """Behaviour cloning: cross-entropy of the masked logits on every (state, next label step)
+        pair of the sequencer's cheapest sequences, plus the critic on the return-to-go."""
+        for need in ("actions", "values"):
+            if not hasattr(labels, need):
+                raise ValueError(f"{self.method}: behaviour cloning needs the sequencer's labels (train.{need})")
+        p = self.params
+        ok = np.asarray(labels.ok if hasattr(labels, "ok") else np.isfinite(labels.cost), dtype=bool)
+        rows = rows[ok[rows]]
+        obs, tgt, masks, ret = self._pairs(labels.X[rows], labels.actions[rows], labels.values[rows])
+        policy = model.policy
+        opt = torch.optim.Adam(policy.parameters(), lr=p.bc_learning_rate)
+        gen = torch.Generator().manual_seed(ctx.seed)
+        Ob, Tg, Mk, Rt = (torch.as_tensor(a) for a in (obs, tgt, masks, ret))
+        t0 = time.perf_counter()
+        losses = []
+        for _ in range(p.bc_epochs):
+            perm = torch.randperm(len(Ob), generator=gen)
+            total = 0.0
+            for s in range(0, len(Ob), p.bc_batch_size):
+                b = perm[s: s + p.bc_batch_size]
+                logits, latent_vf = policy.mlp_extractor(Ob[b])
+                logits = torch.where(Mk[b], logits, torch.tensor(MASKED_LOGIT))
+                value = policy.value_net(latent_vf).squeeze(-1)
+                loss = F.cross_entropy(logits, Tg[b]) + 0.5 * F.mse_loss(value, Rt[b])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total += loss.item() * len(b)
+            losses.append(total / len(Ob))
+        return {"pairs": int(len(Ob)), "agents": int(len(rows)), "epochs": p.bc_epochs,
+                "final_loss": round(losses[-1], 5), "seconds": round(time.perf_counter() - t0, 2)}
+
+    def _pairs(self, X: np.ndarray, A: np.ndarray, V: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(observation, target flat index, mask, return-to-go) along every label, batched per step."""
+        world, grid = self.world_, FlatGrid.of(self.world_)
+        T = self._max_steps()
+        Xc, used = X.astype(float).copy(), np.zeros((len(X), world.n_actions), bool)
+        step_cost = np.zeros(A.shape)
+        out: list[tuple[np.ndarray, ...]] = []
+        for t in range(min(A.shape[1], T)):
+            idx = np.flatnonzero(A[:, t] >= 0)
+            if len(idx) == 0:
+                break
+            cand = candidates(world, grid, Xc[idx], used[idx])
+            k = np.array([grid.index(world, int(a), v) for a, v in zip(A[idx, t], V[idx, t], strict=True)])
+            fine = cand.mask[np.arange(len(idx)), k]
+            obs = observations(world, Xc[idx], used[idx], np.full(len(idx), t), T, cand)
+            tr = world.apply(Xc[idx], A[idx, t], grid.value[k])
+            step_cost[idx, t] = tr.cost
+            out.append((obs[fine], k[fine], cand.mask[fine], idx[fine], np.full(int(fine.sum()), t)))
+            Xc[idx], used[idx, A[idx, t]] = tr.states, True
+        togo = np.cumsum(step_cost[:, ::-1], axis=1)[:, ::-1] / self.params.reward_scale
+        obs, tgt, masks, who, when = (np.concatenate(z) for z in zip(*out, strict=True))
+        return obs, tgt.astype(np.int64), masks, (-togo[who, when]).astype(np.float32)
+
+    # ------------------------------------------------------------------ serving, persistence
+    def _chooser(self) -> Any:
+        return _net_chooser(self.world_, self.net_, self._max_steps())
+
+    def _save_state(self, path: Path) -> dict[str, Any]:
+        self._check_fitted()
+        torch.save(self.net_.state_dict(), path / "weights.pt")
+        return self._save_world(path)
+
+    def _load_state(self, path: Path, meta: dict[str, Any]) -> None:
+        self._load_world(path, meta)
+        self.net_ = SequentialScorer(**_scorer_kwargs(self.world_, self.params))
+        self.net_.load_state_dict(torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
+        self.net_.eval()
+
+
+@register
+class SequentialPPO(SequentialPolicy):
+    """MaskablePPO from scratch in ``recourse/Sequential-v0``."""
+
+    method = "seq_maskable_ppo"
+
+
+@register
+class SequentialBC(SequentialPolicy):
+    """Behaviour cloning of the sequencer's cheapest sequences."""
+
+    method = "seq_bc"
+    Params = SequentialBCParams
+
+
+@register
+class SequentialBCPPO(SequentialPolicy):
+    """Behaviour cloning, then MaskablePPO fine-tuning."""
+
+    method = "seq_bc_ppo"
+    Params = SequentialBCPPOParams
+
+
+# ---------------------------------------------------------------------------- no-learning baseline
+def lookahead_choose(world: SequentialWorld, grid: FlatGrid, depth: int) -> Any:
+    """The greedy lookahead's step choice (see :class:`SequentialLookahead`)."""
+    def choose(X: np.ndarray, used: np.ndarray, steps: np.ndarray, cand: Any) -> tuple[np.ndarray, np.ndarray]:
+        B = len(X)
+        base = world.score(X)
+        acc_cost = np.where(cand.accepted, cand.cost, np.inf)
+        best = acc_cost.min(1)
+        pick = acc_cost.argmin(1)
+        if depth == 2:
+            for i in range(B):
+                ks = np.flatnonzero(cand.mask[i] & ~cand.accepted[i] & (cand.cost[i] < best[i]))
+                if len(ks) == 0:
+                    continue
+                a1 = grid.action[ks]
+                Y = world.apply(np.repeat(X[i:i + 1], len(ks), 0), a1, grid.value[ks]).states
+                u = np.repeat(used[i:i + 1], len(ks), 0)
+                u[np.arange(len(ks)), a1] = True
+                c2 = candidates(world, grid, Y, u)
+                total = np.where(c2.accepted, cand.cost[i, ks][:, None] + c2.cost, np.inf)
+                j = int(np.argmin(total.min(1)))
+                if total[j].min() < best[i]:
+                    best[i], pick[i] = total[j].min(), ks[j]
+        # no completion within the horizon: the best gain of decision score per unit cost
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gain = np.where(cand.mask, (cand.score - base[:, None]) / np.maximum(cand.cost, 1e-9), -np.inf)
+        fallback = ~np.isfinite(best)
+        pick[fallback] = gain[fallback].argmax(1)
+        return pick, np.ones(B)
+    return choose
+
+
+@register
+class SequentialLookahead(_SequentialGenerator):
+    """Greedy lookahead over the same (action, value) grid, priced by the world: at each step,
+    depth 1 takes the cheapest step that gets the agent accepted; depth 2 the first step of the
+    cheapest completion with at most two steps (one step, or a rejected step and an accepting
+    one); where none exists, the step with the largest gain of the classifier's decision score
+    per unit cost. No weights: ``fit`` only takes the world."""
+
+    method = "seq_lookahead"
+    Params = SequentialLookaheadParams
+    params: SequentialLookaheadParams
+
+    def fit(self, train: Any, val: Any, ctx: FitContext) -> SequentialLookahead:
+        if not isinstance(ctx.world, SequentialWorld):
+            raise ValueError(f"{self.method}: ctx.world must be a SequentialWorld")
+        self.world_ = ctx.world
+        self.fit_info_ = {}
+        return self
+
+    def _chooser(self) -> Any:
+        return lookahead_choose(self.world_, FlatGrid.of(self.world_), self.params.depth)
+
+    def _save_state(self, path: Path) -> dict[str, Any]:
+        self._check_fitted()
+        return self._save_world(path)
+
+    def _load_state(self, path: Path, meta: dict[str, Any]) -> None:
+        self._load_world(path, meta)
+
+
+def sequential_context(world: SequentialWorld, seed: int = 0, run_dir: Path | None = None) -> FitContext:
+    """The :class:`FitContext` of a sequential world (``world`` is what the policies read)."""
+    return FitContext(world.n_features, world.n_actions, world.n_actions, action_names=world.action_names,
+                      seed=seed, run_dir=run_dir, progress=False, world=world)  # type: ignore[arg-type]

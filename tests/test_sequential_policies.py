@@ -1,0 +1,100 @@
+"""Sequential policies: smoke training with tiny budgets, save/load round trip (no pickles), the
+lookahead baseline against brute force on a small case, the experiment config."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from envs.sequential_env import FlatGrid, candidates, default_world
+from learners.base import Generator, build_generator
+from learners.policies.sequential import SequentialLookahead, lookahead_choose, sequential_context
+
+
+@pytest.fixture(scope="module")
+def labelled():
+    """20 Adult agents labelled by the one-step lookahead (a cheap stand-in for the sequencer)."""
+    world, X = default_world("adult")
+    X = X[:20]
+    la = SequentialLookahead(depth=1).fit(None, None, sequential_context(world))
+    p = la.predict(X)
+    return world, SimpleNamespace(X=X, actions=p.sets, values=p.values, cost=np.where(p.accepted, p.cost, np.inf),
+                                  ok=p.accepted)
+
+
+@pytest.mark.parametrize("method,params", [
+    ("seq_bc", {"bc_epochs": 2}),
+    ("seq_maskable_ppo", {"total_timesteps": 64, "n_steps": 16, "batch_size": 32, "n_envs": 2, "eval_freq": 32}),
+    ("seq_bc_ppo", {"bc_epochs": 1, "total_timesteps": 32, "n_steps": 16, "batch_size": 16, "n_envs": 2}),
+    ("seq_lookahead", {"depth": 2}),
+])
+def test_train_predict_save_load(labelled, method, params, tmp_path):
+    world, lab = labelled
+    model = build_generator(method, params).fit(lab, None, sequential_context(world))
+    pred = model.predict(lab.X)
+    assert pred.sets.shape[0] == len(lab.X) and pred.values.shape == pred.sets.shape
+    assert ((pred.sets >= 0).sum(1) >= 1).all()
+    # the reported cost and validity are the world's for the answered steps
+    for i in range(3):
+        r = world.evaluate(lab.X[i], model.steps(pred, i))
+        assert r.cost == pytest.approx(pred.cost[i]) and r.valid == pred.accepted[i]
+    model.save(tmp_path / "m")
+    assert not list((tmp_path / "m").glob("*.pkl")) and not list((tmp_path / "m").glob("*.zip"))
+    loaded = Generator.load(tmp_path / "m")
+    again = loaded.predict(lab.X)
+    np.testing.assert_array_equal(again.sets, pred.sets)
+    np.testing.assert_allclose(again.cost, pred.cost)
+
+
+def test_lookahead_matches_brute_force():
+    """The first step of the two-step lookahead starts a cheapest <= 2-step completion (brute force:
+    every single step and every ordered pair of (action, value) steps priced by ``world.rollout``),
+    and the one-step lookahead takes the cheapest accepting single step."""
+    world, X = default_world("german")
+    grid = FlatGrid.of(world)
+    choose1, choose2 = lookahead_choose(world, grid, 1), lookahead_choose(world, grid, 2)
+    checked = 0
+    for x in X[:3]:
+        used = np.zeros((1, world.n_actions), bool)
+        c = candidates(world, grid, x[None], used)
+        allowed = np.flatnonzero(c.mask[0])
+        k1, k2 = (g.reshape(-1) for g in np.meshgrid(allowed, allowed, indexing="ij"))
+        pair = grid.action[k1] != grid.action[k2]
+        k1, k2 = k1[pair], k2[pair]
+        A = np.concatenate([np.stack([grid.action[allowed], np.full(len(allowed), -1)], 1),
+                            np.stack([grid.action[k1], grid.action[k2]], 1)])
+        V = np.concatenate([np.stack([grid.value[allowed], np.full(len(allowed), np.nan)], 1),
+                            np.stack([grid.value[k1], grid.value[k2]], 1)])
+        first = np.concatenate([allowed, k1])
+        r = world.rollout(np.repeat(x[None], len(A), 0), A, V)
+        ok = r.ok & world.accepts(r.final)
+        # a pair counts only when its first step alone is rejected (otherwise the sequence ends there)
+        single_ok = dict(zip(allowed.tolist(), ok[: len(allowed)].tolist(), strict=True))
+        ok[len(allowed):] &= ~np.array([single_ok[int(k)] for k in k1], dtype=bool)
+        if not ok.any():
+            continue
+        best = r.cost[ok].min()
+        k, _ = choose2(x[None], used, np.zeros(1), c)
+        assert r.cost[ok & (first == k[0])].min() == pytest.approx(best, rel=1e-9)
+        singles = ok[: len(allowed)]
+        if singles.any():
+            k, _ = choose1(x[None], used, np.zeros(1), c)
+            assert c.cost[0, k[0]] == pytest.approx(r.cost[: len(allowed)][singles].min())
+        checked += 1
+    assert checked
+
+
+def test_sequential_config(tmp_path):
+    from learners.sequential_experiment import is_sequential_config, load_sequential_config
+
+    cfg = load_sequential_config("configs/sequential_adult.yaml")
+    assert cfg.world == "adult" and {p.method for p in cfg.policies} >= {"seq_maskable_ppo", "seq_bc", "seq_bc_ppo"}
+    assert is_sequential_config({"world": "german"}) and not is_sequential_config({"dataset": {}})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nworld: adult\nagents: 10\ntest_agents: 10\n")
+    with pytest.raises(ValueError, match="test_agents"):
+        load_sequential_config(bad)
+    with pytest.raises(ValueError, match="max_steps"):
+        build_generator("seq_bc", {"max_steps": 0})
