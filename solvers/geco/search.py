@@ -48,7 +48,7 @@ def sample_without_replacement(rng: np.random.Generator, weights: np.ndarray, n:
     k = len(weights)
     if k <= m:
         return np.broadcast_to(np.arange(k), (n, k))
-    keys = np.log(rng.random((n, k), dtype=np.float32)) / weights.astype(np.float32)  # Efraimidis-Spirakis
+    keys = np.log1p(-rng.random((n, k), dtype=np.float32)) / weights.astype(np.float32)  # Efraimidis-Spirakis
     return np.argpartition(keys, k - m, axis=1)[:, k - m:]
 
 
@@ -60,7 +60,8 @@ class GeCo(Solver):
 
     def __init__(self, plaf: Plaf | None = None, n_diverse: int = 5, population_size: int = 100,
                  m_init: int = 20, m_mut: int = 5, alpha: float = 0.0, beta: float = 1.0, gamma: float = 0.0,
-                 max_generations: int = 100, representation: Representation = "delta", partial_eval: bool = True,
+                 max_generations: int = 100, mutate_top: int | None = None,
+                 representation: Representation = "delta", partial_eval: bool = True,
                  refine: bool = True, refine_deltas: int = 20, refine_samples: int = 16, refine_rounds: int = 40,
                  threshold: float = 0.5,
                  max_cells: int = 1 << 24, seed: int = 0) -> None:
@@ -73,6 +74,7 @@ class GeCo(Solver):
         self.beta = beta  # Eq. 2 weight of l1 / n (the paper's experiments: l1 only)
         self.gamma = gamma  # Eq. 2 weight of linf
         self.max_generations = max_generations  # give up (status "unknown") after this many generations
+        self.mutate_top = mutate_top  # mutate only the best this many candidates of each Δ' (§4.6); None: all
         self.representation = representation  # "delta" (Δ-representation) or "listing" (naive full rows)
         self.partial_eval = partial_eval  # specialise white-box models to the agent (else: black box)
         self.refine = refine  # line-search the answers' numeric changes towards x (black-box, batched)
@@ -90,6 +92,8 @@ class GeCo(Solver):
                      "refine_samples", "refine_rounds"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
+        if self.mutate_top is not None and int(self.mutate_top) < 1:
+            raise ValueError(f"mutate_top: must be >= 1 or None, got {self.mutate_top!r}")
         if int(self.n_diverse) > int(self.population_size):
             raise ValueError(f"n_diverse: k = {self.n_diverse} must not exceed population_size q = "
                              f"{self.population_size}")
@@ -167,9 +171,19 @@ class _Run:
 
     # ------------------------------------------------------------------------------ operators
 
-    def mutate(self, pop: Population, m: int, born: int) -> list[Population]:
-        """Algorithm 2: m values of every group a candidate has not changed yet, per candidate."""
+    def mutate(self, pop: Population, m: int, born: int, top: int | None = None) -> list[Population]:
+        """Algorithm 2: m values of every group a candidate has not changed yet, per candidate.
+
+        With ``top``, only the ``top`` fittest candidates of each Δ' are mutated (§4.6).
+        """
         t0 = time.perf_counter()
+        if top is not None:
+            key, _ = pop.delta_keys()
+            rank = np.zeros(len(pop), np.int64)
+            for k in np.unique(key):  # pop is sorted by fitness: rank within each Δ'
+                rows = np.flatnonzero(key == k)
+                rank[rows] = np.arange(len(rows))
+            pop = pop.take(np.flatnonzero(rank < top))
         parts = []
         for g in self.groups:
             parents = np.flatnonzero(~pop.has_group(g))
@@ -271,7 +285,7 @@ class _Run:
         exhausted = False
         for gen in range(1, int(p.max_generations) + 1):
             self.generations = gen
-            cand = self.crossover(pop, gen) + self.mutate(pop, int(p.m_mut), gen)
+            cand = self.crossover(pop, gen) + self.mutate(pop, int(p.m_mut), gen, p.mutate_top)
             before = self.explored
             pop = self._next(pop, cand)
             top = pop.take(np.arange(min(k, len(pop))))

@@ -1,0 +1,169 @@
+"""One definition of the point-counterfactual metrics, for every method that returns counterfactuals.
+
+MACE, GeCo, MD-PSO and the generators all answer an agent x with a list of ``Recourse`` whose
+``final_state`` is a counterfactual row; ``CounterfactualScorer`` scores that list the same way
+for all of them (PSO paper §IV-D for the set metrics, MACE §4.2 for the distance):
+
+- **validity**: share of the returned counterfactuals the world's model accepts;
+- **proximity** (continuous): mean over the counterfactuals of (1/n_cont) sum |x'_j - x_j| / MAD_j
+  over the numeric and ordinal features (MAD of the data; a MAD of 0 counts as 1, as DiCE does);
+  **proximity_cat**: mean share of categorical and binary features changed;
+- **sparsity**: mean share of the (raw) features changed;
+- **diversity**: mean over pairs of d(x'_i, x'_j) = d_cont + d_cat; **normalized diversity**:
+  mean over pairs of d(x'_i, x'_j) / (prox(x'_i) + prox(x'_j)), prox being d to x;
+- **coverage**: 1 when the method returned ``n_diverse`` valid counterfactuals, else 0 (an agent
+  without that many is not covered, PSO §IV-D); **found**: at least one valid;
+- **changed**: raw features changed by the nearest valid counterfactual (and their mean);
+- **distance**: the nearest valid counterfactual's distance in MACE's normalization (norm ``norm``);
+- **violations**: counterfactuals that break the schema (range, integrality, one-hot) or a PLAF
+  rule (the schema's mutability and the world's constraint program);
+- **model_calls**, **seconds**: as the caller measured them (or the method reported them).
+
+The set metrics are computed over the valid counterfactuals. ``summarize`` averages agents;
+``gap_summary`` compares a method's distances with a certified optimum (MACE's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from envs.recourse import Recourse
+from solvers.geco.plaf import CompiledPlaf, Plaf, default_program
+from solvers.mace.distance import Norm, deltas, mix, norm_weights, raw_features
+
+
+class CounterfactualScorer:
+    """Scores the counterfactuals of one agent; ``fit`` takes the world and the reference data (MAD)."""
+
+    def __init__(self, n_diverse: int = 5, norm: Norm = "one", plaf: Plaf | None = None) -> None:
+        self.n_diverse = n_diverse  # k of coverage: counterfactuals a method was asked for
+        self.norm = norm  # MACE's distance: "zero", "one", "infty" or (alpha, beta, gamma)
+        self.plaf = plaf  # constraints counted as violations; None: the world's default program
+
+    def fit(self, world: Any, data: np.ndarray) -> CounterfactualScorer:
+        if int(self.n_diverse) < 1:
+            raise ValueError(f"n_diverse: must be >= 1, got {self.n_diverse!r}")
+        schema = world.schema
+        D = schema.validate(data, name="data")
+        self.world_ = world
+        self.raws_ = raw_features(schema)
+        self.weights_ = norm_weights(self.norm, len(self.raws_))
+        self.cont_ = np.array([r.kind == "numeric" for r in self.raws_])
+        cols = np.array([r.columns[0] for r in self.raws_])
+        mad = np.median(np.abs(D[:, cols] - np.median(D[:, cols], axis=0)), axis=0)
+        self.mad_ = np.where(self.cont_ & (mad > 0), mad, 1.0)
+        self.cols_ = cols
+        plaf = default_program(getattr(world, "name", "")) if self.plaf is None else self.plaf
+        self.program_: CompiledPlaf = plaf.compile(schema)
+        return self
+
+    # ------------------------------------------------------------------------------ pieces
+
+    def _split(self, x: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(d_cont, d_cat) of every row of X from x (PSO paper Eq. 9 and 11)."""
+        n_cont, n_cat = int(self.cont_.sum()), int((~self.cont_).sum())
+        D = deltas(self.raws_, x, X)  # |dx| / R for numbers, 1[changed] for the others
+        cont = np.abs(X[:, self.cols_] - x[self.cols_]) / self.mad_
+        d_cont = cont[:, self.cont_].sum(axis=1) / n_cont if n_cont else np.zeros(len(X))
+        d_cat = D[:, ~self.cont_].sum(axis=1) / n_cat if n_cat else np.zeros(len(X))
+        return d_cont, d_cat
+
+    def violations(self, x: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """(n,) bool: the row breaks the schema (range, integrality, one-hot) or a PLAF rule."""
+        schema = self.world_.schema
+        X = np.atleast_2d(np.asarray(X, float))
+        lo, hi = schema.bounds()
+        bad = ~np.isfinite(X).all(axis=1) | ((X < lo) | (X > hi)).any(axis=1)
+        integral = np.array([f.integer or f.kind in ("binary", "ordinal", "categorical") for f in schema.features])
+        bad |= (integral & (X != np.round(X))).any(axis=1)
+        for r in self.raws_:
+            if r.kind == "group":
+                block = X[:, list(r.columns)]
+                bad |= (block.sum(axis=1) != 1) | ~np.isin(block, (0.0, 1.0)).all(axis=1)
+        return bad | (self.program_.ground(x).violations(X) > 0)
+
+    # ------------------------------------------------------------------------------ scoring
+
+    def score(self, x: np.ndarray, recourses: Sequence[Recourse], *, seconds: float | None = None,
+              model_calls: int | None = None) -> dict[str, Any]:
+        """The metrics of one agent's answer (a list of Recourse, best first, as solvers return)."""
+        x = np.asarray(x, float)
+        rows = [np.asarray(r.final_state, float) for r in recourses if r.found and r.final_state is not None]
+        X = np.array(rows).reshape(len(rows), len(x))
+        if len(X):
+            _, first = np.unique(X, axis=0, return_index=True)
+            X = X[np.sort(first)]
+        bad = self.violations(x, X) if len(X) else np.zeros(0, bool)
+        accepted = self.world_.accepts(X) if len(X) else np.zeros(0, bool)
+        ok = accepted & ~bad
+        V = X[ok]
+        if model_calls is None:
+            model_calls = next((r.extra.get("model_calls") for r in recourses if "model_calls" in r.extra), None)
+        out: dict[str, Any] = {
+            "returned": len(X), "valid": int(ok.sum()), "validity": float(accepted.mean()) if len(X) else 0.0,
+            "found": bool(ok.any()), "coverage": float(ok.sum() >= int(self.n_diverse)),
+            "violations": int(bad.sum()), "seconds": seconds, "model_calls": model_calls,
+            "distance": None, "changed": None, "changed_mean": None, "proximity": None, "proximity_cat": None,
+            "sparsity": None, "diversity": None, "norm_diversity": None,
+        }
+        if not len(V):
+            return out
+        D = deltas(self.raws_, x, V)
+        dist = mix(D, self.weights_)
+        changed = (D > 0).sum(axis=1)
+        best = int(np.argmin(dist))
+        d_cont, d_cat = self._split(x, V)
+        out.update(distance=float(dist[best]), changed=int(changed[best]), changed_mean=float(changed.mean()),
+                   proximity=float(d_cont.mean()), proximity_cat=float(d_cat.mean()),
+                   sparsity=float((changed / len(self.raws_)).mean()))
+        if len(V) >= 2:
+            i, j = np.triu_indices(len(V), 1)
+            pc, pk = np.zeros(len(i)), np.zeros(len(i))
+            for n, (a, b) in enumerate(zip(i, j, strict=True)):
+                c, k = self._split(V[a], V[b][None])
+                pc[n], pk[n] = c[0], k[0]
+            pair = pc + pk
+            prox = d_cont + d_cat
+            denom = prox[i] + prox[j]
+            out["diversity"] = float(pair.mean())
+            out["norm_diversity"] = float(np.mean(np.where(denom > 0, pair / np.where(denom > 0, denom, 1), 0.0)))
+        return out
+
+
+_MEANS = ("validity", "found", "coverage", "distance", "changed", "changed_mean", "proximity", "proximity_cat",
+          "sparsity", "diversity", "norm_diversity", "model_calls", "seconds", "returned", "valid")
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Means over agents of every metric (agents without a value are left out of that mean)."""
+    out: dict[str, Any] = {"agents": len(rows), "violations": int(sum(r["violations"] for r in rows))}
+    for key in _MEANS:
+        vals = [float(r[key]) for r in rows if r.get(key) is not None]
+        out[key] = float(np.mean(vals)) if vals else None
+    secs = [r["seconds"] for r in rows if r.get("seconds") is not None]
+    out["seconds_max"] = float(np.max(secs)) if secs else None
+    return out
+
+
+def gap_summary(distance: Sequence[float | None], reference: Sequence[float | None], *, rel_tol: float = 0.01,
+                abs_tol: float = 1e-9) -> dict[str, Any]:
+    """How a heuristic's distances compare with certified optima (agents where both exist).
+
+    ``optimal``: share with d <= d* (1 + rel_tol) + abs_tol; ``gap``: quantiles of (d - d*) / d*;
+    ``missing``: agents where the reference has an answer and the method none.
+    """
+    pairs = [(float(d), float(r)) for d, r in zip(distance, reference, strict=True) if d is not None and r is not None]
+    missing = sum(1 for d, r in zip(distance, reference, strict=True) if d is None and r is not None)
+    if not pairs:
+        return {"agents": 0, "missing": missing, "optimal": None}
+    d, r = np.array(pairs).T
+    gap = (d - r) / np.where(r > 0, r, 1.0)
+    q = np.quantile(gap, [0.5, 0.9, 0.99, 1.0])
+    return {"agents": len(pairs), "missing": missing, "rel_tol": rel_tol,
+            "optimal": float(np.mean(d <= r * (1 + rel_tol) + abs_tol)),
+            "gap_mean": float(gap.mean()),
+            "gap_median": float(q[0]), "gap_p90": float(q[1]), "gap_p99": float(q[2]), "gap_max": float(q[3]),
+            "worse_10pct": float(np.mean(gap > 0.10)), "better": float(np.mean(d < r - abs_tol))}
