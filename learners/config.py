@@ -36,7 +36,8 @@ class EvaluationConfig(StrictModel):
 
     filters: list[str] = Field(["all"], description="CFE-frequency filters to train and evaluate on: all, >10, >40")
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="share of agents held out for testing")
-    solver_timing_agents: int = Field(200, ge=0, description="agents timed with the exact solver for the speed ratio")
+    solver_timing_agents: int = Field(200, ge=0, description="0: no solver timing; else the exact B&B is timed on "
+                                      "every test agent, the CVXPY ILP and a policy's exact reference on this many")
     timing_repeats: int = Field(3, ge=1, description="timed passes of the exact solver and of each generator's "
                                                      "inference; the fastest counts (less noise on a shared machine)")
     verified_top_k: int = Field(20, ge=0, description="also score named-CFE models with verified top-k decoding (0: off)")
