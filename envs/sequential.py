@@ -303,6 +303,10 @@ class SequentialWorld:
         # Gower as one product: a changed one-hot group differs in two columns (weight 1/2 each)
         self._gower_weights = np.array([0.5 if f.group else 1.0 for f in schema.features]) / len(self.raw_names)
 
+    def __reduce__(self) -> tuple:
+        """Pickle (to worker processes) by the declarative parts; the compiled closures are rebuilt."""
+        return (SequentialWorld, (self.name, self.schema, self.actions, self.model, self.discounts, self.meta))
+
     # ------------------------------------------------------------------ compilation
     def _col(self, name: str, where: str) -> int:
         if name not in self.schema.index:

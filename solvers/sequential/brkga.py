@@ -48,7 +48,6 @@ class Population:
     value_index: np.ndarray  # (P, A) grid position of each step's value, -1 where no step
     F: np.ndarray  # (P, 2 + H) objectives: cost, Gower, tweak counts of the touched features
     violation: np.ndarray  # (P,) 0 iff feasible
-    final: np.ndarray  # (P, D) x_T
 
     @property
     def feasible(self) -> np.ndarray:
@@ -129,12 +128,35 @@ class BRKGASequencer(Solver):
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, world: SequentialWorld, x0: np.ndarray, keys: np.ndarray, touched: np.ndarray,
-                 actions: np.ndarray | None = None, index: np.ndarray | None = None) -> Population:
-        """Decode (unless the phenotypes are given) and evaluate a whole population: one rollout,
-        one classifier call."""
+                 actions: np.ndarray | None = None, index: np.ndarray | None = None,
+                 known: Population | None = None) -> Population:
+        """Decode (unless the phenotypes are given) and evaluate a whole population at once.
+
+        Each distinct decoded sequence is evaluated once (one rollout, one classifier call for all
+        of them); sequences equal to one in ``known`` (the elites carried over) reuse its result.
+        """
         if actions is None or index is None:
             actions, index = decode(world, keys)
-        r = world.rollout(np.broadcast_to(x0, (len(keys), len(x0))), actions, step_values(world, actions, index))
+        E = 0 if known is None else len(known.keys)
+        seqs = np.concatenate([actions, index], axis=1)
+        if E:
+            seqs = np.concatenate([np.concatenate([known.actions, known.value_index], axis=1), seqs])
+        _, first, inverse = np.unique(seqs, axis=0, return_index=True, return_inverse=True)
+        todo = first >= E  # distinct sequences no known individual has
+        rows = first[todo] - E
+        F_new, v_new = self._objectives(world, x0, actions[rows], index[rows], touched)
+        F = np.empty((len(first), F_new.shape[1]))
+        violation = np.empty(len(first))
+        F[todo], violation[todo] = F_new, v_new
+        if E:
+            F[~todo], violation[~todo] = known.F[first[~todo]], known.violation[first[~todo]]
+        inverse = inverse.reshape(-1)[E:]
+        return Population(keys, actions, index, F[inverse], violation[inverse])
+
+    def _objectives(self, world: SequentialWorld, x0: np.ndarray, actions: np.ndarray, index: np.ndarray,
+                    touched: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(objectives, constraint violation) of distinct sequences: one rollout, one model call."""
+        r = world.rollout(np.broadcast_to(x0, (len(actions), len(x0))), actions, step_values(world, actions, index))
         score = world.score(r.final)
         length = (actions >= 0).sum(axis=1)
         too_long = 0 if self.max_length is None else np.maximum(length - self.max_length, 0)
@@ -143,7 +165,7 @@ class BRKGASequencer(Solver):
         violation = r.failed + too_long + rejected
         cost = np.where(np.isfinite(r.cost), r.cost, np.inf)
         F = np.column_stack([cost, world.gower(x0, r.final), world.tweak_counts(actions)[:, touched]])
-        return Population(keys, actions, index, F, violation.astype(float), r.final)
+        return F, violation.astype(float)
 
     def elites(self, pop: Population) -> np.ndarray:
         """Indices of the elites: the first front of the feasible individuals (or, with none
@@ -180,7 +202,8 @@ class BRKGASequencer(Solver):
             o = pop.keys[rest[rng.integers(len(rest), size=self.n_offspring)]]
             children = np.where(rng.random(e.shape) < self.bias, e, o)
             new = np.concatenate([children, rng.random((self.n_mutants, 2 * A))])
-            pop = Population.concat([pop.take(elite_idx), self.evaluate(world, x0, new, touched)])
+            elites = pop.take(elite_idx)
+            pop = Population.concat([elites, self.evaluate(world, x0, new, touched, known=elites)])
             n_eval += len(new)
         stats = {"evaluations": n_eval, "generations": self.n_generations, "polish_rounds": 0}
         feasible = np.flatnonzero(pop.feasible)

@@ -18,7 +18,8 @@ cheaper than U when they were expanded, so it was generated and tested.
 
 Memory stays bounded on the last layer: children are kept as (parent, action, grid position,
 cost) and states are rebuilt per test batch; if more than ``max_frontier`` children cost < U the
-cheapest ``max_frontier`` are tested first and the rest, in cost bands, only if needed.
+cheapest ``max_frontier`` (and their ties) are tested first and the rest, in cost bands, only if
+needed.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ class ExactSequenceSearch(Solver):
     # ------------------------------------------------------------------ expansion
     def _expand(self, world: SequentialWorld, X: np.ndarray, cost: np.ndarray, used: np.ndarray,
                 lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """All allowed children of the nodes (X, cost, used) costing in [lo, hi): their parent,
-        action, grid position and cost (states are not kept)."""
+        """All allowed children of the nodes (X, cost, used) costing more than ``lo`` and less than
+        ``hi``: their parent, action, grid position and cost (states are not kept)."""
         parts: list[tuple[np.ndarray, ...]] = []
         G = world.action_discounts(X)  # g depends on the parent only
         for a in range(world.n_actions):
@@ -72,7 +73,7 @@ class ExactSequenceSearch(Solver):
                 Xp = np.repeat(X[p], n, axis=0)
                 t = world.transition(Xp, a, np.tile(world.grid_values[a, :n], len(p)), np.repeat(G[p, a], n))
                 c = np.repeat(cost[p], n) + t.cost
-                keep = t.ok & (c >= lo) & (c < hi) & (t.states != Xp).any(axis=1)
+                keep = t.ok & (c > lo) & (c < hi) & (t.states != Xp).any(axis=1)
                 k = np.flatnonzero(keep)
                 parts.append((p[k // n], np.full(len(k), a), k % n, c[k]))
         if not parts:
@@ -114,15 +115,15 @@ class ExactSequenceSearch(Solver):
         tested = generated = 0
         for depth in range(1, self.max_length + 1):
             last = depth == self.max_length
-            lo, found = 0.0, False
+            lo, found = -np.inf, False
             survivors: list[tuple[np.ndarray, ...]] = []
             while True:  # cost bands (one band unless the last layer overflows max_frontier)
                 parent, action, index, c = self._expand(world, X, cost, used, lo, best_cost)
                 generated += len(c)
                 hi = best_cost
-                if last and len(c) > self.max_frontier:
-                    hi = float(np.partition(c, self.max_frontier)[self.max_frontier])
-                    keep = c < hi
+                if last and len(c) > self.max_frontier:  # this band: (lo, the max_frontier-th cheapest]
+                    hi = float(np.partition(c, self.max_frontier - 1)[self.max_frontier - 1])
+                    keep = c <= hi
                     parent, action, index, c = parent[keep], action[keep], index[keep], c[keep]
                 order = np.argsort(c, kind="stable")
                 for s in range(0, len(order), self.batch_size):
@@ -145,7 +146,7 @@ class ExactSequenceSearch(Solver):
                                               reason=f"evaluation budget {self.max_evaluations} exhausted")]
                 if found or not last or hi >= best_cost or not np.isfinite(hi):
                     break
-                lo = hi  # nothing accepted below hi: the next band of the last layer
+                lo = hi  # nothing accepted up to hi: the next band of the last layer
             if last:
                 break
             b = np.concatenate([s[0] for s in survivors]) if survivors else np.zeros(0, np.int64)

@@ -7,8 +7,8 @@ actions with balanced values, which no single-value move reaches. This steepest 
 cheapest sequences of the final front and repeatedly moves each to its cheapest feasible
 neighbour, where a neighbour
 
-- sets one step's value to any point of its grid (a full line search per step), or moves two
-  steps' values by +-1 grid position each (a trade-off);
+- sets one step's value to any point of its grid (a full line search per step), alone or while
+  another step's value moves by +-1 or 2 grid positions (a trade-off between two steps);
 - drops a step, or swaps two adjacent steps, alone or with a line search on another step;
 - inserts an unused action at any position, with a value near the value its column has there
   (+-0, 1, 2, 4, 8 grid positions; added amounts: the smallest ones) or at 0, 1/4, ..., 1 of
@@ -48,11 +48,14 @@ class _Batch:
         return rows, acts, np.where(acts >= 0, idx, -1)
 
 
-def _line_searches(out: _Batch, world: SequentialWorld, rows: np.ndarray, acts: np.ndarray, idx: np.ndarray
-                   ) -> None:
-    """Neighbours of (acts, idx) that set one valued step to any point of its grid."""
+def _line_searches(out: _Batch, world: SequentialWorld, rows: np.ndarray, acts: np.ndarray, idx: np.ndarray,
+                   skip: int = -1) -> None:
+    """Neighbours of (acts, idx) that set one valued step (other than position ``skip``) to any
+    point of its grid."""
     valued = np.array([a.valued for a in world.actions])
     for q in range(acts.shape[1]):
+        if q == skip:
+            continue
         for a in np.unique(acts[:, q]):
             if a < 0 or not valued[a]:
                 continue
@@ -96,14 +99,13 @@ def neighbours(world: SequentialWorld, actions: np.ndarray, index: np.ndarray, s
     out = _Batch()
     _line_searches(out, world, np.arange(K), actions, index)
     for p in range(A):
-        for q in range(p + 1, A):  # trade-offs between two steps
-            for d1, d2 in ((1, -1), (-1, 1), (1, 1), (-1, -1)):
-                n1, n2 = index[:, p] + d1, index[:, q] + d2
-                r = np.flatnonzero(movable[:, p] & movable[:, q] & (n1 >= 0) & (n1 < sizes[safe[:, p]])
-                                   & (n2 >= 0) & (n2 < sizes[safe[:, q]]))
+        for d in NUDGE:  # trade-offs: step p by +-1 or 2 while another step moves anywhere on its grid
+            new = index[:, p] + d
+            r = np.flatnonzero(movable[:, p] & (new >= 0) & (new < sizes[safe[:, p]]))
+            if len(r):
                 idx = index[r].copy()
-                idx[:, p], idx[:, q] = n1[r], n2[r]
-                out.add(r, actions[r], idx)
+                idx[:, p] = new[r]
+                _line_searches(out, world, r, actions[r], idx, skip=p)
         r = np.flatnonzero(actions[:, p] >= 0)  # drop step p (and retune another)
         keep, pad = [c for c in range(A) if c != p], np.full((len(r), 1), -1)
         acts, idx = np.hstack([actions[r][:, keep], pad]), np.hstack([index[r][:, keep], pad])
