@@ -237,3 +237,12 @@ def test_rollout_prices_like_evaluate(seed):
         one = world.evaluate(X[i], steps)
         assert one.cost == pytest.approx(r.cost[i]) and np.allclose(one.final_state, r.final[i])
         assert one.valid == bool(r.ok[i] and world.accepts(r.final[i])[0])
+
+
+def test_world_pickles_for_worker_processes(adult):
+    import pickle
+
+    back = pickle.loads(pickle.dumps(adult))  # the labellers send the world to worker processes
+    assert back.fingerprint() == adult.fingerprint()
+    assert back.price(adult_agent(), [("IncreaseCapitalGain", 7000)]) == adult.price(adult_agent(),
+                                                                                     [("IncreaseCapitalGain", 7000)])
