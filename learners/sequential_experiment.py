@@ -233,7 +233,7 @@ def report_table(res: dict[str, Any]) -> str:
              "regret to exact | share exact-optimal | length | order: cheaper than another / cheapest | "
              "time per agent |", "|---|---|---|---|---|---|---|---|---|---|",
              f"| sequencer (BRKGA, {s['generations']} gen.) | {_f(s['validity'])} | {_f(s['mean_cost'], '.4f')} | 1 | – | "
-             f"{_f(s['mean_regret_to_exact'], '.4f')} | {_f(s['share_exact_optimal'])} | {_f(s['mean_length'], '.2f')} | "
+             f"{_f(s['mean_regret_to_exact'], '+.4f')} | {_f(s['share_exact_optimal'])} | {_f(s['mean_length'], '.2f')} | "
              f"– | {s['s_per_agent']:.2f} s |",
              f"| exact grid reference (<= {e['max_length']} steps) | {_f(e['found'])} | {_f(e['mean_cost'], '.4f')} | – | – "
              f"| 0 | 1 | – | – | {e['s_per_agent']:.2f} s |"]
@@ -242,6 +242,6 @@ def report_table(res: dict[str, Any]) -> str:
                  f"(n={m['multi_step_answers']})")
         lines.append(f"| {name} | {_f(m['validity'])} | {_f(m['mean_cost'], '.4f')} | "
                      f"{_f(m['mean_cost_ratio_to_sequencer'])} | {_f(m['share_cheaper_than_sequencer'])} | "
-                     f"{_f(m['mean_regret_to_exact'], '.4f')} | {_f(m['share_exact_optimal'])} | "
+                     f"{_f(m['mean_regret_to_exact'], '+.4f')} | {_f(m['share_exact_optimal'])} | "
                      f"{_f(m['mean_length'], '.2f')} | {order} | {m['ms_per_agent']:.2f} ms |")
     return "\n".join(lines) + "\n"
