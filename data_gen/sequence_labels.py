@@ -55,6 +55,7 @@ class SequenceLabelSet:
     front_cost: np.ndarray  # (M,)
     front_gower: np.ndarray  # (M,)
     action_names: list[str]
+    cpu_runtime: np.ndarray | None = None  # (N,) CPU seconds per agent (wall time inflates on a busy machine)
 
     def __len__(self) -> int:
         return len(self.X)
@@ -83,6 +84,7 @@ class SequenceLabelSet:
             "median_front_size": float(np.median(self.front_size[ok])) if ok.any() else None,
             "length_mix": {int(k): int(v) for k, v in zip(*np.unique(lengths, return_counts=True), strict=True)},
             "mean_seconds": float(self.runtime.mean()) if len(self) else None,
+            "mean_cpu_seconds": float(self.cpu_runtime.mean()) if self.cpu_runtime is not None and len(self) else None,
         }
 
     def content_hash(self) -> str:
@@ -104,6 +106,7 @@ class SequenceLabelSet:
             "x": fixed(self.X, D), "status": pa.array(self.status.astype(str)).dictionary_encode(),
             "cost": pa.array(self.cost), "actions": fixed(self.actions, L), "values": fixed(self.values, L),
             "gower": pa.array(self.gower), "front_size": pa.array(self.front_size), "runtime": pa.array(self.runtime),
+            **({} if self.cpu_runtime is None else {"cpu_runtime": pa.array(self.cpu_runtime)}),
         }), path / "agents.parquet", compression="zstd")
         pq.write_table(pa.table({
             "agent": pa.array(self.front_agent), "actions": fixed(self.front_actions, L),
@@ -126,7 +129,8 @@ class SequenceLabelSet:
                   fixed_size_column(a, "actions").astype(np.int64), fixed_size_column(a, "values"), col(a, "gower"),
                   col(a, "front_size"), col(a, "runtime"), col(f, "agent"),
                   fixed_size_column(f, "actions").astype(np.int64), fixed_size_column(f, "values"), col(f, "cost"),
-                  col(f, "gower"), manifest["action_names"])
+                  col(f, "gower"), manifest["action_names"],
+                  col(a, "cpu_runtime") if "cpu_runtime" in a.column_names else None)
         if out.content_hash() != manifest["content_hash"]:
             raise ValueError(f"labels: content of {path} does not match its manifest's hash (edited or corrupted)")
         return out
@@ -145,12 +149,13 @@ def _label_chunk(shared: tuple[Any, SequentialWorld], X: np.ndarray) -> ChunkRes
     N, L = len(X), world.n_actions
     out: dict[str, Any] = {"status": np.empty(N, dtype="<U16"), "cost": np.full(N, np.inf),
                            "actions": np.full((N, L), -1, np.int64), "values": np.full((N, L), np.nan),
-                           "gower": np.full(N, np.nan), "front_size": np.zeros(N, np.int64), "runtime": np.zeros(N)}
+                           "gower": np.full(N, np.nan), "front_size": np.zeros(N, np.int64), "runtime": np.zeros(N),
+                           "cpu_runtime": np.zeros(N)}
     front: list[tuple[int, np.ndarray, np.ndarray, float, float]] = []
     for i, x in enumerate(X):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         answer = solver.solve(world, x)
-        out["runtime"][i] = time.perf_counter() - t0
+        out["runtime"][i], out["cpu_runtime"][i] = time.perf_counter() - t0, time.process_time() - c0
         best = answer[0]
         out["status"][i] = "already_accepted" if best.extra.get("already_accepted") else best.status
         if not best.found:
@@ -192,7 +197,8 @@ def label_sequences(world: SequentialWorld, X: np.ndarray, work_dir: str | Path,
         cat("front_size", np.zeros(0, np.int64)), cat("runtime", np.zeros(0)),
         np.concatenate(agent) if agent else np.zeros(0, np.int64), cat("front_actions", np.zeros((0, L), np.int64)),
         cat("front_values", np.zeros((0, L))), cat("front_cost", np.zeros(0)), cat("front_gower", np.zeros(0)),
-        world.action_names)
+        world.action_names, np.concatenate([p.get("cpu_runtime", np.full(len(p["cost"]), np.nan)) for p in parts])
+        if parts else np.zeros(0))  # chunks written before CPU time was recorded: NaN
 
 
 def build_sequence_dataset(world: str = "adult", *, n_agents: int = 100, split: str = "test", seed: int = 0,
