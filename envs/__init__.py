@@ -5,9 +5,10 @@ from gymnasium.envs.registration import register, registry
 
 from envs.capability import CapabilityWorld
 from envs.recourse import Recourse
+from envs.sequential import SequentialWorld
 from envs.setcover_env import SetCoverEnv
 
-__all__ = ["CapabilityWorld", "Recourse", "SetCoverEnv"]
+__all__ = ["CapabilityWorld", "Recourse", "SequentialWorld", "SetCoverEnv"]
 
 if "recourse/SetCover-v0" not in registry:
     register(id="recourse/SetCover-v0", entry_point="envs.setcover_env:SetCoverEnv")
