@@ -17,7 +17,8 @@ for all of them (PSO paper §IV-D for the set metrics, MACE §4.2 for the distan
 - **distance**: the nearest valid counterfactual's distance in MACE's normalization (norm ``norm``);
 - **violations**: counterfactuals that break the schema (range, integrality, one-hot) or a PLAF
   rule (the schema's mutability and the world's constraint program);
-- **model_calls**, **seconds**: as the caller measured them (or the method reported them).
+- **model_calls**, **seconds**, **cpu_seconds**: as the caller measured them (model calls: or as
+  the method reported them); CPU seconds are the fairer clock on a shared machine.
 
 The set metrics are computed over the valid counterfactuals. ``summarize`` averages agents;
 ``gap_summary`` compares a method's distances with a certified optimum (MACE's).
@@ -88,7 +89,7 @@ class CounterfactualScorer:
     # ------------------------------------------------------------------------------ scoring
 
     def score(self, x: np.ndarray, recourses: Sequence[Recourse], *, seconds: float | None = None,
-              model_calls: int | None = None) -> dict[str, Any]:
+              cpu_seconds: float | None = None, model_calls: int | None = None) -> dict[str, Any]:
         """The metrics of one agent's answer (a list of Recourse, best first, as solvers return)."""
         x = np.asarray(x, float)
         rows = [np.asarray(r.final_state, float) for r in recourses if r.found and r.final_state is not None]
@@ -105,7 +106,7 @@ class CounterfactualScorer:
         out: dict[str, Any] = {
             "returned": len(X), "valid": int(ok.sum()), "validity": float(accepted.mean()) if len(X) else 0.0,
             "found": bool(ok.any()), "coverage": float(ok.sum() >= int(self.n_diverse)),
-            "violations": int(bad.sum()), "seconds": seconds, "model_calls": model_calls,
+            "violations": int(bad.sum()), "seconds": seconds, "cpu_seconds": cpu_seconds, "model_calls": model_calls,
             "distance": None, "changed": None, "changed_mean": None, "proximity": None, "proximity_cat": None,
             "sparsity": None, "diversity": None, "norm_diversity": None,
         }
@@ -134,7 +135,7 @@ class CounterfactualScorer:
 
 
 _MEANS = ("validity", "found", "coverage", "distance", "changed", "changed_mean", "proximity", "proximity_cat",
-          "sparsity", "diversity", "norm_diversity", "model_calls", "seconds", "returned", "valid")
+          "sparsity", "diversity", "norm_diversity", "model_calls", "seconds", "cpu_seconds", "returned", "valid")
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -143,8 +144,9 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for key in _MEANS:
         vals = [float(r[key]) for r in rows if r.get(key) is not None]
         out[key] = float(np.mean(vals)) if vals else None
-    secs = [r["seconds"] for r in rows if r.get("seconds") is not None]
-    out["seconds_max"] = float(np.max(secs)) if secs else None
+    for key in ("seconds", "cpu_seconds"):
+        secs = [r[key] for r in rows if r.get(key) is not None]
+        out[f"{key}_max"] = float(np.max(secs)) if secs else None
     return out
 
 
