@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.schema import FeatureSchema
-from envs.sequential import Condition, Consequence, DiscountEdge, Effort, SequentialAction, Tau
+from envs.sequential_actions import Condition, Consequence, DiscountEdge, Effort, SequentialAction, Tau
 
 
 def _grid(start: float, stop: float, step: float) -> tuple[float, ...]:
