@@ -227,7 +227,8 @@ class _Swarm:
             if r.kind == "group":
                 self.one_hot.append(np.arange(start, start + len(r.columns)))
             start += len(r.columns)
-        self.binary = corner & ~np.isin(np.arange(self.dim), np.concatenate([[], *self.one_hot]))
+        self.in_one_hot = np.isin(np.arange(self.dim), np.concatenate([[], *self.one_hot]))
+        self.binary = corner & ~self.in_one_hot
         self.all_raws = raw_features(schema)
 
     def decode(self, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -240,7 +241,8 @@ class _Swarm:
             V[:, idx] = 0.0
             V[np.arange(len(S)), idx[top]] = 1.0
         near = self.continuous & (np.abs(S - self.z) < float(self.p.snap) * (self.hi - self.lo))
-        V = np.where(near | (S == self.z), self.x[self.cols], V)  # the agent's own value, exactly
+        # the agent's own value, exactly; not per coordinate of a one-hot group (two categories set)
+        V = np.where((near | (S == self.z)) & ~self.in_one_hot, self.x[self.cols], V)
         V = np.clip(V, self.lower, self.upper)
         X = np.tile(self.x, (len(S), 1))
         X[:, self.cols] = V
