@@ -56,30 +56,30 @@ def unseen_mask(train_X: np.ndarray, test_X: np.ndarray) -> np.ndarray:
     return ~np.isin(test_ids, train_ids)
 
 
-def _bayes_hit(x_ids: np.ndarray, cfe_ids: np.ndarray, weight: np.ndarray | None = None,
-               query: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+def _bayes_hit(x_ids: np.ndarray, cfe_ids: np.ndarray, query: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> np.ndarray:
     """Probability that the Bayes-optimal function of x gets each query agent right.
 
-    The joint distribution is given by the (x, CFE) pairs ``x_ids``/``cfe_ids`` (with optional
-    ``weight``); for each x the predictor answers a CFE of highest mass, drawn uniformly among
-    ties, so an agent (x, c) is right with probability [c is a mode of x] / (number of modes of x).
-    ``query`` gives the agents' (x ids, CFE ids); default: the pairs themselves.
+    The joint distribution is the empirical one of the (x, CFE) pairs ``x_ids``/``cfe_ids``; for
+    each x the predictor answers a most frequent CFE, drawn uniformly among ties, so an agent
+    (x, c) is right with probability [c is a mode of x] / (number of modes of x). ``query``
+    gives the agents' (x ids, CFE ids); default: the pairs themselves.
     """
-    w = np.ones(len(x_ids)) if weight is None else np.asarray(weight, dtype=float)
     n_cfe = int(max(cfe_ids.max(initial=-1), -1 if query is None else query[1].max(initial=-1))) + 1
     n_x = int(max(x_ids.max(initial=-1), -1 if query is None else query[0].max(initial=-1))) + 1
     pair = x_ids * n_cfe + cfe_ids
     pairs, inverse = np.unique(pair, return_inverse=True)
-    mass = np.bincount(inverse.reshape(-1), weights=w, minlength=len(pairs))
+    mass = np.bincount(inverse.reshape(-1), minlength=len(pairs))
     px = pairs // max(n_cfe, 1)
-    best = np.zeros(n_x)
+    best = np.zeros(n_x, dtype=np.int64)
     np.maximum.at(best, px, mass)
-    is_mode = mass >= best[px] - 1e-12
+    is_mode = mass == best[px]
     n_modes = np.bincount(px[is_mode], minlength=n_x)
     qx, qc = (x_ids, cfe_ids) if query is None else query
-    pos = np.searchsorted(pairs, qx * n_cfe + qc)
-    found = (pos < len(pairs)) & (pairs[np.minimum(pos, len(pairs) - 1)] == qx * n_cfe + qc)
-    return np.where(found, is_mode[np.minimum(pos, len(pairs) - 1)], False) / np.maximum(n_modes[qx], 1)
+    key = qx * n_cfe + qc
+    pos = np.minimum(np.searchsorted(pairs, key), max(len(pairs) - 1, 0))
+    found = pairs[pos] == key if len(pairs) else np.zeros(len(key), dtype=bool)
+    return (found & is_mode[pos] if len(pairs) else found) / np.maximum(n_modes[qx], 1)
 
 
 def _by_group(p_hit: np.ndarray, groups: np.ndarray | None) -> dict[str, Any]:
