@@ -169,7 +169,9 @@ class DeltaPopulation(Population):
         return self.agent.space.group[self.codes]
 
     def take(self, idx: np.ndarray) -> DeltaPopulation:
-        return self._new(self._canonical(self.codes[idx]), *self._meta(idx))
+        codes = self.codes[idx]  # rows stay sorted; only all-padding columns go
+        used = (codes != PAD).any(axis=0)
+        return self._new(codes[:, : int(used.nonzero()[0][-1]) + 1 if used.any() else 0], *self._meta(idx))
 
     @classmethod
     def concat(cls, parts: list[DeltaPopulation]) -> DeltaPopulation:

@@ -352,9 +352,9 @@ class _Run:
         ordinal single-column groups, ``refine_samples`` probes on the segment between its value
         and the nearest value known to fail (initially x's own), integers on integer columns, down
         to 1e-6 of the range; for other groups, the cheapest data values; and, once no segment of
-        the answer is open, (iii) trades: one changed group back to x's value while a numeric one
-        moves further (a geometric ladder of steps), which reaches single-feature optima that
-        coordinate moves cannot. The answer takes the probe that lowers its distance most; the
+        the answer is open, (iii) data values across x (the other direction, spread by rank) and
+        trades: one changed group back to x's value while a numeric one moves further (a geometric
+        ladder of steps), which reach optima that moves towards x cannot. The answer takes the probe that lowers its distance most; the
         search stops when a round learns nothing.
         """
         a = self.agent
@@ -405,7 +405,9 @@ class _Run:
                 reverted[g][prog.group_cols[g]] = a.x[prog.group_cols[g]]
                 probes.append(reverted[g])
                 owner.append((i, -1, np.nan))
-            segments = {g: self._segment(schema.features[c], lo.get((i, c), a.x[c]), row[c], m)
+            bound = {c: lo.get((i, c), a.x[c]) for c in ordered.values()}
+            bound = {c: w if (w - a.x[c]) * (row[c] - a.x[c]) >= 0 else a.x[c] for c, w in bound.items()}  # flipped
+            segments = {g: self._segment(schema.features[c], bound[c], row[c], m, sp.values[sp.entries(g), 0])
                         for g, c in ordered.items()}
             for g, c in ordered.items():
                 for v in segments[g]:
@@ -420,7 +422,13 @@ class _Run:
                     probe[cols] = sp.values[e, :len(cols)]
                     probes.append(probe)
                     owner.append((i, -1, np.nan))
-            if not any(len(v) for v in segments.values()):  # converged: trades
+            if not any(len(v) for v in segments.values()):  # converged: the other side of x, and trades
+                for g, c in ordered.items():
+                    known = sp.values[sp.entries(g), 0]
+                    other = known[(known - a.x[c]) * (row[c] - a.x[c]) < 0]  # sorted; spread by rank
+                    for v in np.unique(other[np.linspace(0, len(other) - 1, min(m, len(other))).astype(int)]):
+                        probes.append(np.where(np.arange(len(row)) == c, v, row))
+                        owner.append((i, -1, np.nan))
                 for h, c in ordered.items():
                     for g in changed:
                         for v in (self._ladder(schema.features[c], a.x[c], row[c], m) if g != h else ()):
@@ -434,18 +442,19 @@ class _Run:
         return len(cols) == 1 and self.agent.space.program.schema.features[cols[0]].kind in ("numeric", "ordinal")
 
     @staticmethod
-    def _segment(f: Any, lo: float, v: float, m: int) -> np.ndarray:
-        """Up to m probe values strictly between ``lo`` (fails) and ``v`` (passes)."""
-        if f.integer or f.kind == "ordinal":
-            step = 1.0 if v > lo else -1.0
-            inner = np.arange(lo + step, v, step)
-            if len(inner) > m:
-                inner = np.unique(np.round(np.linspace(lo, v, m + 2)[1:-1]))
-                inner = inner[(inner - lo) * (v - inner) > 0]
-            return inner
-        if abs(v - lo) <= 1e-6 * (f.upper - f.lower):
+    def _segment(f: Any, lo: float, v: float, m: int, known: np.ndarray) -> np.ndarray:
+        """Probe values strictly between ``lo`` (fails) and ``v`` (passes): m evenly spaced, m / 2
+        closing in on ``lo`` geometrically and the m / 2 data values (``known``) nearest ``lo``,
+        so that a narrow passing interval near x (a split at a small amount) is not stepped over."""
+        if abs(v - lo) <= (0.5 if f.integer or f.kind == "ordinal" else 1e-6 * (f.upper - f.lower)):
             return np.zeros(0)
-        return lo + (v - lo) * np.arange(1, m + 1) / (m + 1)
+        inner = np.concatenate([lo + (v - lo) * np.arange(1, m + 1) / (m + 1),
+                                lo + (v - lo) * np.exp2(-np.arange(2, m // 2 + 2))])
+        between = known[(known - lo) * (v - known) > 0]
+        inner = np.concatenate([inner, between[np.argsort(np.abs(between - lo), kind="stable")][: m // 2]])
+        if f.integer or f.kind == "ordinal":
+            inner = np.round(inner)
+        return np.unique(inner[(inner - lo) * (v - inner) > 0])
 
     @staticmethod
     def _ladder(f: Any, x: float, v: float, m: int) -> np.ndarray:
