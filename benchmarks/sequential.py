@@ -145,7 +145,7 @@ def table(results: dict[str, Any], agents: int) -> str:
             cmp_ = s["vs_exact"]
             lines.append(
                 f"| {c} | MLP {r['black_box']} ({r['test_accuracy']:.3f}) | {v} | {s['success_rate']:.0%} "
-                f"| {s['median_front_size']:.0f} / {s['mean_front_size']:.1f} | {lens} "
+                f"| {s['median_front_size']:g} / {s['mean_front_size']:.1f} | {lens} "
                 f"| {cmp_['within_1pct']:.0%} of {cmp_['reference_solved']} | {cmp_['worst_gap']:+.1%} "
                 f"| {s['cpu_seconds_mean']:.2f} / {s['cpu_seconds_p95']:.2f} / {s['cpu_seconds_max']:.2f} "
                 f"| {s['seconds_mean']:.2f} | {ex['cpu_seconds_mean']:.2f} / {ex['cpu_seconds_max']:.2f} |")
