@@ -16,8 +16,11 @@ removed; with no feasible individual, the front of (constraint violation, cost),
 the search toward acceptance. Then 400 offspring by biased crossover (an elite and a non-elite
 parent, each key from the elite with probability 0.7) and 100 fresh random mutants; no mutation
 operator. Every generation decodes and evaluates all new individuals at once: one batched
-rollout through the world and one batched classifier call (CSCF decoded one individual at a
-time, about 100 s per Adult instance).
+rollout through the world and one batched classifier call over the distinct decoded sequences
+(children equal to an elite reuse its result; CSCF decoded one individual at a time, about 100 s
+per Adult instance). After the last generation, unless ``polish=0``, the batched local search of
+:mod:`solvers.sequential.polish` refines the cheapest sequence of the 10 cheapest action orders
+(a departure from CSCF that closes the value-tuning gap; see ``docs/sequential.md``).
 
 This is a heuristic: its cheapest sequence is not certified optimal (``Recourse.optimal`` is
 None). :class:`~solvers.sequential.exact.ExactSequenceSearch` measures the gap on the grid.
