@@ -230,6 +230,8 @@ class _Swarm:
         self.in_one_hot = np.isin(np.arange(self.dim), np.concatenate([[], *self.one_hot]))
         self.binary = corner & ~self.in_one_hot
         self.all_raws = raw_features(schema)
+        self.first = np.array([r.columns[0] for r in self.all_raws])  # a raw feature's (first) column
+        self.numeric = np.array([r.kind == "numeric" for r in self.all_raws])
 
     def decode(self, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions mapped to the nearest feasible corner: (positions, full encoded rows)."""
@@ -255,9 +257,7 @@ class _Swarm:
         if self.p.scale_ is None:
             near = gower
         else:  # the PSO paper's Eq. 9 / 11 in place of Gower: |dx| / MAD for numbers, 1[changed] otherwise
-            cols = [r.columns[0] for r in self.all_raws]
-            numeric = np.array([r.kind == "numeric" for r in self.all_raws])
-            near = np.where(numeric, np.abs(X[:, cols] - self.x[cols]) / self.p.scale_, D).mean(axis=1)
+            near = np.where(self.numeric, np.abs(X[:, self.first] - self.x[self.first]) / self.p.scale_, D).mean(axis=1)
         valid = proba > self.p.threshold
         return near + (D > 0).mean(axis=1) + np.where(valid, 0.0, 2.0 + self.p.threshold - proba), gower
 

@@ -145,11 +145,11 @@ class GeCo(Solver):
                  "representation": self.representation, "refine_rounds": run.refine_rounds,
                  "seconds": {k: round(v, 6) for k, v in run.seconds.items()}}
         runtime = time.perf_counter() - t0
-        if not len(answers):
+        X, proba, dist = answers
+        if status != "ok":
             reason = ("no counterfactual in the search space (the data's active domain under the PLAF rules)"
                       if status == "no_recourse" else f"no counterfactual within {self.max_generations} generations")
             return [Recourse.none(method, status=status, runtime=runtime, reason=reason)]
-        X, proba, dist = answers
         return [point_recourse(world.schema, self.program_.raws, x, X[i], method=method, distance=dist[i],
                                valid=bool(proba[i] > self.threshold), runtime=runtime,
                                extra={"proba": float(proba[i]), "rank": i, **extra}) for i in range(len(X))]
@@ -276,11 +276,13 @@ class _Run:
 
     # -------------------------------------------------------------------------------- the loop
 
-    def search(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | tuple, str]:
+    def search(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], str]:
+        """(rows, P(accept), distances) of the answers, best first, and the status."""
         p, k = self.p, int(self.p.n_diverse)
         start = self.pop_class.start(self.agent)
+        none = (np.zeros((0, len(self.agent.x))), np.zeros(0), np.zeros(0))
         if not len(self.groups):
-            return (), "no_recourse"
+            return none, "no_recourse"
         pop = self._next(start, self.mutate(start, int(p.m_init), 0))
         exhausted = False
         for gen in range(1, int(p.max_generations) + 1):
@@ -296,8 +298,9 @@ class _Run:
                 break
         valid = np.flatnonzero(pop.proba > p.threshold)
         if not len(valid):
-            return (), "no_recourse" if exhausted else "unknown"
-        return self.answers(pop.take(valid)), "ok"
+            return none, "no_recourse" if exhausted else "unknown"
+        found = self.answers(pop.take(valid))
+        return found, "ok" if len(found[0]) else "unknown"
 
     def _next(self, pop: Population, cand: list[Population]) -> Population:
         """POP := selectFittest(POP ∪ CAND) with CAND cascaded, made feasible and new."""
