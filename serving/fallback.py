@@ -23,10 +23,11 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Hashable
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -46,14 +47,95 @@ FALLBACK_CHUNK = 256  # agents per solver call: the unit of progress within the 
 CACHE_SIZE = 100_000  # (group, deficit) patterns whose exact answer is kept
 
 
+class BackgroundCache:
+    """Answers of slow solver jobs, kept in an LRU cache by key, with the jobs run on one thread.
+
+    A request submits a job for the keys it misses and waits for it at most until its deadline;
+    a job it gave up on still finishes on the worker thread and its answers go into the cache
+    (the done callback runs whether or not anyone still waits), so a retry of the same request
+    is answered from the cache. A key whose job is still running is not submitted twice: a second
+    request waits on the same job. Used by the capability world's exact fallback and by the
+    tabular worlds' GeCo -> MACE chain (:mod:`serving.tabular`).
+    """
+
+    def __init__(self, executor: ThreadPoolExecutor, size: int = CACHE_SIZE):
+        self.executor, self.size = executor, size
+        self.cache: OrderedDict[Hashable, Any] = OrderedDict()
+        self.running: dict[Hashable, Future] = {}
+        self.lock = threading.Lock()
+
+    def get(self, keys: list[Hashable]) -> list[Any]:
+        """The cached answer per key (None where there is none yet)."""
+        with self.lock:
+            return [self.cache.get(k) for k in keys]
+
+    def put(self, keys: list[Hashable], values: list[Any]) -> None:
+        with self.lock:
+            for key, v in zip(keys, values, strict=True):
+                self.cache[key] = v
+                self.cache.move_to_end(key)
+                self.running.pop(key, None)
+            while len(self.cache) > self.size:
+                self.cache.popitem(last=False)
+
+    def submit(self, keys: list[Hashable], fn: Callable[..., Any], *args: Any,
+               split: Callable[[Any], list[Any]] = lambda r: [r]) -> Future:
+        """Run ``fn(*args)`` on the worker thread; ``split(result)`` gives one answer per key, cached
+        when the job finishes (a failed job caches nothing). A one-key job whose key is already
+        running is joined instead of submitted again."""
+        with self.lock:
+            if len(keys) == 1 and keys[0] in self.running:
+                return self.running[keys[0]]
+            fut = self.executor.submit(fn, *args)
+            if len(keys) == 1:
+                self.running[keys[0]] = fut
+
+        def store(f: Future) -> None:
+            if f.cancelled() or f.exception() is not None:
+                with self.lock:
+                    if len(keys) == 1 and self.running.get(keys[0]) is f:
+                        del self.running[keys[0]]
+                return
+            self.put(keys, split(f.result()))
+
+        fut.add_done_callback(store)
+        return fut
+
+    @staticmethod
+    def wait(fut: Future, t_end: float, drop_queued: bool = True) -> tuple[bool, Any]:
+        """``(True, result)`` if the job finishes before ``t_end`` (perf_counter time; inf: no
+        limit), else ``(False, None)``: a job still running finishes into the cache, one still
+        queued is dropped (``drop_queued``) or left to run later. A job that raised gives
+        ``(False, None)`` too (logged)."""
+        left = t_end - time.perf_counter()
+        if left <= 0 and not fut.done():
+            if drop_queued:
+                fut.cancel()
+            return False, None
+        try:
+            return True, fut.result(timeout=None if math.isinf(left) else max(left, 0.0))
+        except FutureTimeout:
+            if drop_queued:
+                fut.cancel()  # still queued: dropped; already running: finishes into the cache
+            return False, None
+        except CancelledError:
+            return False, None
+        except Exception:  # a solver failure leaves these agents "unknown" rather than failing the request
+            log.exception("background solver job failed")
+            return False, None
+
+
 class FallbackSolver:
     """Exact set cover for invalid generated answers, within a time budget, with an LRU cache."""
 
     def __init__(self, world: CapabilityWorld):
         self.world = world
         self.solver = FastSetCover()
-        self.cache: OrderedDict[bytes, tuple[tuple[int, ...], bool]] = OrderedDict()
-        self.lock = threading.Lock()
+        self.jobs = BackgroundCache(_SOLVER_THREAD, CACHE_SIZE)
+
+    @property
+    def cache(self) -> OrderedDict:
+        return self.jobs.cache
 
     @property
     def method(self) -> str:
@@ -71,45 +153,29 @@ class FallbackSolver:
         g = np.zeros(len(X), np.int64) if groups is None else groups
         return [int(gi).to_bytes(4, "little") + row.tobytes() for gi, row in zip(g, packed, strict=True)]
 
-    def _store(self, keys: list[bytes], fut: Future) -> None:
-        """Cache a finished chunk (also runs when the request that asked for it gave up)."""
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        labels = fut.result()
-        with self.lock:
-            for i, key in enumerate(keys):
-                self.cache[key] = (tuple(int(a) for a in labels.actions[i] if a >= 0), bool(labels.has_cover[i]))
-                self.cache.move_to_end(key)
-            while len(self.cache) > CACHE_SIZE:
-                self.cache.popitem(last=False)
+    @staticmethod
+    def _answers(labels: Any) -> list[tuple[tuple[int, ...], bool]]:
+        return [(tuple(int(a) for a in labels.actions[i] if a >= 0), bool(labels.has_cover[i]))
+                for i in range(len(labels.actions))]
 
     def solve(self, X: np.ndarray, groups: np.ndarray | None, budget_s: float | None
               ) -> list[tuple[tuple[int, ...], bool] | None]:
         """Per agent: (optimal set, has cover), or None where the budget ran out first."""
         t_end = math.inf if budget_s is None else time.perf_counter() + budget_s
         keys = self._keys(X, groups)
-        with self.lock:
-            out = [self.cache.get(k) for k in keys]
+        out = self.jobs.get(keys)
         todo = [i for i, r in enumerate(out) if r is None]
         for start in range(0, len(todo), FALLBACK_CHUNK):
-            left = t_end - time.perf_counter()
-            if left <= 0:
+            if t_end - time.perf_counter() <= 0:
                 break
             idx = np.array(todo[start: start + FALLBACK_CHUNK])
-            chunk_keys = [keys[i] for i in idx]
-            fut = _SOLVER_THREAD.submit(self.solver.label_batch, self.world, X[idx],
-                                        None if groups is None else groups[idx])
-            fut.add_done_callback(lambda f, k=chunk_keys: self._store(k, f))
-            try:
-                labels = fut.result(timeout=None if math.isinf(left) else left)
-            except FutureTimeout:
-                fut.cancel()  # still queued: dropped; already running: finishes into the cache
+            fut = self.jobs.submit([keys[i] for i in idx], self.solver.label_batch, self.world, X[idx],
+                                   None if groups is None else groups[idx], split=self._answers)
+            done, labels = self.jobs.wait(fut, t_end)
+            if not done:
                 break
-            except Exception:  # a solver failure leaves these agents "unknown" rather than failing the request
-                log.exception("fallback solver failed on %d agents", len(idx))
-                break
-            for j, i in enumerate(idx):
-                out[i] = (tuple(int(a) for a in labels.actions[j] if a >= 0), bool(labels.has_cover[j]))
+            for i, r in zip(idx, self._answers(labels), strict=True):
+                out[i] = r
         return out
 
 
