@@ -1,5 +1,13 @@
 """Serve a trained generator of a run directory over HTTP, or recommend for a file of agents.
 
+A tabular run (a real data set: its config.yaml has a ``tabular:`` section) takes raw records:
+
+    python serve.py runs/adult_forest [--model NAME] [--fallback-budget-ms 50] [--max-diverse 5]
+    python serve.py runs/adult_forest --batch-in people.csv --batch-out answers.csv [--n-diverse 0]
+
+Its answers are the generator's, verified against the model and the schema, with GeCo then MACE
+as the fallback chain within the budget ("unknown" past it; the answer is cached when it lands).
+
     python serve.py runs/NAME [--model NAME] [--filter all] [--seed 0] [--host 127.0.0.1] [--port 8000]
                     [--fallback-budget-ms 50] [--max-batch 10000]
     python serve.py runs/NAME --batch-in agents.csv --batch-out out.parquet
@@ -16,6 +24,7 @@ import sys
 from data_gen.compute import ComputeConfig
 from serving.batch import recommend_file, recommend_parquet
 from serving.service import InputError, RecommendationService, ServiceError
+from serving.tabular import is_tabular_run
 
 SERVER_BUDGET_MS = 50.0
 
@@ -42,6 +51,8 @@ def main(argv=None) -> int:
     p.add_argument("--chunk-size", type=int, default=50_000, help="agents per chunk with --ray")
     p.add_argument("--work-dir", default=None,
                    help="finished chunks with --ray (a rerun resumes from them; default: BATCH_OUT.chunks)")
+    p.add_argument("--max-diverse", type=int, default=5, help="tabular: most alternatives a request may ask for")
+    p.add_argument("--n-diverse", type=int, default=0, help="tabular, offline: alternatives per record")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
     if (args.batch_in is None) != (args.batch_out is None):
@@ -53,6 +64,8 @@ def main(argv=None) -> int:
     if budget_ms is None:
         budget_ms = float("inf") if args.batch_in else SERVER_BUDGET_MS
     budget_s = budget_ms / 1e3
+    if is_tabular_run(args.run_dir):
+        return _serve_tabular(args, budget_s)
     try:
         if args.batch_in:
             svc = RecommendationService(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
@@ -68,6 +81,35 @@ def main(argv=None) -> int:
         from serving.app import create_app  # FastAPI: the "serve" extra, not needed offline
 
         app = create_app(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
+    except (ServiceError, InputError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _serve_tabular(args: argparse.Namespace, budget_s: float) -> int:
+    """A tabular run: raw records over HTTP, or a CSV/Parquet of raw records offline."""
+    from serving.tabular import TabularService
+
+    if args.ray:
+        print("error: --ray: chunked batches are for capability-world runs; a tabular run reads one file",
+              file=sys.stderr)
+        return 2
+    try:
+        if args.batch_in:
+            from serving.batch import recommend_raw_file
+
+            svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, max(args.max_diverse, args.n_diverse))
+            counts = recommend_raw_file(svc, args.batch_in, args.batch_out, args.n_diverse)
+            print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
+            print(f"rates: {svc.stats()['rates']}")
+            return 0
+        from serving.tabular_app import create_tabular_app
+
+        app = create_tabular_app(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse)
     except (ServiceError, InputError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -110,21 +110,10 @@ class _Guard:
         await self.app(scope, limited_receive, counting_send)
 
 
-def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all", seed: int = 0,
-               fallback_budget_s: float | None = 0.05, max_batch: int = 10_000) -> FastAPI:
-    """The FastAPI app serving one model of a run (raises :class:`ServiceError` if it cannot)."""
-    svc = RecommendationService(run_dir, model, rule, seed, fallback_budget_s, max_batch)
-    w = svc.world
-    AgentRequest, BatchRequest = request_models(w.n_features, w.n_groups, max_batch)
-    grouped = w.n_groups > 1
-    app = FastAPI(title="recourse-gym recommendations", version="1",
-                  description="Verified recommendations from a trained CFE generator with an exact fallback. "
-                              f"The served world has {w.n_features} capabilities (x: exactly {w.n_features} "
-                              f"integers 0/1) and {w.n_groups} group(s); a batch holds at most {max_batch} agents.")
-    # Generous for any JSON layout of a full batch; larger bodies get 413 before parsing.
-    app.add_middleware(_Guard, svc=svc, limit=1_000_000 + max_batch * (16 * w.n_features + 64))
-    app.state.service = svc
-
+def install_handlers(app: FastAPI, max_batch: int, items: str) -> None:
+    """The error handlers every served app shares: 400 for unreadable JSON, 422 naming the field
+    (``items`` is the batch's list field, reported once when it exceeds ``max_batch``), 422 for an
+    :class:`InputError`, and 500 with no internals for anything unexpected (logged)."""
     def reject(code: int, detail: str, errors: list[dict[str, str]] | None = None) -> JSONResponse:
         body: dict[str, Any] = {"detail": detail}
         if errors:
@@ -134,9 +123,9 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         body = exc.body
-        if isinstance(body, dict) and isinstance(body.get("agents"), list) and len(body["agents"]) > max_batch:
-            # The schema's maxItems: one clear message rather than an error per agent.
-            return reject(422, f"agents: batch of {len(body['agents'])} agents exceeds max_batch={max_batch}")
+        if isinstance(body, dict) and isinstance(body.get(items), list) and len(body[items]) > max_batch:
+            # The schema's maxItems: one clear message rather than an error per item.
+            return reject(422, f"{items}: batch of {len(body[items])} {items} exceeds max_batch={max_batch}")
         errs = exc.errors()
         if errs and errs[0]["type"] == "json_invalid":
             e = errs[0]
@@ -162,6 +151,24 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
         # The message stays in the log: it may hold paths or internals that are not the client's.
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return reject(500, f"internal error ({type(exc).__name__}); see the server log")
+
+
+def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all", seed: int = 0,
+               fallback_budget_s: float | None = 0.05, max_batch: int = 10_000) -> FastAPI:
+    """The FastAPI app serving one model of a run (raises :class:`ServiceError` if it cannot)."""
+    svc = RecommendationService(run_dir, model, rule, seed, fallback_budget_s, max_batch)
+    w = svc.world
+    AgentRequest, BatchRequest = request_models(w.n_features, w.n_groups, max_batch)
+    grouped = w.n_groups > 1
+    app = FastAPI(title="recourse-gym recommendations", version="1",
+                  description="Verified recommendations from a trained CFE generator with an exact fallback. "
+                              f"The served world has {w.n_features} capabilities (x: exactly {w.n_features} "
+                              f"integers 0/1) and {w.n_groups} group(s); a batch holds at most {max_batch} agents.")
+    # Generous for any JSON layout of a full batch; larger bodies get 413 before parsing.
+    app.add_middleware(_Guard, svc=svc, limit=1_000_000 + max_batch * (16 * w.n_features + 64))
+    app.state.service = svc
+
+    install_handlers(app, max_batch, "agents")
 
     @app.post("/recommend", response_model=Recommendation, summary="Recommend actions for one agent",
               responses=ERRORS)

@@ -107,6 +107,55 @@ def _answers_frame(records: list[dict[str, Any]], first_agent: int = 0) -> pd.Da
     })
 
 
+def recommend_raw_file(svc: Any, in_path: str | Path, out_path: str | Path, n_diverse: int = 0) -> dict[str, int]:
+    """Recommend for every raw record of a CSV/Parquet file (a tabular run's
+    :class:`~serving.tabular.TabularService`; the same code path as ``/recommend/batch``).
+
+    Columns named as the data set's raw features are the record; other columns (an id, say) are
+    copied to the output unchanged, before the answer's columns: ``status``, ``changes`` (JSON list
+    of ``{feature, from, to}``), ``distance``, ``verified``, ``method``, ``optimal``,
+    ``budget_exceeded`` and ``alternatives`` (JSON).
+    """
+    in_path, out_path = Path(in_path), Path(out_path)
+    if out_path.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise InputError(f"batch-out: {out_path} must be .csv or .parquet")
+    if not in_path.exists():
+        raise InputError(f"batch-in: {in_path} does not exist")
+    try:
+        if in_path.suffix.lower() == ".csv":
+            df = pd.read_csv(in_path)
+        elif in_path.suffix.lower() in (".parquet", ".pq"):
+            df = pd.read_parquet(in_path)
+        else:
+            raise InputError(f"batch-in: {in_path} must be .csv or .parquet")
+    except (OSError, ValueError) as err:
+        if isinstance(err, InputError):
+            raise
+        raise InputError(f"batch-in: cannot read {in_path} ({err})") from None
+    names = svc.codec.names
+    missing = [n for n in names if n not in df.columns]
+    if missing:
+        raise InputError(f"columns: the data set's features {missing} are missing from {in_path.name}")
+    records = df[names].to_dict("records")
+    results = svc.recommend_records(records, n_diverse, field="rows")
+    out = df[[c for c in df.columns if c not in names]].reset_index(drop=True)
+    out.insert(0, "row", np.arange(len(df)))
+    out["status"] = [r["status"] for r in results]
+    out["changes"] = [json.dumps(r["changes"]) for r in results]
+    out["distance"] = [r["distance"] for r in results]
+    out["verified"] = [r["verified"] for r in results]
+    out["method"] = [r["method"] for r in results]
+    out["optimal"] = pd.array([r["optimal"] for r in results], dtype="boolean")
+    out["budget_exceeded"] = [r["budget_exceeded"] for r in results]
+    out["alternatives"] = [json.dumps(r["alternatives"]) for r in results]
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if out_path.suffix.lower() == ".csv":
+        out.to_csv(out_path, index=False)
+    else:
+        out.to_parquet(out_path, index=False)
+    return out["status"].value_counts().to_dict()
+
+
 # ---------------------------------------------------------------- large Parquet files, chunked (Ray)
 
 _OUTPUT_TYPES = {c: pa.field(c, t) for c, t in [

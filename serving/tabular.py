@@ -1,0 +1,408 @@
+"""Serve a tabular run (``runs/<dataset>_<model>``): raw records in, verified counterfactuals out.
+
+:class:`TabularService` loads a run with ``learners.tabular_experiment.load_tabular_run`` (the
+world's model and encoder are checked against ``world/fingerprint.json`` there; a mismatch is
+refused at start) and answers raw records in three steps:
+
+1. the run's generator proposes a counterfactual for the whole batch at once
+   (``TabularGenerator.recommend``); every proposal is *verified* here, whatever the generator
+   promises: the served model (the run's white box, equal to the sklearn model) must accept it and
+   :meth:`RecordCodec.violations` must find nothing (bounds, integer codes, one-hot groups,
+   immutable and increase/decrease-only features, all re-checked against the request's record);
+2. a record the generator cannot answer goes to GeCo (black box, tenths of a second), and where
+   GeCo finds nothing verified, to MACE (certified: ``optimal`` is MACE's certificate, and
+   ``no_recourse`` is said only on MACE's proof that no plausible counterfactual exists);
+3. the fallbacks run on one worker thread within the request's budget; past it the answer is
+   ``status: unknown`` and the job finishes in the background into a cache keyed by the encoded
+   record (:class:`serving.fallback.BackgroundCache`), so the same request later gets the answer.
+
+Diverse alternatives (``n_diverse``) come from GeCo's diverse set (distinct sets of changed
+features, nearest first), or from MACE's successive runs when MACE answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.fallback import BackgroundCache
+from serving.records import RecordCodec, RecordError
+from serving.service import InputError, ServiceError
+
+log = logging.getLogger("recourse_gym.serve")
+
+# GeCo and MACE run here, one job at a time (HiGHS and numpy release the GIL; the event loop stays free).
+_SOLVER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabular-fallback")
+MAX_QUEUED = 512  # fallback jobs waiting at most; beyond, a record is answered "unknown" without queueing
+CACHE_SIZE = 50_000
+METHODS = ("generator", "geco", "mace")
+OUTCOMES = ("already_positive", "unknown", "no_recourse")
+
+
+@dataclass
+class Answer:
+    """The answer for one record (encoded rows; made JSON-ready by :meth:`TabularService.records`)."""
+
+    status: str  # ok | no_recourse | already_positive | unknown
+    cf: np.ndarray | None = None
+    distance: float | None = None
+    method: str = "fallback"
+    kind: str = "fallback"  # generator | geco | mace | model | fallback: what the counters count
+    optimal: bool | None = None
+    verified: bool = False
+    alternatives: list[tuple[np.ndarray, float, str]] = field(default_factory=list)
+    budget_exceeded: bool = False
+
+
+def is_tabular_run(run_dir: str | Path) -> bool:
+    """Whether ``run_dir/config.yaml`` has a top-level ``tabular:`` mapping (a run of a real data set)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        return False
+    import yaml
+
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return False
+    return isinstance(cfg, dict) and isinstance(cfg.get("tabular"), dict)
+
+
+class TabularService:
+    """One tabular run: its world, generator, the GeCo -> MACE fallback chain, counters, provenance."""
+
+    kind = "tabular"
+
+    def __init__(self, run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
+                 max_batch: int = 10_000, max_diverse: int = 5, *, run: Any = None,
+                 geco_data: np.ndarray | None = None):
+        if max_batch < 1:
+            raise ServiceError(f"max_batch: must be >= 1, got {max_batch}")
+        if fallback_budget_s is not None and not fallback_budget_s >= 0:
+            raise ServiceError(f"fallback_budget_s: must be >= 0 or None (no limit), got {fallback_budget_s}")
+        self.run_dir = Path(run_dir)
+        self.fallback_budget_s = None if fallback_budget_s is None or math.isinf(fallback_budget_s) else fallback_budget_s
+        self.max_batch, self.max_diverse = max_batch, max_diverse
+        self.run = run if run is not None else self._load_run()
+        self.world = self.run.world
+        self.config = dict(self.run.config or {})
+        self.tab = dict(self.config.get("tabular") or {})
+        gens = dict(self.run.generators)
+        if not gens:
+            raise ServiceError(f"model: run {self.run_dir.name} has no trained generator")
+        name = model if model is not None else next(iter(gens))
+        if name not in gens:
+            raise ServiceError(f"model: {name!r} is not a generator of this run; known: {sorted(gens)}")
+        self.model_name, self.generator = name, gens[name]
+        self.mace_params = dict(self.run.mace_params or {})
+        self.codec = RecordCodec(self.world.encoder, self.mace_params.get("norm", "one"))
+        self.fingerprint = self._fingerprint()
+        self._probe()
+        self.geco = self._fit_geco(geco_data)
+        self.jobs = BackgroundCache(_SOLVER_THREAD, CACHE_SIZE)
+        self._queued = 0
+        self.counters: dict[str, int] = {"requests": 0, "records": 0, "generator": 0, "geco": 0, "mace": 0,
+                                         "unknown": 0, "no_recourse": 0, "already_positive": 0, "verified": 0,
+                                         "generator_invalid": 0, "generator_none": 0, "rejected": 0}
+        self._lock = threading.Lock()
+        self.started = time.time()
+        log.info("serving tabular run %s: %s %s, generator %s, fallback %s (model %s)", self.run_dir.name,
+                 self.tab.get("dataset"), self.tab.get("model"), self.model_name,
+                 "geco -> mace" if self.geco is not None else "mace", self.fingerprint.get("model_sha256", "")[:16])
+
+    # ------------------------------------------------------------------ loading
+    def _load_run(self) -> Any:
+        try:
+            from learners.tabular_experiment import load_tabular_run
+        except ImportError as err:  # the training half is not installed
+            raise ServiceError(f"run: cannot load tabular runs ({err})") from None
+        if not (self.run_dir / "config.yaml").exists():
+            raise ServiceError(f"run: {self.run_dir / 'config.yaml'} is missing (not a trained run directory)")
+        try:
+            return load_tabular_run(self.run_dir)
+        except (ValueError, OSError, KeyError) as err:  # a fingerprint mismatch names the file
+            raise ServiceError(f"run: {err}") from None
+
+    def _fingerprint(self) -> dict[str, str]:
+        path = self.run_dir / "world" / "fingerprint.json"
+        if path.exists():
+            return {k: str(v) for k, v in json.loads(path.read_text()).items()}
+        w = self.world  # a run handed in directly (tests): hash what is served
+        return {"model_sha256": hashlib.sha256(json.dumps(w.model.to_dict(), sort_keys=True).encode()).hexdigest(),
+                "encoder_sha256": hashlib.sha256(json.dumps(w.encoder.to_dict(), sort_keys=True).encode()).hexdigest()}
+
+    def example_row(self) -> np.ndarray:
+        """An encoded record of each feature's first value (lowest number, first level)."""
+        row = np.zeros(self.codec.n_columns)
+        for d in self.codec.domains:
+            row[d.columns[0]] = 1.0 if d.kind == "categorical" else (d.first_code if d.levels else d.lower)
+        return row
+
+    def _probe(self) -> None:
+        """The generator must answer one record with the right shapes, or the run is not served."""
+        row = self.example_row()[None]
+        try:
+            cf, dist = self.generator.recommend(self.world, row)
+            cf, dist = np.asarray(cf, float), np.asarray(dist, float)
+        except Exception as err:
+            raise ServiceError(f"model: generator {self.model_name!r} cannot answer on this world "
+                               f"({type(err).__name__}: {err})") from err
+        if cf.shape != row.shape or dist.shape != (1,):
+            raise ServiceError(f"model: generator {self.model_name!r} returned shapes {cf.shape}, {dist.shape} "
+                               f"for 1 record of {row.shape[1]} columns")
+
+    def _fit_geco(self, data: np.ndarray | None) -> Any:
+        """GeCo on the run's training data (its feasible space); None (MACE only) if the data is unavailable."""
+        from solvers.geco import GeCo, Plaf
+
+        if data is None:
+            try:
+                from data_gen.loaders import load_data
+
+                loaded = load_data(self.tab["dataset"], seed=int(self.tab.get("seed", self.config.get("seed", 0))),
+                                   data_dir=self.tab.get("data_dir"))
+                if loaded.encoder != self.world.encoder:
+                    raise ValueError("the data's encoder differs from the run's")
+                data = loaded.X_train
+            except Exception as err:
+                log.warning("GeCo fallback disabled: cannot load the run's training data (%s)", err)
+                return None
+        # The schema's mutability only (MACE's plausibility), so both fallbacks answer the same question.
+        return GeCo(plaf=Plaf(), n_diverse=self.max_diverse + 1, seed=0).fit(self.world, np.asarray(data, float))
+
+    # ------------------------------------------------------------------ input
+    def parse(self, records: Any, field: str = "records", single: bool = False) -> np.ndarray:
+        """Encoded rows of raw records, or an :class:`InputError` naming the field."""
+        if not isinstance(records, list | tuple):
+            raise InputError(f"{field}: expected a list of records")
+        if not records:
+            raise InputError(f"{field}: no records given")
+        try:
+            return self.codec.encode(records, field, single)
+        except RecordError as err:
+            raise InputError(str(err)) from None
+
+    # ------------------------------------------------------------------ verification
+    def verify(self, X: np.ndarray, CF: np.ndarray) -> np.ndarray:
+        """Per row: ``CF`` is a plausible change of ``X`` that the served model accepts."""
+        bad = self.codec.violations(X, CF)
+        ok = np.array([b is None for b in bad])
+        if ok.any():
+            ok[ok] = self.world.accepts(CF[ok])
+        return ok
+
+    # ------------------------------------------------------------------ recommendations
+    def recommend(self, X: np.ndarray, n_diverse: int = 0, budget_s: float | None = -1.0) -> list[Answer]:
+        """Verified answers for encoded records (``budget_s``: -1 = the service's budget, None = no limit)."""
+        budget = self.fallback_budget_s if budget_s == -1.0 else budget_s
+        t_end = math.inf if budget is None else time.perf_counter() + budget
+        answers, bad = self.first_pass(X)
+        self.complete(X, answers, bad, n_diverse, t_end)
+        return answers
+
+    def first_pass(self, X: np.ndarray) -> tuple[list[Answer], np.ndarray]:
+        """The model's own acceptance and the generator's verified answers, batched (never waits);
+        returns the answers so far and the indices that need the fallback chain."""
+        B = len(X)
+        answers: list[Answer] = [Answer("unknown") for _ in range(B)]
+        accepted = self.world.accepts(X)
+        for i in np.flatnonzero(accepted):
+            answers[i] = Answer("already_positive", X[i].copy(), 0.0, "model", "model", None, True)
+        todo = np.flatnonzero(~accepted)
+        if not len(todo):
+            return answers, todo
+        try:
+            CF, _ = self.generator.recommend(self.world, X[todo])
+            CF = np.asarray(CF, float)
+            if CF.shape != (len(todo), X.shape[1]):
+                raise ValueError(f"recommend returned shape {CF.shape} for {len(todo)} records")
+        except Exception:
+            log.exception("generator %s failed on %d records; using the fallback", self.model_name, len(todo))
+            CF = np.full((len(todo), X.shape[1]), np.nan)
+        none = np.isnan(CF).all(1)
+        ok = ~none
+        if ok.any():
+            ok[ok] = self.verify(X[todo[ok]], CF[ok])
+        dist = self.codec.distance(X[todo], np.where(np.isfinite(CF), CF, 0.0))
+        for r in np.flatnonzero(ok):
+            answers[todo[r]] = Answer("ok", CF[r], float(dist[r]), self.model_name, "generator", None, True)
+        with self._lock:
+            self.counters["generator_none"] += int(none.sum())
+            self.counters["generator_invalid"] += int((~none & ~ok).sum())
+        return answers, todo[~ok]
+
+    def complete(self, X: np.ndarray, answers: list[Answer], bad: np.ndarray, n_diverse: int, t_end: float) -> None:
+        """The fallback chain for ``bad`` records, and alternatives where asked, until ``t_end``."""
+        n_diverse = max(0, min(int(n_diverse), self.max_diverse))
+        jobs = []
+        for i in bad:  # submit them all first: the worker thread gets going while we wait
+            key = (X[i].tobytes(), n_diverse)
+            hit = self.jobs.get([key])[0]
+            jobs.append((i, hit if hit is not None else self._submit(key, self._chain, X[i], n_diverse)))
+        alt_jobs = []
+        if n_diverse and self.geco is not None:
+            for i, a in enumerate(answers):
+                if a.kind == "generator":
+                    key = ("geco", X[i].tobytes())
+                    hit = self.jobs.get([key])[0]
+                    alt_jobs.append((i, hit if hit is not None else self._submit(key, self._geco_answers, X[i])))
+        for i, job in jobs:
+            ans = job if isinstance(job, Answer) else self._wait(job, t_end)
+            ans = None if ans is None else replace(ans, alternatives=list(ans.alternatives))  # the cache's stays
+            answers[i] = ans if ans is not None else Answer("unknown", budget_exceeded=True)
+        for i, job in alt_jobs:
+            found = job if isinstance(job, list) else self._wait(job, t_end)
+            if found is not None:
+                primary = answers[i].cf
+                answers[i].alternatives = [a for a in found if not np.array_equal(a[0], primary)][:n_diverse]
+        for a in answers:
+            if a.kind == "mace" or a.kind == "geco":
+                a.alternatives = a.alternatives[:n_diverse]
+
+    def _submit(self, key: Any, fn: Any, *args: Any) -> Any:
+        with self._lock:
+            if self._queued >= MAX_QUEUED:
+                return None
+            self._queued += 1
+        fut = self.jobs.submit([key], fn, *args)
+
+        def done(_f: Any) -> None:
+            with self._lock:
+                self._queued -= 1
+        fut.add_done_callback(done)
+        return fut
+
+    def _wait(self, fut: Any, t_end: float) -> Any:
+        if fut is None:
+            return None
+        finished, result = self.jobs.wait(fut, t_end, drop_queued=False)
+        return result if finished else None
+
+    # ------------------------------------------------------------------ the fallback chain (worker thread)
+    def _geco_answers(self, x: np.ndarray) -> list[tuple[np.ndarray, float, str]]:
+        """GeCo's verified counterfactuals for one record, nearest first (cached by record)."""
+        key = ("geco", x.tobytes())
+        hit = self.jobs.get([key])[0]
+        if hit is not None:
+            return hit
+        rs = self.geco.solve(self.world, x)
+        rows = [r.final_state for r in rs if r.status == "ok" and r.final_state is not None]
+        out: list[tuple[np.ndarray, float, str]] = []
+        if rows:
+            CF = np.vstack(rows)
+            ok = self.verify(np.repeat(x[None], len(CF), 0), CF)
+            dist = self.codec.distance(np.repeat(x[None], len(CF), 0), CF)
+            out = sorted(((CF[j], float(dist[j]), "geco") for j in np.flatnonzero(ok)), key=lambda t: t[1])
+        self.jobs.put([key], [out])
+        return out
+
+    def _chain(self, x: np.ndarray, n_diverse: int) -> Answer:
+        """GeCo, then MACE: the answer for a record the generator could not answer."""
+        if self.geco is not None:
+            try:
+                found = self._geco_answers(x)
+            except Exception:
+                log.exception("GeCo failed; trying MACE")
+                found = []
+            if found:
+                cf, d, _ = found[0]
+                return Answer("ok", cf, d, "geco", "geco", None, True, found[1:])
+        from solvers.mace import MACE
+
+        rs = MACE(**{**self.mace_params, "n_diverse": 1 + n_diverse}).solve(self.world, x)
+        first = rs[0]
+        if first.status == "no_recourse":  # MACE's proof: no plausible counterfactual
+            return Answer("no_recourse", method="mace", kind="mace", optimal=True, verified=False)
+        if first.status != "ok":
+            log.warning("MACE gave up: %s", first.extra.get("reason", first.status))
+            return Answer("unknown", method="mace", kind="fallback")
+        CF = np.vstack([r.final_state for r in rs])
+        X = np.repeat(x[None], len(CF), 0)
+        ok, dist = self.verify(X, CF), self.codec.distance(X, CF)
+        if not ok[0]:
+            log.error("MACE's counterfactual failed the serving checks: %s", self.codec.violations(x, CF[0])[0])
+            return Answer("unknown", method="mace", kind="fallback")
+        alts = [(CF[j], float(dist[j]), "mace") for j in range(1, len(CF)) if ok[j]]
+        return Answer("ok", CF[0], float(dist[0]), "mace", "mace", bool(first.optimal), True, alts)
+
+    # ------------------------------------------------------------------ answers
+    def count(self, answers: list[Answer]) -> None:
+        with self._lock:
+            c = self.counters
+            c["requests"] += 1
+            c["records"] += len(answers)
+            for a in answers:
+                if a.status in OUTCOMES:
+                    c[a.status] += 1
+                elif a.kind in METHODS:
+                    c[a.kind] += 1
+                c["verified"] += int(a.verified)
+
+    def records(self, X: np.ndarray, answers: list[Answer], t0: float | None = None) -> list[dict[str, Any]]:
+        """JSON-ready answers (the HTTP rows and the offline file rows); ``latency_ms`` from ``t0``."""
+        codec = self.codec
+        out = []
+        for x, a in zip(X, answers, strict=True):
+            ok = a.status == "ok" and a.cf is not None
+            out.append({
+                "status": a.status,
+                "changes": codec.changes(x, a.cf) if ok else [],
+                "distance": a.distance if a.status in ("ok", "already_positive") else None,
+                "verified": bool(a.verified), "method": a.method, "optimal": a.optimal,
+                "alternatives": [{"changes": codec.changes(x, cf), "distance": d, "verified": True, "method": m}
+                                 for cf, d, m in a.alternatives],
+                "budget_exceeded": a.budget_exceeded,
+                "latency_ms": None if t0 is None else (time.perf_counter() - t0) * 1e3,
+            })
+        return out
+
+    def recommend_records(self, records: Any, n_diverse: int = 0, field: str = "records",
+                          single: bool = False) -> list[dict[str, Any]]:
+        """Parse raw records, answer them in chunks of ``max_batch`` and return JSON-ready rows."""
+        t0 = time.perf_counter()
+        X = self.parse(records, field, single)
+        out: list[dict[str, Any]] = []
+        for s in range(0, len(X), self.max_batch):
+            ans = self.recommend(X[s: s + self.max_batch], n_diverse)
+            self.count(ans)
+            out += self.records(X[s: s + self.max_batch], ans, t0)
+        return out
+
+    # ------------------------------------------------------------------ description
+    def stats(self) -> dict[str, Any]:
+        """The counters, and per method and outcome its share of the records that needed recourse."""
+        with self._lock:
+            c = dict(self.counters)
+        need = c["records"] - c["already_positive"]
+        rates = {k: (c[k] / need if need else 0.0) for k in (*METHODS, "unknown", "no_recourse")}
+        fallbacks = c["geco"] + c["mace"] + c["unknown"] + c["no_recourse"]
+        rates["fallback"] = fallbacks / need if need else 0.0
+        return {"counters": c, "rates": rates}
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance and counters (``/model``): names and hashes, never filesystem paths."""
+        metrics = self.run.metrics if isinstance(getattr(self.run, "metrics", None), dict) else None
+        st = self.stats()
+        return {
+            "kind": "tabular", "run": str(self.config.get("name", self.run_dir.name)), "run_dir": self.run_dir.resolve().name,
+            "dataset": self.tab.get("dataset"), "model_class": self.tab.get("model"),
+            "world": getattr(self.world, "name", None), "generator": self.model_name,
+            "generators": sorted(self.run.generators), "fingerprint": self.fingerprint,
+            "features": [{"name": d.name, "kind": d.kind, "mutability": d.mutability} for d in self.codec.domains],
+            "fallback": {"chain": (["geco"] if self.geco is not None else []) + ["mace"],
+                         "budget_ms": None if self.fallback_budget_s is None else self.fallback_budget_s * 1e3,
+                         "cached_answers": len(self.jobs.cache)},
+            "max_batch": self.max_batch, "max_diverse": self.max_diverse,
+            "metrics": metrics, "uptime_s": time.time() - self.started,
+            "counters": st["counters"], "rates": st["rates"],
+        }

@@ -1,0 +1,82 @@
+"""The HTTP service of a tabular run: a FastAPI app around :class:`~serving.tabular.TabularService`.
+
+Endpoints: ``POST /recommend`` (one raw record, optional ``n_diverse``), ``POST /recommend/batch``
+(``{"records": [...]}``), ``GET /health`` and ``GET /model``. The request models are built from the
+run's encoder (:func:`serving.tabular_schemas.record_models`), so the OpenAPI schema lists every
+raw feature with its domain; a request it accepts gets 200, one it rejects a 4xx whose ``detail``
+names the field (the error handlers are the capability app's, :func:`serving.app.install_handlers`).
+``tests/test_serving_tabular_contract.py`` holds it to that with schemathesis.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from serving.app import _Guard, install_handlers
+from serving.schemas import ERRORS, INTERNAL, TOO_LARGE
+from serving.tabular import TabularService
+from serving.tabular_schemas import (
+    TabularBatchResponse,
+    TabularHealth,
+    TabularModelInfo,
+    TabularRecommendation,
+    record_models,
+    to_record,
+)
+
+
+def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
+                       max_batch: int = 10_000, max_diverse: int = 5, *,
+                       service: TabularService | None = None) -> FastAPI:
+    """The FastAPI app serving one generator of a tabular run (raises ``ServiceError`` if it cannot)."""
+    svc = service or TabularService(run_dir, model, fallback_budget_s, max_batch, max_diverse)
+    Request, Batch = record_models(svc.codec, svc.max_batch, svc.max_diverse)
+    names = ", ".join(svc.codec.names)
+    app = FastAPI(title="recourse-gym recommendations (tabular)", version="1",
+                  description=f"Verified counterfactual recommendations for raw records of the "
+                              f"{svc.tab.get('dataset')} data set ({svc.tab.get('model')} model): the generator "
+                              f"'{svc.model_name}' answers, every answer is checked against the model and the "
+                              f"schema, and GeCo then MACE take over where it fails, within "
+                              f"{'no' if svc.fallback_budget_s is None else f'{svc.fallback_budget_s * 1e3:g} ms of'} "
+                              f"budget. Features: {names}. A batch holds at most {svc.max_batch} records.")
+    app.add_middleware(_Guard, svc=svc, limit=1_000_000 + svc.max_batch * (48 * len(svc.codec.names) + 64))
+    app.state.service = svc
+    install_handlers(app, svc.max_batch, "records")
+
+    @app.post("/recommend", response_model=TabularRecommendation, summary="Recommend changes for one raw record",
+              responses=ERRORS)
+    async def recommend(req: Request) -> dict[str, Any]:  # type: ignore[valid-type]
+        t0 = time.perf_counter()
+        X = svc.parse([to_record(req)], single=True)
+        answers, bad = svc.first_pass(X)
+        n_div = req.n_diverse  # type: ignore[attr-defined]
+        if len(bad) or n_div:  # only a fallback (which may wait up to the budget) leaves the event loop
+            t_end = time.perf_counter() + (float("inf") if svc.fallback_budget_s is None else svc.fallback_budget_s)
+            await run_in_threadpool(svc.complete, X, answers, bad, n_div, t_end)
+        svc.count(answers)
+        return svc.records(X, answers, t0)[0]
+
+    @app.post("/recommend/batch", response_model=TabularBatchResponse, summary="Recommend for a batch of raw records",
+              responses=ERRORS)
+    def recommend_batch(req: Batch) -> dict[str, Any]:  # type: ignore[valid-type]
+        results = svc.recommend_records([to_record(r) for r in req.records])  # type: ignore[attr-defined]
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        return {"results": results, "counts": counts}
+
+    @app.get("/health", response_model=TabularHealth, summary="Liveness", responses={413: TOO_LARGE, 500: INTERNAL})
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": svc.model_name, "uptime_s": time.time() - svc.started}
+
+    @app.get("/model", response_model=TabularModelInfo, summary="The served run, its provenance and counters",
+             responses={413: TOO_LARGE, 500: INTERNAL})
+    def model_info() -> dict[str, Any]:
+        return svc.describe()
+
+    return app
