@@ -21,10 +21,16 @@ def main(argv=None) -> int:
         import yaml
 
         from learners.sequential_experiment import evaluate_sequential, is_sequential_config
+        from learners.tabular_experiment import evaluate_tabular, is_tabular_config
 
         cfg_path = Path(args.run_dir) / "config.yaml"
-        if cfg_path.exists() and is_sequential_config(yaml.safe_load(cfg_path.read_text())):
+        data = yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else None
+        if is_sequential_config(data):
             evaluate_sequential(args.run_dir)
+            return 0
+        if is_tabular_config(data):
+            evaluate_tabular(args.run_dir)
+            print(f"report: {Path(args.run_dir) / 'report.md'}")
             return 0
         evaluate_run(args.run_dir, plots=not args.no_plots, filters=args.filters)
     except (ValueError, FileNotFoundError) as err:

@@ -4,7 +4,8 @@
 
 With no config, the embedded default (configs/default.yaml: a small synthetic set) is used.
 A config that names a ``world`` (configs/sequential_adult.yaml) is a sequential experiment
-(learners/sequential_experiment.py).
+(learners/sequential_experiment.py); one with a ``tabular`` mapping (configs/adult_forest.yaml) a
+real-data experiment: classifier, MACE labels, generators (learners/tabular_experiment.py).
 """
 
 import argparse
@@ -27,9 +28,13 @@ def main(argv=None) -> int:
     try:
         from data_gen.config import read_yaml
         from learners.sequential_experiment import is_sequential_config
+        from learners.tabular_experiment import is_tabular_config
 
-        if is_sequential_config(read_yaml(args.config)):
+        data = read_yaml(args.config)
+        if is_sequential_config(data):
             return _sequential(args)
+        if is_tabular_config(data):
+            return _tabular(args)
         cfg = load_config(args.config)
     except (ValueError, FileNotFoundError) as err:
         print(err, file=sys.stderr)
@@ -38,6 +43,18 @@ def main(argv=None) -> int:
     print(f"run directory: {run_dir}")
     if (cfg.generators or cfg.policies) and not args.no_eval:
         evaluate_run(run_dir)
+        print(f"report: {run_dir / 'report.md'}")
+    return 0
+
+
+def _tabular(args) -> int:
+    from learners.tabular_experiment import evaluate_tabular, load_tabular_config, train_tabular
+
+    cfg = load_tabular_config(args.config)
+    run_dir = train_tabular(cfg, progress=not args.quiet)
+    print(f"run directory: {run_dir}")
+    if not args.no_eval:
+        evaluate_tabular(run_dir, progress=not args.quiet)
         print(f"report: {run_dir / 'report.md'}")
     return 0
 
