@@ -111,6 +111,7 @@ class TabularService:
         self.geco = self._fit_geco(geco_data)
         self.jobs = BackgroundCache(_SOLVER_THREAD, CACHE_SIZE)
         self._queued = 0
+        self._futures: set[Any] = set()
         self.counters: dict[str, int] = {"requests": 0, "records": 0, "generator": 0, "geco": 0, "mace": 0,
                                          "unknown": 0, "no_recourse": 0, "already_positive": 0, "verified": 0,
                                          "generator_invalid": 0, "generator_none": 0, "rejected": 0}
@@ -275,12 +276,22 @@ class TabularService:
                 return None
             self._queued += 1
         fut = self.jobs.submit([key], fn, *args)
+        with self._lock:
+            self._futures.add(fut)
 
-        def done(_f: Any) -> None:
+        def done(f: Any) -> None:
             with self._lock:
                 self._queued -= 1
+                self._futures.discard(f)
         fut.add_done_callback(done)
         return fut
+
+    def close(self) -> None:
+        """Drop the fallback jobs still queued (the running one finishes): for a shutdown or a test's end."""
+        with self._lock:
+            futures = list(self._futures)
+        for f in futures:
+            f.cancel()
 
     def _wait(self, fut: Any, t_end: float) -> Any:
         if fut is None:

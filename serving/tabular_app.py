@@ -8,7 +8,6 @@ names the field (the error handlers are the capability app's, :func:`serving.app
 ``tests/test_serving_tabular_contract.py`` holds it to that with schemathesis.
 """
 
-from __future__ import annotations
 
 import time
 from pathlib import Path
