@@ -23,6 +23,7 @@ features, nearest first), or from MACE's successive runs when MACE answers.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -66,16 +67,12 @@ class Answer:
 
 def is_tabular_run(run_dir: str | Path) -> bool:
     """Whether ``run_dir/config.yaml`` has a top-level ``tabular:`` mapping (a run of a real data set)."""
-    path = Path(run_dir) / "config.yaml"
-    if not path.exists():
-        return False
-    import yaml
+    from learners.tabular_experiment import is_tabular_run as check
 
     try:
-        cfg = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
+        return check(run_dir)
+    except Exception:  # an unreadable config: the capability loader reports it
         return False
-    return isinstance(cfg, dict) and isinstance(cfg.get("tabular"), dict)
 
 
 class TabularService:
@@ -95,7 +92,8 @@ class TabularService:
         self.max_batch, self.max_diverse = max_batch, max_diverse
         self.run = run if run is not None else self._load_run()
         self.world = self.run.world
-        self.config = dict(self.run.config or {})
+        cfg = self.run.config
+        self.config = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else dict(cfg or {})
         self.tab = dict(self.config.get("tabular") or {})
         gens = dict(self.run.generators)
         if not gens:
@@ -104,6 +102,7 @@ class TabularService:
         if name not in gens:
             raise ServiceError(f"model: {name!r} is not a generator of this run; known: {sorted(gens)}")
         self.model_name, self.generator = name, gens[name]
+        self._gen_params = set(inspect.signature(self.generator.recommend).parameters)
         self.mace_params = dict(self.run.mace_params or {})
         self.codec = RecordCodec(self.world.encoder, self.mace_params.get("norm", "one"))
         self.fingerprint = self._fingerprint()
@@ -123,16 +122,13 @@ class TabularService:
 
     # ------------------------------------------------------------------ loading
     def _load_run(self) -> Any:
-        try:
-            from learners.tabular_experiment import load_tabular_run
-        except ImportError as err:  # the training half is not installed
-            raise ServiceError(f"run: cannot load tabular runs ({err})") from None
-        if not (self.run_dir / "config.yaml").exists():
-            raise ServiceError(f"run: {self.run_dir / 'config.yaml'} is missing (not a trained run directory)")
+        from learners.tabular_experiment import load_tabular_run
+
         try:
             return load_tabular_run(self.run_dir)
         except (ValueError, OSError, KeyError) as err:  # a fingerprint mismatch names the file
-            raise ServiceError(f"run: {err}") from None
+            msg = str(err)
+            raise ServiceError(msg if msg.startswith(("run:", "world:")) else f"run: {msg}") from None
 
     def _fingerprint(self) -> dict[str, str]:
         path = self.run_dir / "world" / "fingerprint.json"
@@ -168,13 +164,15 @@ class TabularService:
 
         if data is None:
             try:
-                from data_gen.loaders import load_data
+                if hasattr(self.run, "domain_rows"):
+                    data = self.run.domain_rows()
+                else:
+                    from data_gen.loaders import load_data
 
-                loaded = load_data(self.tab["dataset"], seed=int(self.tab.get("seed", self.config.get("seed", 0))),
-                                   data_dir=self.tab.get("data_dir"))
-                if loaded.encoder != self.world.encoder:
-                    raise ValueError("the data's encoder differs from the run's")
-                data = loaded.X_train
+                    loaded = load_data(self.tab["dataset"], seed=int(self.tab.get("seed", 0)))
+                    if loaded.encoder != self.world.encoder:
+                        raise ValueError("the data's encoder differs from the run's")
+                    data = loaded.X_train
             except Exception as err:
                 log.warning("GeCo fallback disabled: cannot load the run's training data (%s)", err)
                 return None
@@ -207,13 +205,30 @@ class TabularService:
         """Verified answers for encoded records (``budget_s``: -1 = the service's budget, None = no limit)."""
         budget = self.fallback_budget_s if budget_s == -1.0 else budget_s
         t_end = math.inf if budget is None else time.perf_counter() + budget
-        answers, bad = self.first_pass(X)
+        answers, bad = self.first_pass(X, n_diverse)
         self.complete(X, answers, bad, n_diverse, t_end)
         return answers
 
-    def first_pass(self, X: np.ndarray) -> tuple[list[Answer], np.ndarray]:
-        """The model's own acceptance and the generator's verified answers, batched (never waits);
-        returns the answers so far and the indices that need the fallback chain."""
+    def _generate(self, X: np.ndarray, n_alt: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The generator's counterfactuals (NaN rows: none) and, where it offers them, alternatives."""
+        kw: dict[str, Any] = {}
+        if "norm" in self._gen_params:
+            kw["norm"] = self.codec.norm
+        if n_alt and "n_alternatives" in self._gen_params:
+            kw["n_alternatives"] = n_alt
+        out = self.generator.recommend(self.world, X, **kw)
+        CF, _ = out
+        CF = np.asarray(CF, float)
+        if CF.shape != X.shape:
+            raise ValueError(f"recommend returned shape {CF.shape} for {len(X)} records")
+        alts = getattr(out, "alternatives", None) if n_alt else None
+        return CF, None if alts is None else np.asarray(alts, float)
+
+    def first_pass(self, X: np.ndarray, n_diverse: int = 0) -> tuple[list[Answer], np.ndarray]:
+        """The model's own acceptance and the generator's verified answers (and its verified
+        alternatives), batched, never waiting; returns the answers so far and the indices that
+        need the fallback chain."""
+        n_diverse = max(0, min(int(n_diverse), self.max_diverse))
         B = len(X)
         answers: list[Answer] = [Answer("unknown") for _ in range(B)]
         accepted = self.world.accepts(X)
@@ -222,11 +237,9 @@ class TabularService:
         todo = np.flatnonzero(~accepted)
         if not len(todo):
             return answers, todo
+        alts = None
         try:
-            CF, _ = self.generator.recommend(self.world, X[todo])
-            CF = np.asarray(CF, float)
-            if CF.shape != (len(todo), X.shape[1]):
-                raise ValueError(f"recommend returned shape {CF.shape} for {len(todo)} records")
+            CF, alts = self._generate(X[todo], n_diverse)
         except Exception:
             log.exception("generator %s failed on %d records; using the fallback", self.model_name, len(todo))
             CF = np.full((len(todo), X.shape[1]), np.nan)
@@ -237,6 +250,19 @@ class TabularService:
         dist = self.codec.distance(X[todo], np.where(np.isfinite(CF), CF, 0.0))
         for r in np.flatnonzero(ok):
             answers[todo[r]] = Answer("ok", CF[r], float(dist[r]), self.model_name, "generator", None, True)
+        if alts is not None and alts.ndim == 3 and alts.shape[:2] == (len(todo), n_diverse):
+            rows = np.flatnonzero(ok)
+            A = alts[rows].reshape(-1, X.shape[1])
+            Xr = np.repeat(X[todo[rows]], n_diverse, 0)
+            live = ~np.isnan(A).any(1)
+            good = live.copy()
+            if live.any():
+                good[live] = self.verify(Xr[live], A[live])
+            dA = self.codec.distance(Xr, np.nan_to_num(A))
+            for k, r in enumerate(rows):
+                for j in range(k * n_diverse, (k + 1) * n_diverse):
+                    if good[j]:
+                        answers[todo[r]].alternatives.append((A[j], float(dA[j]), self.model_name))
         with self._lock:
             self.counters["generator_none"] += int(none.sum())
             self.counters["generator_invalid"] += int((~none & ~ok).sum())
@@ -253,7 +279,7 @@ class TabularService:
         alt_jobs = []
         if n_diverse and self.geco is not None:
             for i, a in enumerate(answers):
-                if a.kind == "generator":
+                if a.kind == "generator" and len(a.alternatives) < n_diverse:
                     key = ("geco", X[i].tobytes())
                     hit = self.jobs.get([key])[0]
                     alt_jobs.append((i, hit if hit is not None else self._submit(key, self._geco_answers, X[i])))
@@ -264,8 +290,9 @@ class TabularService:
         for i, job in alt_jobs:
             found = job if isinstance(job, list) else self._wait(job, t_end)
             if found is not None:
-                primary = answers[i].cf
-                answers[i].alternatives = [a for a in found if not np.array_equal(a[0], primary)][:n_diverse]
+                have = [answers[i].cf] + [a[0] for a in answers[i].alternatives]
+                more = [a for a in found if not any(np.array_equal(a[0], h) for h in have)]
+                answers[i].alternatives = (answers[i].alternatives + more)[:n_diverse]
         for a in answers:
             if a.kind == "mace" or a.kind == "geco":
                 a.alternatives = a.alternatives[:n_diverse]

@@ -52,9 +52,9 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
     async def recommend(req: Request) -> dict[str, Any]:  # type: ignore[valid-type]
         t0 = time.perf_counter()
         X = svc.parse([to_record(req)], single=True)
-        answers, bad = svc.first_pass(X)
         n_div = req.n_diverse  # type: ignore[attr-defined]
-        if len(bad) or n_div:  # only a fallback (which may wait up to the budget) leaves the event loop
+        answers, bad = svc.first_pass(X, n_div)
+        if len(bad) or (n_div and any(len(a.alternatives) < n_div for a in answers if a.kind == "generator")):  # only a fallback (which may wait up to the budget) leaves the event loop
             t_end = time.perf_counter() + (float("inf") if svc.fallback_budget_s is None else svc.fallback_budget_s)
             await run_in_threadpool(svc.complete, X, answers, bad, n_div, t_end)
         svc.count(answers)
