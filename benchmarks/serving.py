@@ -252,7 +252,18 @@ def main(argv=None) -> int:
     p.add_argument("--phase-seconds", type=float, default=120.0, help="time limit of each phase")
     p.add_argument("--work-dir", default=None, help="build the run here and keep it (default: a temporary dir)")
     p.add_argument("--out", default=None, help="also write the JSON here")
+    p.add_argument("--tabular", default=None, metavar="RUN_DIR",
+                   help="benchmark a tabular run instead (benchmarks/serving_tabular.py): in-process latency, "
+                        "batch throughput, validity, share at MACE's optimum, fallback rates, fuzz + schemathesis")
+    p.add_argument("--tabular-config", default=None, metavar="CONFIG",
+                   help="train this tabular config (configs/german_forest.yaml) into --work-dir first, then benchmark it")
+    p.add_argument("--budget-ms", type=float, default=50.0, help="tabular: the fallback budget per request")
+    p.add_argument("--no-schemathesis", action="store_true", help="tabular: skip the schemathesis run")
+    p.add_argument("--results", default=None, help="tabular: write RESULTS.json and RESULTS.md "
+                                                   "(e.g. benchmarks/results/serving)")
     args = p.parse_args(argv)
+    if args.tabular or args.tabular_config:
+        return tabular_main(args, argv)
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
@@ -300,6 +311,31 @@ def main(argv=None) -> int:
     print(text)
     if args.out:
         Path(args.out).write_text(text)
+    return 0
+
+
+def tabular_main(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from benchmarks.serving_tabular import bench_tabular, markdown
+
+    run_dir = Path(args.tabular) if args.tabular else None
+    if run_dir is None:
+        from learners.tabular_experiment import load_tabular_config, train_tabular
+
+        cfg = load_tabular_config(args.tabular_config)
+        cfg = cfg.model_copy(update={"output_dir": str(Path(args.work_dir or "runs"))})
+        run_dir = train_tabular(cfg, progress=False)
+    load_before = os.getloadavg()
+    r = bench_tabular(run_dir, args.single, args.batch_size, args.batches, args.fuzz, args.budget_ms,
+                      not args.no_schemathesis)
+    r["cpu_count"], r["loadavg_1min_before"], r["loadavg_1min_after"] = os.cpu_count(), load_before[0], os.getloadavg()[0]
+    command = "python benchmarks/serving.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    r["command"] = command
+    text = json.dumps(r, indent=2, default=str)
+    print(text)
+    if args.results:
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.results + ".json").write_text(text)
+        Path(args.results + ".md").write_text(markdown(r, command))
     return 0
 
 

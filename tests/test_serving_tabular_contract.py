@@ -5,6 +5,7 @@ the schema rejects, a 200 in the documented shape for whatever it accepts)."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -29,10 +30,13 @@ FUZZ_CALLS: Counter[tuple[str, str, str]] = Counter()
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tabular_contract")
-    run, X_train, _, _ = german_run(root)
-    run.mace_params = {**run.mace_params, "time_limit": 2.0}
-    svc = TabularService(root / "german_forest", "nearest", 0.02, MAX_BATCH, 3, run=run, geco_data=X_train)
+    if os.environ.get("SERVING_TABULAR_RUN"):  # benchmarks/serving.py: fuzz a trained run instead
+        svc = TabularService(os.environ["SERVING_TABULAR_RUN"], None, 0.05, MAX_BATCH, 3)
+    else:
+        root = tmp_path_factory.mktemp("tabular_contract")
+        run, X_train, _, _ = german_run(root)
+        run.mace_params = {**run.mace_params, "time_limit": 2.0}
+        svc = TabularService(root / "german_forest", "nearest", 0.02, MAX_BATCH, 3, run=run, geco_data=X_train)
     yield create_tabular_app("unused", service=svc)
     svc.close()
 
@@ -92,3 +96,10 @@ def test_schemathesis_reached_every_operation_both_ways(openapi):
         for mode in ("positive", "negative"):
             assert FUZZ_CALLS[op, mode, "fuzzing"] > 0, dict(FUZZ_CALLS)
     print(f"schemathesis: {sum(FUZZ_CALLS.values())} requests, {len(ALL_CHECKS)} checks:", dict(FUZZ_CALLS))
+    out = os.environ.get("SERVING_FUZZ_COUNTS")
+    if out:  # benchmarks/serving.py reads the counts
+        import json
+
+        with open(out, "w") as f:
+            json.dump({"requests": sum(FUZZ_CALLS.values()), "checks": len(ALL_CHECKS),
+                       "by_case": {" | ".join(k): v for k, v in FUZZ_CALLS.items()}}, f)
