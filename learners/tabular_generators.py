@@ -66,6 +66,19 @@ class WorldGeometry:
 
     @classmethod
     def of(cls, world: TabularWorld, norm: Norm = "one") -> WorldGeometry:
+        """The geometry of ``world`` (cached per world object and norm: a server asks on every request)."""
+        key = (id(world), norm if isinstance(norm, str) else tuple(norm))
+        hit = _GEOMETRY.get(key)
+        if hit is not None and hit[0] is world:
+            return hit[1]
+        geo = cls._build(world, norm)
+        if len(_GEOMETRY) > 64:
+            _GEOMETRY.clear()
+        _GEOMETRY[key] = (world, geo)
+        return geo
+
+    @classmethod
+    def _build(cls, world: TabularWorld, norm: Norm) -> WorldGeometry:
         schema = world.schema
         lo, hi = schema.bounds()
         mut = np.array([f.mutability for f in schema.features])
@@ -83,6 +96,12 @@ class WorldGeometry:
         return cls(np.asarray(lo, float), np.asarray(hi, float), mut == "immutable", mut == "increase",
                    mut == "decrease", integral, numeric, span, of_col, [r.kind for r in raws],
                    [np.asarray(r.columns) for r in raws if r.kind == "group"], norm_weights(norm, len(raws)))
+
+    def __post_init__(self) -> None:
+        in_group = np.zeros(len(self.integral), bool)
+        for cols in self.group_columns:
+            in_group[cols] = True
+        self.rounded = self.integral & ~in_group  # integer codes outside one-hot groups
 
     @property
     def n_raw(self) -> int:
@@ -102,8 +121,7 @@ class WorldGeometry:
         for cols in self.group_columns:  # exactly one 1 per one-hot group (its largest entry)
             g = C[..., cols]
             C[..., cols] = (np.arange(len(cols)) == g.argmax(-1)[..., None]).astype(float)
-        ints = self.integral & ~np.isin(np.arange(len(self.integral)), np.concatenate(self.group_columns)
-                                         if self.group_columns else np.zeros(0, int))
+        ints = self.rounded
         if ints.any():  # round away from the agent: the change is at least the proposed one
             d = C[..., ints] - Xb[..., ints]
             C[..., ints] = Xb[..., ints] + np.sign(d) * np.ceil(np.abs(d) - 1e-9)
@@ -139,6 +157,9 @@ class WorldGeometry:
         return bad
 
 
+_GEOMETRY: dict[tuple, tuple[TabularWorld, WorldGeometry]] = {}
+
+
 def accepts(world: TabularWorld, X: np.ndarray) -> np.ndarray:
     """Acceptance as verified: bit-exact trees and forests as they are, LR/MLP copies with a margin."""
     X = np.atleast_2d(X)
@@ -147,62 +168,69 @@ def accepts(world: TabularWorld, X: np.ndarray) -> np.ndarray:
     return world.model.score(X) >= MARGIN
 
 
-def _coordinate_bisection(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, *,
-                          rounds: int) -> np.ndarray:
-    """Each changed numeric column moved back toward the agent on its own, by bisection, all
-    (agent, column) pairs in one model call per round; the moves are then combined, and an agent
-    whose combined answer is rejected keeps ``c``."""
-    a_idx, cols = np.nonzero(geo.numeric[None, :] & (np.abs(c - x) > 1e-12))
-    if not len(a_idx):
-        return c
-    near = x[a_idx, cols].copy()  # rejected side (the agent's value; it may be accepted too: the drop step sees)
-    far = c[a_idx, cols].copy()  # accepted side
-    integral = geo.integral[cols]
-    base = c[a_idx].copy()
-    rows = np.arange(len(a_idx))
+def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
+                 rounds: int, probes: int) -> np.ndarray:
+    """Per item, the accepted value nearest to ``near`` on the segment [near, far] (``far`` is
+    accepted): ``probes`` evenly spaced points per item and round, all items in one model call
+    (``make`` turns the (n, probes) values into rows), so ``rounds`` calls reach a resolution of
+    (probes + 1) ** -rounds of the segment. Integer items probe integers (rounded away from near)."""
+    near, far = near.astype(float).copy(), far.astype(float).copy()
+    n, t = len(near), np.arange(1, probes + 1) / (probes + 1)
+    every = np.arange(n)
     for _ in range(rounds):
-        mid = (near + far) / 2
-        mid = np.where(integral, near + np.sign(far - near) * np.ceil(np.abs(mid - near) - 1e-9), mid)
-        live = mid != far
+        V = near[:, None] + (far - near)[:, None] * t[None, :]
+        gap = np.abs(V - near[:, None])
+        V = np.where(integral[:, None], near[:, None] + np.sign(far - near)[:, None] * np.ceil(gap - 1e-9), V)
+        live = V != far[:, None]
         if not live.any():
             break
-        trial = base.copy()
-        trial[rows, cols] = mid
-        ok = accepts(world, trial) & live
-        far = np.where(ok, mid, far)
-        near = np.where(ok | ~live, near, mid)
-    combined = c.copy()
-    combined[a_idx, cols] = far
-    ok = accepts(world, combined)
-    return np.where(ok[:, None], combined, c)
+        ok = accepts(world, make(V)).reshape(n, probes) & live
+        has = ok.any(1)
+        j = ok.argmax(1)
+        last_live = np.where(live.any(1), probes - 1 - live[:, ::-1].argmax(1), 0)
+        new_near = np.where(has, np.where(j > 0, V[every, np.maximum(j - 1, 0)], near),
+                            np.where(live.any(1), V[every, last_live], near))
+        far = np.where(has, V[every, j], far)
+        near = new_near
+    return far
 
 
-def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, steps: int = 6
-           ) -> np.ndarray:
-    """Shorten accepted answers ``C`` (N, D; NaN rows skipped) while the model accepts them."""
+def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 4,
+           probes: int = 15) -> np.ndarray:
+    """Shorten accepted answers ``C`` (N, D; NaN rows skipped) while the model accepts them: one
+    scale of all numeric changes, then each numeric change on its own (combined if the model still
+    accepts), then each changed feature back at the agent's value. About 2 + rounds + 2 model calls."""
     C = C.copy()
     rows = np.flatnonzero(~np.isnan(C).any(1))
     if not len(rows):
         return C
     x, c = X[rows], C[rows]
-    if geo.numeric.any() and steps > 0:  # bisection on one scale of all numeric changes
-        lo_s, hi_s = np.zeros(len(rows)), np.ones(len(rows))
-        num = geo.numeric
-        for _ in range(steps):
-            mid = (lo_s + hi_s) / 2
-            trial = c.copy()
-            trial[:, num] = x[:, num] + mid[:, None] * (c[:, num] - x[:, num])
-            trial = geo.project(x, trial[:, None, :])[:, 0]
-            ok = accepts(world, trial)
-            hi_s = np.where(ok, mid, hi_s)
-            lo_s = np.where(ok, lo_s, mid)
-        best = c.copy()
-        best[:, num] = x[:, num] + hi_s[:, None] * (c[:, num] - x[:, num])
-        best = geo.project(x, best[:, None, :])[:, 0]
-        keep = accepts(world, best)  # the rounding of hi_s can step back out; keep the old one then
-        c = np.where(keep[:, None], best, c)
-    if geo.numeric.any() and steps > 0:
-        c = _coordinate_bisection(world, geo, x, c, rounds=2 * steps)
+    num = geo.numeric
+    if num.any() and rounds > 0:
+        P = probes
+
+        def scaled(S: np.ndarray) -> np.ndarray:  # (n, P) scales -> projected rows
+            T = np.repeat(c[:, None, :], P, axis=1)
+            T[..., num] = x[:, None, num] + S[..., None] * (c[:, None, num] - x[:, None, num])
+            return geo.project(x, T).reshape(-1, c.shape[1])
+
+        s = _line_search(world, scaled, np.zeros(len(c)), np.ones(len(c)), np.zeros(len(c), bool),
+                         rounds=max(1, rounds // 2), probes=P)
+        c = scaled(np.repeat(s[:, None], P, axis=1)).reshape(len(c), P, -1)[:, 0]
+        a_idx, cols = np.nonzero(num[None, :] & (np.abs(c - x) > 1e-12))
+        if len(a_idx):
+            base = c[a_idx]
+
+            def moved(V: np.ndarray) -> np.ndarray:
+                T = np.repeat(base[:, None, :], P, axis=1)
+                T[np.arange(len(a_idx))[:, None], np.arange(P)[None, :], cols[:, None]] = V
+                return T.reshape(-1, c.shape[1])
+
+            far = _line_search(world, moved, x[a_idx, cols], c[a_idx, cols], geo.integral[cols], rounds=rounds,
+                               probes=P)
+            combined = c.copy()
+            combined[a_idx, cols] = far
+            c = np.where(accepts(world, combined)[:, None], combined, c)
     # each changed raw feature back at the agent's value, all tried in one call
     changed = geo.deltas(x, c) > 1e-12
     a_idx, j_idx = np.nonzero(changed)
@@ -297,7 +325,7 @@ class TabularGenerator(ABC):
     def candidates(self, world: TabularWorld, X: np.ndarray) -> np.ndarray:
         """(N, K, D) proposed counterfactuals (not yet projected or verified)."""
 
-    def recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm = "one", polish_steps: int | None = None,
+    def recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm = "one", polish_rounds: int | None = None,
                   n_alternatives: int = 0) -> Recommendations:
         """The nearest verified counterfactual per agent (NaN rows where no candidate is accepted)."""
         t0 = time.perf_counter()
@@ -311,15 +339,15 @@ class TabularGenerator(ABC):
         ok &= (np.abs(C - X[:, None, :]) > 1e-12).any(-1)  # the agent itself is no answer
         dist = np.where(ok, geo.distance(X[:, None, :], C), np.inf)
         order = np.argsort(dist, axis=1, kind="stable")
-        steps = self.params.polish_steps if polish_steps is None else polish_steps
-        top = max(1, int(self.params.polish_top)) if steps >= 0 else 1
+        steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
+        top = min(K, max(1, int(self.params.polish_top)) if steps >= 0 else 1)
         pick = order[:, :top]  # the nearest accepted candidates are each polished, then the nearest wins
         P = C[np.arange(N)[:, None], pick].reshape(N * top, D)
         live = np.isfinite(np.take_along_axis(dist, pick, 1)).reshape(-1)
         P[~live] = np.nan
         Xr = np.repeat(X, top, axis=0)
         if steps >= 0:
-            P = polish(world, geo, Xr, P, steps=steps)
+            P = polish(world, geo, Xr, P, rounds=steps, probes=int(self.params.polish_probes))
         dp = np.where(live, geo.distance(Xr, np.nan_to_num(P)), np.inf).reshape(N, top)
         best = dp.argmin(1)
         found = np.isfinite(dp[np.arange(N), best])
@@ -398,7 +426,8 @@ class NearestCfeParams:
     """Hyperparameters of the k-nearest-neighbour baseline."""
 
     k: int = 10  # training agents that lend their counterfactual (2k candidates: absolute and relative)
-    polish_steps: int = 7  # bisection rounds of the polish: 7 on the joint scale, 14 per column (-1: no polish)
+    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
+    polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
 
     def __post_init__(self) -> None:
@@ -428,7 +457,8 @@ class NamedCfeTabularParams:
     top_classes: int = 5  # classifier's top classes tried per agent (2 candidates each)
     neighbours_per_class: int = 2  # nearest training agents of each class that lend their values
     knn_candidates: int = 0  # extra plain nearest-neighbour donors (0: the network's answer alone)
-    polish_steps: int = 7  # bisection rounds of the polish: 7 on the joint scale, 14 per column (-1: no polish)
+    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
+    polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
     hidden: tuple[int, ...] = (256, 256)  # classifier MLP widths
     max_epochs: int = 60  # classifier training epochs

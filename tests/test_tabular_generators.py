@@ -1,0 +1,211 @@
+"""Tabular generators (learners/tabular_generators.py) and tabular experiments (learners/tabular_experiment.py)."""
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from data_gen.classifiers import build
+from data_gen.mace_labels import label_tabular
+from envs.models import Tree, TreeEnsemble
+from envs.schema import Feature, FeatureSchema
+from envs.tabular import TabularWorld
+from learners.tabular_experiment import (
+    evaluate_tabular,
+    load_tabular_config,
+    load_tabular_run,
+    train_tabular,
+)
+from learners.tabular_generators import (
+    TABULAR_GENERATORS,
+    NamedCfeTabularGenerator,
+    NearestCfeGenerator,
+    TabularGenerator,
+    TabularLabels,
+    WorldGeometry,
+    accepts,
+    build_tabular_generator,
+)
+from solvers.mace import MACE
+from solvers.mace.distance import distance as mace_distance
+
+
+@pytest.fixture(scope="module")
+def german():
+    b = build("german", "forest")
+    X = np.concatenate([b.data.X_train, b.data.X_test])
+    neg = X[~b.world.accepts(X)]
+    return b.world, neg[np.random.default_rng(0).permutation(len(neg))]
+
+
+@pytest.fixture(scope="module")
+def german_labels(german, tmp_path_factory):
+    world, neg = german
+    labels = label_tabular(world, neg[:70], MACE(backend="milp", norm="one"), tmp_path_factory.mktemp("lab"),
+                           chunk_size=35, n_jobs=1, progress=False)
+    ok = np.flatnonzero(labels.ok)
+    return labels, ok[:55], ok[55:]
+
+
+def _train(labels, rows):
+    return TabularLabels(labels.X[rows], labels.cf[rows], labels.distance[rows])
+
+
+def test_forest_descends_all_trees_like_each_tree(german):
+    world, neg = german
+    X = np.concatenate([neg[:50], neg[:50] + np.random.default_rng(1).normal(0, 3, (50, neg.shape[1]))])
+    stacked = world.model.leaves(X)
+    for j, tree in enumerate(world.model.trees):
+        assert np.array_equal(stacked[:, j], tree.leaves(X))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.floats(0.1, 50.0))
+def test_projection_never_breaks_a_constraint(german, seed, scale):
+    world, neg = german
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(seed)
+    X = neg[rng.integers(0, len(neg), 6)]
+    C = X[:, None, :] + rng.normal(0, scale, (6, 5, X.shape[1]))  # wild proposals, also below/above the bounds
+    P = geo.project(X, C)
+    for k in range(P.shape[1]):
+        assert not geo.violations(X, P[:, k]).any()
+        assert not world.schema.mutability_violations(X, P[:, k]).any()
+
+
+def test_geometry_distance_is_mace_distance(german):
+    world, neg = german
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(0)
+    X = neg[:5]
+    C = geo.project(X, X[:, None, :] + rng.normal(0, 5, (5, 7, X.shape[1])))
+    for norm in ("one", "zero", "infty"):
+        geo = WorldGeometry.of(world, norm)
+        for i in range(5):
+            assert np.allclose(geo.distance(X[i], C[i]), mace_distance(world.schema, X[i], C[i], norm))
+
+
+@pytest.mark.parametrize("method", sorted(TABULAR_GENERATORS))
+def test_answers_are_valid_and_never_beat_the_certificate(german, german_labels, method, tmp_path):
+    world, _ = german
+    labels, train, test = german_labels
+    params = {"max_epochs": 5} if method == "named_cfe" else {}
+    gen = build_tabular_generator(method, params).fit(world, _train(labels, train))
+    X = labels.X[test]
+    rec = gen.recommend(world, X)
+    assert rec.found.mean() >= 0.8
+    f = rec.found
+    assert accepts(world, rec.CF[f]).all()
+    assert not WorldGeometry.of(world).violations(X[f], rec.CF[f]).any()
+    assert np.isnan(rec.CF[~f]).all() and np.isinf(rec.distance[~f]).all()
+    # MACE's delta_min is a certified lower bound: no answer may be shorter
+    assert (rec.distance[f] >= labels.delta_min[test][f] - 1e-9).all()
+    assert (rec.distance[f] <= 1).all()
+    # save / load without pickles gives the same answers
+    gen.save(tmp_path / "m")
+    again = TabularGenerator.load(tmp_path / "m")
+    rec2 = again.recommend(world, X)
+    assert np.array_equal(np.nan_to_num(rec.CF, nan=-7), np.nan_to_num(rec2.CF, nan=-7))
+    alts = gen.recommend(world, X[:3], n_alternatives=2).alternatives
+    assert alts.shape == (3, 2, X.shape[1])
+    some = ~np.isnan(alts).any(-1)
+    assert accepts(world, alts[some]).all()
+
+
+def _threshold_world() -> TabularWorld:
+    """One tree: accept iff float32(x0) > 5.5 (x0 in [0, 10], real); x1 an integer in [0, 9], unused."""
+    schema = FeatureSchema((Feature("x0", "numeric", 0.0, 10.0), Feature("x1", "numeric", 0, 9, integer=True)))
+    tree = Tree(np.array([1, -1, -1]), np.array([2, -1, -1]), np.array([0, 0, 0]), np.array([5.5, 0, 0]),
+                np.array([0.0, 0.0, 1.0]), np.array([0.0, 1.0, 0.0]))
+    return TabularWorld("toy/tree", schema, TreeEnsemble([tree], 2))
+
+
+def test_polish_reaches_the_known_optimum():
+    """Brute force knows the nearest counterfactual: x0 just above 5.5, x1 unchanged."""
+    world = _threshold_world()
+    X_train = np.array([[1.0, 3.0], [2.0, 7.0], [4.0, 1.0]])
+    CF_train = np.array([[9.0, 3.0], [8.0, 2.0], [7.5, 1.0]])  # far answers, and one changing x1 needlessly
+    gen = NearestCfeGenerator(k=3).fit(world, TabularLabels(X_train, CF_train, np.ones(3)))
+    X = np.array([[3.0, 4.0], [0.5, 9.0]])
+    rec = gen.recommend(world, X)
+    assert rec.found.all()
+    for i in range(2):
+        assert rec.CF[i, 1] == X[i, 1]  # the needless change was dropped
+        assert np.float32(rec.CF[i, 0]) > 5.5  # accepted ...
+        assert rec.CF[i, 0] <= 5.5 + 10 / 2 ** 14  # ... and within 14 bisection rounds of the threshold
+
+
+def test_no_candidate_means_no_answer():
+    world = _threshold_world()
+    schema = FeatureSchema((Feature("x0", "numeric", 0.0, 10.0, "decrease"), Feature("x1", "numeric", 0, 9, integer=True)))
+    frozen = TabularWorld("toy/frozen", schema, world.model)
+    gen = NearestCfeGenerator().fit(frozen, TabularLabels(np.array([[1.0, 0.0]]), np.array([[6.0, 0.0]]), np.ones(1)))
+    rec = gen.recommend(frozen, np.array([[2.0, 0.0]]))  # x0 may only decrease: no reachable acceptance
+    assert not rec.found[0] and np.isnan(rec.CF[0]).all()
+
+
+def test_bad_input_names_the_problem(german, german_labels):
+    world, _ = german
+    labels, train, _ = german_labels
+    with pytest.raises(ValueError, match="unknown hyperparameter"):
+        NearestCfeGenerator(kk=3)
+    with pytest.raises(ValueError, match="k: must be >= 1"):
+        NearestCfeGenerator(k=0)
+    with pytest.raises(ValueError, match="unknown tabular generator"):
+        build_tabular_generator("nope")
+    gen = NearestCfeGenerator().fit(world, _train(labels, train))
+    with pytest.raises(ValueError, match="X: expected"):
+        gen.recommend(world, labels.X[:2, :-1])
+    with pytest.raises(ValueError, match="no solved training agents"):
+        NamedCfeTabularGenerator().fit(world, TabularLabels(labels.X[:0], labels.cf[:0], labels.distance[:0]))
+
+
+def _tiny_config(tmp_path):
+    cfg = {"name": "tiny", "output_dir": str(tmp_path), "tabular": {
+        "dataset": "german", "model": "tree", "agents": 40, "mace": {"time_limit": 10},
+        "compute": {"n_workers": 1}, "geco_agents": 3},
+        "generators": [{"method": "named_cfe", "params": {"max_epochs": 3}}, {"method": "nearest_cfe"}]}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_experiment_trains_evaluates_and_loads(tmp_path):
+    cfg = load_tabular_config(_tiny_config(tmp_path))
+    run_dir = train_tabular(cfg, progress=False)
+    metrics = evaluate_tabular(run_dir, progress=False)
+    for name in ("named_cfe", "nearest_cfe"):
+        g = metrics["generators"][name]
+        assert g["validity"] == 1.0 and g["coverage"] > 0.5 and g["us_per_agent_batched"] > 0
+    assert "GeCo" in (run_dir / "report.md").read_text()
+    run = load_tabular_run(run_dir)
+    assert list(run.generators) == ["named_cfe", "nearest_cfe"] and run.mace_params["norm"] == "one"
+    labels = run.labels()
+    train, test = run.split()
+    assert not set(train) & set(test) and len(train) + len(test) == len(labels)
+    # a changed model file is refused at load
+    model = run_dir / "world" / "model.json"
+    d = json.loads(model.read_text())
+    d["trees"][0]["threshold"][0] += 1.0
+    model.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="fingerprint"):
+        load_tabular_run(run_dir)
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"tabular": {"dataset": "mnist", "model": "tree"}}, "tabular.dataset"),
+    ({"tabular": {"dataset": "german", "model": "tree", "agents": 3}}, "tabular.agents"),
+    ({"generators": [{"method": "nearest_cfe"}, {"method": "nearest_cfe"}]}, "model names must differ"),
+    ({"generators": [{"method": "nearest_cfe", "params": {"k": 0}}]}, "generators.0.params"),
+    ({"generators": [{"method": "gan"}]}, "generators.0.method"),
+])
+def test_config_errors_name_the_field(tmp_path, patch, message):
+    base = yaml.safe_load(_tiny_config(tmp_path).read_text())
+    base.update(patch)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(base))
+    with pytest.raises(ValueError, match=message):
+        load_tabular_config(path)
