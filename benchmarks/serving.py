@@ -252,8 +252,8 @@ def main(argv=None) -> int:
     p.add_argument("--phase-seconds", type=float, default=120.0, help="time limit of each phase")
     p.add_argument("--work-dir", default=None, help="build the run here and keep it (default: a temporary dir)")
     p.add_argument("--out", default=None, help="also write the JSON here")
-    p.add_argument("--tabular", default=None, metavar="RUN_DIR",
-                   help="benchmark a tabular run instead (benchmarks/serving_tabular.py): in-process latency, "
+    p.add_argument("--tabular", default=None, metavar="RUN_DIR", nargs="+",
+                   help="benchmark tabular runs instead (benchmarks/serving_tabular.py): in-process latency, "
                         "batch throughput, validity, share at MACE's optimum, fallback rates, fuzz + schemathesis")
     p.add_argument("--tabular-config", default=None, metavar="CONFIG",
                    help="train this tabular config (configs/german_forest.yaml) into --work-dir first, then benchmark it")
@@ -317,25 +317,28 @@ def main(argv=None) -> int:
 def tabular_main(args: argparse.Namespace, argv: list[str] | None) -> int:
     from benchmarks.serving_tabular import bench_tabular, markdown
 
-    run_dir = Path(args.tabular) if args.tabular else None
-    if run_dir is None:
+    run_dirs = [Path(r) for r in args.tabular or []]
+    if args.tabular_config:
         from learners.tabular_experiment import load_tabular_config, train_tabular
 
         cfg = load_tabular_config(args.tabular_config)
         cfg = cfg.model_copy(update={"output_dir": str(Path(args.work_dir or "runs"))})
-        run_dir = train_tabular(cfg, progress=False)
-    load_before = os.getloadavg()
-    r = bench_tabular(run_dir, args.single, args.batch_size, args.batches, args.fuzz, args.budget_ms,
-                      not args.no_schemathesis)
-    r["cpu_count"], r["loadavg_1min_before"], r["loadavg_1min_after"] = os.cpu_count(), load_before[0], os.getloadavg()[0]
+        run_dirs.append(train_tabular(cfg, progress=False))
     command = "python benchmarks/serving.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    r["command"] = command
-    text = json.dumps(r, indent=2, default=str)
+    results = {}
+    for run_dir in run_dirs:
+        load_before = os.getloadavg()
+        r = bench_tabular(run_dir, args.single, args.batch_size, args.batches, args.fuzz, args.budget_ms,
+                          not args.no_schemathesis)
+        r["cpu_count"], r["loadavg_1min_before"] = os.cpu_count(), load_before[0]
+        r["loadavg_1min_after"], r["command"] = os.getloadavg()[0], command
+        results[r["run"]] = r
+    text = json.dumps(results, indent=2, default=str)
     print(text)
     if args.results:
         Path(args.results).parent.mkdir(parents=True, exist_ok=True)
         Path(args.results + ".json").write_text(text)
-        Path(args.results + ".md").write_text(markdown(r, command))
+        Path(args.results + ".md").write_text("\n".join(markdown(r, command) for r in results.values()))
     return 0
 
 
