@@ -7,6 +7,8 @@ A tabular run (a real data set: its config.yaml has a ``tabular:`` section) take
 
 Its answers are the generator's, verified against the model and the schema, with GeCo then MACE
 as the fallback chain within the budget ("unknown" past it; the answer is cached when it lands).
+A sequential run (configs/sequential_adult.yaml: its config names a ``world``) answers with
+ordered actions, the policy first and the BRKGA sequencer as the fallback.
 
     python serve.py runs/NAME [--model NAME] [--filter all] [--seed 0] [--host 127.0.0.1] [--port 8000]
                     [--fallback-budget-ms 50] [--max-batch 10000]
@@ -23,6 +25,7 @@ import sys
 
 from data_gen.compute import ComputeConfig
 from serving.batch import recommend_file, recommend_parquet
+from serving.sequential import is_sequential_run
 from serving.service import InputError, RecommendationService, ServiceError
 from serving.tabular import is_tabular_run
 
@@ -66,6 +69,8 @@ def main(argv=None) -> int:
     budget_s = budget_ms / 1e3
     if is_tabular_run(args.run_dir):
         return _serve_tabular(args, budget_s)
+    if is_sequential_run(args.run_dir):
+        return _serve_sequential(args, budget_s)
     try:
         if args.batch_in:
             svc = RecommendationService(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
@@ -110,6 +115,25 @@ def _serve_tabular(args: argparse.Namespace, budget_s: float) -> int:
         from serving.tabular_app import create_tabular_app
 
         app = create_tabular_app(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse)
+    except (ServiceError, InputError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def _serve_sequential(args: argparse.Namespace, budget_s: float) -> int:
+    """A sequential run (CSCF world): ordered actions for raw records over HTTP."""
+    from serving.sequential import create_sequential_app
+
+    if args.batch_in or args.ray:
+        print("error: --batch-in: offline files are for capability-world and tabular runs; POST "
+              "/recommend/batch serves a sequential run", file=sys.stderr)
+        return 2
+    try:
+        app = create_sequential_app(args.run_dir, args.model, budget_s, args.max_batch)
     except (ServiceError, InputError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

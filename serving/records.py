@@ -91,6 +91,7 @@ class RecordCodec:
         self.lower, self.upper = lo, hi
         self.integral = np.array([f.integer or f.kind in ("binary", "ordinal", "categorical")
                                   for f in self.schema.features])
+        self.codes = np.array([f.kind in ("binary", "ordinal", "categorical") for f in self.schema.features])
         mut = np.array([f.mutability for f in self.schema.features])
         self.immutable, self.increase, self.decrease = mut == "immutable", mut == "increase", mut == "decrease"
         self.groups = [list(d.columns) for d in self.domains if d.kind == "categorical"]
@@ -152,7 +153,9 @@ class RecordCodec:
         v = float(row[d.columns[0]])
         if d.levels:
             return d.levels[int(round(v)) - d.first_code]
-        return int(round(v)) if d.kind == "integer" else v
+        if d.kind == "integer":  # a world's consequence may leave an integer feature fractional: show it as it is
+            return int(round(v)) if abs(v - round(v)) <= 1e-9 else v
+        return v
 
     def decode(self, row: np.ndarray) -> dict[str, Any]:
         return {d.name: self.value(j, row) for j, d in enumerate(self.domains)}
@@ -169,10 +172,12 @@ class RecordCodec:
         return out
 
     # ----------------------------------------------------------------------------- checks
-    def violations(self, X: np.ndarray, CF: np.ndarray) -> list[str | None]:
+    def violations(self, X: np.ndarray, CF: np.ndarray, integral: bool = True) -> list[str | None]:
         """Per row: None if ``CF`` is a well-formed plausible change of ``X`` (finite, in the
         schema's bounds, integral codes, valid one-hot groups, immutable / monotone features
-        respected), else the first problem in words. Acceptance is checked by the caller."""
+        respected), else the first problem in words. Acceptance is checked by the caller.
+        ``integral=False`` leaves integer *numbers* alone (a sequential world's consequences may
+        make them fractional); one-hot, ordinal and binary codes are always checked."""
         X, CF = np.atleast_2d(X), np.atleast_2d(CF)
         out: list[str | None] = [None] * len(CF)
         names = self.schema.names
@@ -188,7 +193,8 @@ class RecordCodec:
         flag(~finite, "is not finite")
         C = np.where(finite, CF, 0.0)
         flag((C < self.lower - 1e-9) | (C > self.upper + 1e-9), "is outside its bounds")
-        flag(self.integral & (np.abs(C - np.round(C)) > 1e-9), "is not an integer code")
+        must = self.integral if integral else self.codes
+        flag(must & (np.abs(C - np.round(C)) > 1e-9), "is not an integer code")
         for cols in self.groups:
             block = C[:, cols]
             bad = ~(np.isin(block, (0.0, 1.0)).all(1) & (block.sum(1) == 1))

@@ -1,0 +1,82 @@
+"""Serving a sequential world (serving/sequential.py): raw records in, ordered actions with values,
+per-step costs and states out, verified by rollout; the BRKGA sequencer behind the policy within
+the budget. German CSCF world, the no-learning lookahead as the policy and a broken stand-in."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+import learners.registry  # noqa: F401
+from data_gen.sequential_worlds import build_sequential, rejected_agents
+from learners.base import build_generator
+from learners.policies.sequential import sequential_context
+from serving.sequential import SequentialService, create_sequential_app, is_sequential_run
+
+
+class Broken:
+    """A policy whose sequences are empty (never accepted): everything goes to the sequencer."""
+
+    def predict(self, X):
+        B = len(X)
+        return SimpleNamespace(sets=np.full((B, 1), -1), values=np.full((B, 1), np.nan))
+
+
+@pytest.fixture(scope="module")
+def built():
+    b = build_sequential("german")
+    X = rejected_agents(b, 12, split="all")
+    pol = build_generator("seq_lookahead", {"depth": 1}).fit(SimpleNamespace(X=X), None, sequential_context(b.world))
+    return b, X, pol
+
+
+def service(built, policy="lookahead1", budget=None) -> SequentialService:
+    b, _, pol = built
+    return SequentialService("seq_run", policy, budget, world=b.world, policies={"lookahead1": pol, "broken": Broken()},
+                             encoder=b.data.encoder, config={"name": "seq", "sequencer_generations": 3})
+
+
+def test_ordered_actions_with_costs_and_states(built):
+    b, X, _ = built
+    svc = service(built)
+    c = TestClient(create_sequential_app("unused", service=svc))
+    rec = svc.codec.decode(X[0])
+    a = c.post("/recommend", json=rec).json()
+    assert a["status"] == "ok" and a["verified"] and a["method"] == "lookahead1" and a["optimal"] is None
+    assert a["steps"] and a["total_cost"] == pytest.approx(sum(s["cost"] for s in a["steps"]))
+    names, values = [s["action"] for s in a["steps"]], [s["value"] for s in a["steps"]]
+    ev = b.world.evaluate(X[0], list(zip(names, values, strict=True)))
+    assert ev.valid and ev.cost == pytest.approx(a["total_cost"])
+    assert a["steps"][-1]["state"] == svc.codec.decode(ev.final_state)
+    assert {ch["feature"] for ch in a["changes"]} <= {ch["feature"] for s in a["steps"] for ch in s["changes"]}
+    r = c.post("/recommend", json={**rec, "age": "old"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("age")
+    info = c.get("/model").json()
+    assert info["kind"] == "sequential" and info["counters"]["policy"] == 1 and info["fallback"]["chain"] == ["brkga"]
+
+
+def test_the_sequencer_takes_over_and_finishes_in_the_background(built):
+    b, X, _ = built
+    svc = service(built, "broken", budget=0.0)
+    try:
+        first = svc.recommend(X[:2])
+        assert all(a.status == "unknown" and a.budget_exceeded for a in first)
+        deadline = time.time() + 12
+        while time.time() < deadline and any(not f.done() for f in list(svc._futures)):
+            time.sleep(0.05)
+        again = svc.records(X[:2], svc.recommend(X[:2]))
+        for r in again:
+            assert r["status"] == "ok" and r["method"] == "brkga" and r["verified"] and r["steps"]
+    finally:
+        svc.close()
+
+
+def test_run_detection(tmp_path):
+    (tmp_path / "config.yaml").write_text("name: s\nworld: adult\npolicies: []\n")
+    assert is_sequential_run(tmp_path)
+    (tmp_path / "config.yaml").write_text("name: t\ntabular: {dataset: adult, model: tree}\n")
+    assert not is_sequential_run(tmp_path)
