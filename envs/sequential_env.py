@@ -96,20 +96,118 @@ def candidates(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.n
                score: bool = True, keep_states: bool = False) -> Candidates:
     """All one-step children of states ``X`` (B, D) whose used actions are ``used`` (B, A).
 
-    With a white-box MLP (``envs.models.MLPModel``) the children's decision scores are computed
-    incrementally: the first layer of a child is its parent's plus the columns the step changed,
-    the later layers in float32 (equal to ``world.score`` up to ~1e-6; these scores are features
-    and look-ahead hints: validity is always decided by the world's own ``accepts``).
+    Vectorized over the batch and each action's whole value grid, and sparse: a step changes only
+    its own column, its one-hot group and its consequences' columns, so only those (B, n) columns
+    are computed (:func:`_grid_step`, the world's own transition rules on the changed columns;
+    ``tests/test_sequential_env.py`` checks it equals :func:`candidates_dense`, which applies
+    ``world.transition`` to every (state, value) row). With a white-box MLP
+    (``envs.models.MLPModel``) the children's decision scores are computed incrementally: the
+    first layer of a child is its parent's plus the changed columns, the later layers in float32
+    (equal to ``world.score`` up to ~1e-6; these scores are features and look-ahead hints:
+    validity is always decided by the world's own ``accepts``).
     """
+    X = np.atleast_2d(np.asarray(X, dtype=float))
+    used = np.atleast_2d(np.asarray(used, dtype=bool))
+    B, K = len(X), grid.size
+    mask = np.zeros((B, K), dtype=bool)
+    cost = np.full((B, K), np.inf)
+    sc = np.full((B, K), -np.inf)
+    G = world.action_discounts(X)
+    children = np.repeat(X[:, None, :], K, axis=1) if keep_states else None
+    mlp = getattr(world.model, "weights", None) is not None and getattr(world.model, "kind", "") == "mlp"
+    pre = X @ world.model.weights[0] + world.model.biases[0] if (score and mlp) else None
+    for a in range(world.n_actions):
+        s, e = int(grid.offsets[a]), int(grid.offsets[a + 1])
+        free = np.flatnonzero(~used[:, a])
+        if len(free) == 0:
+            continue
+        Xf = X[free] if len(free) < B else X
+        cols, Ycols, ok, c = _grid_step(world, a, Xf, G[free, a])
+        mask[free, s:e] = ok
+        cost[free, s:e] = np.where(ok, c, np.inf)
+        if keep_states:
+            children[free[:, None], np.arange(s, e)[None], :] = _dense(Xf, cols, Ycols)
+        if score and ok.any():
+            if pre is not None:  # every (state, value) row at once; rows not allowed are dropped below
+                with np.errstate(invalid="ignore", over="ignore"):
+                    dY = (Ycols - Xf[:, cols][:, None, :]).reshape(-1, len(cols))
+                    h = (dY @ world.model.weights[0][cols]).reshape(*ok.shape, -1) + pre[free][:, None, :]
+                    values = _mlp_tail(world.model, h.reshape(-1, h.shape[-1])).reshape(ok.shape)
+                sc[free, s:e] = np.where(ok, values, -np.inf)
+            else:
+                fi, vi = np.nonzero(ok)
+                block = np.full(ok.shape, -np.inf)
+                block[fi, vi] = world.score(_dense(Xf[fi][:, None, :], cols, Ycols[fi, vi][:, None, :])[:, 0])
+                sc[free, s:e] = block
+    return Candidates(mask, cost, sc, children)
+
+
+def _dense(X: np.ndarray, cols: list[int], Ycols: np.ndarray) -> np.ndarray:
+    """Full children (F, n, D) from the parents (F, D) and their changed columns (F, n, m)."""
+    Y = np.repeat(np.atleast_3d(X[:, None, :] if X.ndim == 2 else X), Ycols.shape[1], axis=1)
+    Y[:, :, cols] = Ycols
+    return Y
+
+
+def _grid_step(world: SequentialWorld, action: int, X: np.ndarray, g: np.ndarray
+               ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+    """Action ``action`` with every value of its grid from every state of ``X`` (F, D), computed on
+    the columns it changes only, with the world's transition rules (``SequentialWorld.transition``,
+    the same floating-point operations in the same order): ``(cols, Ycols (F, n, m), ok (F, n),
+    cost (F, n))``. ``ok``: conditions hold, the state changes, the cost is finite; ``g`` (F,) is
+    the rows' discount of this action."""
+    act, comp = world.actions[action], world._compiled[action]
+    F, n = len(X), int(world.grid_sizes[action])
+    j = comp["j"]
+    xj = X[:, j][:, None]
+    if act.mode == "add":
+        yj = xj + world.grid_values[action, :n][None]
+    elif act.mode == "set":
+        yj = np.broadcast_to(world.grid_values[action, :n][None], (F, n))
+    else:
+        yj = np.full((F, n), float(act.assign_value))
+    new: dict[int, np.ndarray] = {int(k): np.zeros((F, n)) for k in comp["group"]}
+    new[j] = yj
+    for k, kind, factor in comp["cons"]:
+        if kind == "shift":
+            new[k] = X[:, k][:, None] + factor * (yj - xj)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                new[k] = X[:, k][:, None] * (yj / xj) ** factor
+    failed = np.zeros((F, n), dtype=np.int64)
+    for k, fn, v in comp["pre"]:
+        failed += ~fn(X[:, k], v)[:, None]
+    for k, fn, v in comp["post"]:
+        failed += ~fn(new[k] if k in new else np.broadcast_to(X[:, k][:, None], (F, n)), v)
+    finite = np.ones((F, n), dtype=bool)
+    for k in comp["touched"]:
+        finite &= np.isfinite(new[k])
+    failed += ~finite
+    if act.effort.kind == "const":
+        effort = np.full((F, n), act.effort.scale)
+    elif act.effort.kind == "abs":
+        effort = np.abs(yj - xj) / act.effort.scale
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            effort = np.nan_to_num(((yj - xj) / xj) ** 2, nan=np.inf)
+    cost = effort * g[:, None]
+    cols = sorted(new)
+    Ycols = np.stack([np.broadcast_to(new[k], (F, n)) for k in cols], axis=-1)
+    changed = (Ycols != X[:, cols][:, None, :]).any(axis=-1)
+    return cols, Ycols, (failed == 0) & changed & np.isfinite(cost), cost
+
+
+def candidates_dense(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.ndarray, *,
+                     keep_states: bool = False) -> Candidates:
+    """The reference of :func:`candidates` (mask, cost, children): ``world.transition`` on every
+    (state, value) row, full width (slow; for tests). Scores: ``world.score`` of each child."""
     X = np.atleast_2d(np.asarray(X, dtype=float))
     B, K = len(X), grid.size
     mask = np.zeros((B, K), dtype=bool)
     cost = np.full((B, K), np.inf)
     sc = np.full((B, K), -np.inf)
     G = world.action_discounts(X)
-    children = np.zeros((B, K, X.shape[1])) if keep_states else None
-    mlp = getattr(world.model, "weights", None) is not None and getattr(world.model, "kind", "") == "mlp"
-    pre = X @ world.model.weights[0] + world.model.biases[0] if (score and mlp) else None
+    children = np.repeat(X[:, None, :], K, axis=1) if keep_states else None
     for a in range(world.n_actions):
         s, e = int(grid.offsets[a]), int(grid.offsets[a + 1])
         n = e - s
@@ -118,24 +216,14 @@ def candidates(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.n
             continue
         Xp = np.repeat(X[free], n, axis=0)
         t = world.transition(Xp, a, np.tile(world.grid_values[a, :n], len(free)), np.repeat(G[free, a], n))
-        diff = t.states != Xp
-        ok = t.ok & diff.any(axis=1) & np.isfinite(t.cost)
+        ok = t.ok & (t.states != Xp).any(axis=1) & np.isfinite(t.cost)
         mask[free, s:e] = ok.reshape(len(free), n)
         cost[free, s:e] = np.where(ok, t.cost, np.inf).reshape(len(free), n)
         if keep_states:
             children[free, s:e] = t.states.reshape(len(free), n, -1)
-        if score and ok.any():
-            r = np.flatnonzero(ok)
-            if pre is not None:
-                cols = np.flatnonzero(diff.any(axis=0))
-                parent = free[r // n]
-                rc = np.ix_(r, cols)
-                h = pre[parent] + (t.states[rc] - Xp[rc]) @ world.model.weights[0][cols]
-                values = _mlp_tail(world.model, h)
-            else:
-                values = world.score(t.states[r])
+        if ok.any():
             block = np.full(len(free) * n, -np.inf)
-            block[r] = values
+            block[ok] = world.score(t.states[ok])
             sc[free, s:e] = block.reshape(len(free), n)
     return Candidates(mask, cost, sc, children)
 
@@ -143,9 +231,11 @@ def candidates(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.n
 def _mlp_tail(model: Any, pre: np.ndarray) -> np.ndarray:
     """An MLP's decision score from its first layer's pre-activations (later layers in float32:
     these scores are features and look-ahead hints; acceptance is always decided by the world)."""
-    h = np.maximum(pre, 0.0).astype(np.float32)
+    h = np.maximum(pre.astype(np.float32), np.float32(0.0))
     for W, b in zip(model.weights[1:-1], model.biases[1:-1], strict=True):
-        h = np.maximum(h @ W.astype(np.float32) + b.astype(np.float32), 0.0)
+        h = h @ W.astype(np.float32)
+        h += b.astype(np.float32)
+        np.maximum(h, np.float32(0.0), out=h)
     return (h @ model.weights[-1].astype(np.float32)).reshape(-1).astype(float) + float(model.biases[-1][0])
 
 

@@ -15,6 +15,7 @@ from envs.sequential_env import (
     FlatGrid,
     SequentialEnv,
     candidates,
+    candidates_dense,
     default_world,
     save_default_world,
 )
@@ -179,3 +180,28 @@ def test_default_worlds_regenerate(name, n, tmp_path):
     world, agents = default_world(name)
     assert world.fingerprint() == built.world.fingerprint()
     np.testing.assert_array_equal(agents, X)
+
+
+@pytest.mark.parametrize("name", ["adult", "german"])
+def test_sparse_candidates_equal_world_transitions(name):
+    """The vectorized, sparse candidates (only the changed columns) equal ``world.transition`` on
+    every full (state, value) row: the same mask, the same costs bit for bit, the same children;
+    the incremental decision scores agree with ``world.score`` to float32 precision."""
+    world, X = default_world(name)
+    grid = FlatGrid.of(world)
+    rng = np.random.default_rng(1)
+    X = X[:40]
+    used = rng.random((len(X), world.n_actions)) < 0.3
+    # states after one random allowed step too (consequences, shifted columns, used actions)
+    c0 = candidates_dense(world, grid, X, used)
+    k = np.array([rng.choice(np.flatnonzero(m)) for m in c0.mask])
+    Y = world.apply(X, grid.action[k], grid.value[k]).states
+    used2 = used.copy()
+    used2[np.arange(len(X)), grid.action[k]] = True
+    for S, U in ((X, used), (Y, used2)):
+        fast, ref = candidates(world, grid, S, U, keep_states=True), candidates_dense(world, grid, S, U, keep_states=True)
+        np.testing.assert_array_equal(fast.mask, ref.mask)
+        np.testing.assert_array_equal(fast.cost, ref.cost)
+        np.testing.assert_array_equal(fast.states[fast.mask], ref.states[ref.mask])
+        np.testing.assert_allclose(fast.score[fast.mask], ref.score[ref.mask], atol=1e-4)
+        assert np.isneginf(fast.score[~fast.mask]).all()

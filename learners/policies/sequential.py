@@ -61,6 +61,7 @@ class SequencePrediction(Prediction):
     cost: np.ndarray  # (B,) price of the sequence in the world (consequences and discounts in order)
     accepted: np.ndarray  # (B,) the classifier accepts the final state and every condition held
     seconds: float = 0.0  # wall time of the batched rollout
+    cpu_seconds: float = 0.0  # CPU time of this process during it (not inflated by a busy machine)
 
 
 # ---------------------------------------------------------------------------- hyperparameters
@@ -104,6 +105,11 @@ class SequentialPolicyParams(SequentialRolloutParams):
     eval_freq: int = 2_000  # PPO steps between held-out evaluations (0: only at the start and end)
     val_fraction: float = 0.1  # share of training agents held out for model selection
     keep_best: bool = True  # end with the held-out best weights (validity, mean cost)
+    expert: str = "lookahead2"  # teacher of the extra BC data below: "lookahead2" or "lookahead1"
+    expert_relabel: bool = False  # BC target per training agent: the cheaper of its label and the expert's rollout
+    augment_agents: int = 0  # extra training agents recombined from the training agents, labelled by the expert
+    dagger_iters: int = 0  # DAgger rounds: label the states the policy visits with the expert's step, retrain
+    dagger_epochs: int = 20  # BC epochs on the aggregated data after each DAgger round
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -120,6 +126,13 @@ class SequentialPolicyParams(SequentialRolloutParams):
             raise ValueError("total_timesteps, bc_epochs: both 0, nothing would be trained")
         if not 0 < self.gamma <= 1 or not 0 < self.val_fraction < 1 or not self.reward_scale > 0:
             raise ValueError("gamma: in (0, 1]; val_fraction: in (0, 1); reward_scale: > 0")
+        if self.expert not in ("lookahead1", "lookahead2"):
+            raise ValueError(f"expert: expected 'lookahead1' or 'lookahead2', got {self.expert!r}")
+        for name in ("augment_agents", "dagger_iters", "dagger_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if (self.augment_agents or self.dagger_iters or self.expert_relabel) and not self.bc_epochs:
+            raise ValueError("augment_agents, dagger_iters, expert_relabel: need bc_epochs > 0")
 
 
 @dataclass
@@ -199,11 +212,20 @@ class SequentialScorer(nn.Module):
         return ctx, torch.cat([cand, gap[..., None], behind[..., None]], -1), summary
 
     def forward_actor(self, obs: torch.Tensor) -> torch.Tensor:
+        """One logit per candidate: ``scorer([candidate features, action embedding, grid position,
+        state encoding])``, with the first layer split by input block (the same function as the
+        concatenation, cheaper: the embedding and position part is computed once per candidate,
+        the state part once per agent, only the 6 candidate features once per (agent, candidate))."""
         ctx, cand, _ = self._parts(obs)
-        B, K = len(obs), self.n_candidates
-        c = self.context(ctx)[:, None].expand(B, K, -1)
-        static = torch.cat([self.embed(self.grid_action), self.grid_position[:, None]], 1)[None].expand(B, K, -1)
-        return self.scorer(torch.cat([cand, static, c], -1)).squeeze(-1)
+        first = self.scorer[0]
+        W = first.weight
+        nc = cand.shape[-1]
+        static = torch.cat([self.embed(self.grid_action), self.grid_position[:, None]], 1)
+        ns = static.shape[1]
+        per_k = static @ W[:, nc: nc + ns].T + first.bias  # (K, H)
+        per_b = self.context(ctx) @ W[:, nc + ns:].T  # (B, H)
+        h = torch.relu(cand @ W[:, :nc].T + per_k[None] + per_b[:, None])
+        return self.scorer[2:](h).squeeze(-1)
 
     def forward_critic(self, obs: torch.Tensor) -> torch.Tensor:
         ctx, _, summary = self._parts(obs)
@@ -247,20 +269,25 @@ def _sb3_policy_class() -> type:
 
 # ---------------------------------------------------------------------------- batched rollouts
 def _finish(world: SequentialWorld, X0: np.ndarray, A: np.ndarray, V: np.ndarray, conf: np.ndarray,
-            t0: float) -> SequencePrediction:
+            t0: float, c0: float) -> SequencePrediction:
+    """Price the chosen sequences by the world (``world.rollout``: consequences and discounts in
+    order) and decide validity by its classifier."""
     width = max(int((A >= 0).sum(1).max(initial=0)), 1)
     A, V = A[:, :width], V[:, :width]
     r = world.rollout(X0, A, V)
     accepted = r.ok & world.accepts(r.final)
-    return SequencePrediction(A, conf, V, r.cost, accepted, time.perf_counter() - t0)
+    return SequencePrediction(A, conf, V, r.cost, accepted, time.perf_counter() - t0, time.process_time() - c0)
 
 
 def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int | None, chunk: int,
-            need_scores: bool = True) -> SequencePrediction:
+            need_scores: bool = True, record: Any = None) -> SequencePrediction:
     """Greedy batched rollout: ``choose(X, used, steps, cand) -> (flat index, confidence)`` picks one
-    step for every active agent (all of them at once); an agent stops when accepted, when no step
-    is allowed, or after ``max_steps`` steps."""
+    step for every active agent (all of them at once: one candidate computation and one ``choose``
+    call, i.e. one network forward, per step for the whole batch); an agent stops when accepted,
+    when no step is allowed, or after ``max_steps`` steps. ``record(X, used, steps, cand)``, when
+    given, sees every batch of states before its step is chosen (DAgger)."""
     t0 = time.perf_counter()
+    c0 = time.process_time()
     X0 = world.validate(X, name="X")
     grid = FlatGrid.of(world)
     B, T = len(X0), world.n_actions if max_steps is None else int(max_steps)
@@ -282,6 +309,8 @@ def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int |
                 cand = type(cand)(cand.mask[has], cand.cost[has], cand.score[has])
                 if len(idx) == 0:
                     continue
+            if record is not None:
+                record(Xc[idx], used[idx], np.full(len(idx), t), cand)
             k, p = choose(Xc[idx], used[idx], np.full(len(idx), t), cand)
             a = grid.action[k]
             Xc[idx] = world.apply(Xc[idx], a, grid.value[k]).states
@@ -290,7 +319,7 @@ def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int |
             active[idx] = ~world.accepts(Xc[idx])
         if not active.any():
             break
-    return _finish(world, X0, A, V, conf, t0)
+    return _finish(world, X0, A, V, conf, t0, c0)
 
 
 def _net_chooser(world: SequentialWorld, net: SequentialScorer, max_steps: int) -> Any:
@@ -303,6 +332,39 @@ def _net_chooser(world: SequentialWorld, net: SequentialScorer, max_steps: int) 
         k = probs.argmax(1)
         return k.numpy(), probs[torch.arange(len(k)), k].double().numpy()
     return choose
+
+
+def _pad_to(a: np.ndarray, width: int, fill: float = -1) -> np.ndarray:
+    """Right-pad (or keep) the columns of a padded sequence array to ``width``."""
+    if a.shape[1] >= width:
+        return a
+    return np.concatenate([a, np.full((len(a), width - a.shape[1]), fill, dtype=a.dtype)], axis=1)
+
+
+def recombined_agents(world: SequentialWorld, X: np.ndarray, n: int, rng: np.random.Generator,
+                      swap: float = 0.3, max_rounds: int = 50) -> np.ndarray:
+    """``n`` new rejected agents recombined from the agents ``X``: each starts as a random row of
+    ``X`` and takes each raw feature (a one-hot group as a whole) from another random row with
+    probability ``swap``, so every value is one a real agent has; duplicates of a row of ``X``
+    and rows the classifier accepts are dropped (fewer than ``n`` if they run out)."""
+    X = world.validate(X, name="X")
+    seen = {r.tobytes() for r in X}
+    out: list[np.ndarray] = []
+    for _ in range(max_rounds):
+        m = max(2 * (n - len(out)), 16)
+        Y = X[rng.integers(len(X), size=m)].copy()
+        for r in range(len(world.raw_names)):
+            cols = np.flatnonzero(world.column_raw == r)
+            take = rng.random(m) < swap
+            Y[np.ix_(take, cols)] = X[rng.integers(len(X), size=int(take.sum()))][:, cols]
+        Y = Y[~world.accepts(Y)]
+        for y in Y:
+            if y.tobytes() not in seen:
+                seen.add(y.tobytes())
+                out.append(y)
+        if len(out) >= n:
+            break
+    return np.array(out[:n]).reshape(-1, X.shape[1])
 
 
 # ---------------------------------------------------------------------------- the generators
@@ -389,8 +451,7 @@ class SequentialPolicy(_SequentialGenerator):
                 info["heldout"].append(rec)
 
             if p.bc_epochs:
-                info["bc"] = self._clone(model, train, rows, ctx)
-                heldout(0, "bc")
+                info["bc"] = self._clone(model, train, rows, ctx, heldout)
             if p.total_timesteps:
                 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -431,38 +492,99 @@ class SequentialPolicy(_SequentialGenerator):
                            clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef, seed=seed, device="cpu",
                            verbose=0, policy_kwargs={"scorer_kwargs": _scorer_kwargs(self.world_, p)})
 
-    def _clone(self, model: Any, labels: Any, rows: np.ndarray, ctx: FitContext) -> dict[str, Any]:
+    def _clone(self, model: Any, labels: Any, rows: np.ndarray, ctx: FitContext, heldout: Any) -> dict[str, Any]:
         """Behaviour cloning: cross-entropy of the masked logits on every (state, next label step)
-        pair of the sequencer's cheapest sequences, plus the critic on the return-to-go."""
+        pair of the sequencer's cheapest sequences, plus the critic on the return-to-go.
+
+        With ``expert_relabel`` an agent's target is the cheaper of its label and the expert's
+        (``expert``: the greedy lookahead) rollout; ``augment_agents`` adds agents recombined from
+        the training agents (:func:`recombined_agents`) with the expert's rollouts as targets;
+        ``dagger_iters`` rounds of DAgger then roll the policy out on all of them, label every
+        state it visits with the expert's step there and retrain on the aggregate. ``heldout``
+        evaluates and keeps the best weights after the first fit and after every round."""
         for need in ("actions", "values"):
             if not hasattr(labels, need):
                 raise ValueError(f"{self.method}: behaviour cloning needs the sequencer's labels (train.{need})")
-        p = self.params
+        p, world = self.params, self.world_
+        T = self._max_steps()
         ok = np.asarray(labels.ok if hasattr(labels, "ok") else np.isfinite(labels.cost), dtype=bool)
         rows = rows[ok[rows]]
-        obs, tgt, masks, ret = self._pairs(labels.X[rows], labels.actions[rows], labels.values[rows])
+        X, A, V = labels.X[rows], labels.actions[rows].copy(), labels.values[rows].copy()
+        info: dict[str, Any] = {"agents": int(len(rows))}
+        expert = lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2)
+        rng = np.random.default_rng(ctx.seed)
+        t0 = time.perf_counter()
+        if p.expert_relabel:
+            r = rollout(world, expert, X, T, p.rollout_chunk)
+            own = world.rollout(X, A, V).cost
+            better = r.accepted & (r.cost < own - 1e-12)
+            A, V = _pad_to(A, r.sets.shape[1]), _pad_to(V, r.sets.shape[1], np.nan)
+            A[better], V[better] = _pad_to(r.sets, A.shape[1])[better], _pad_to(r.values, A.shape[1], np.nan)[better]
+            info["relabelled_by_expert"] = int(better.sum())
+        if p.augment_agents:
+            Xs = recombined_agents(world, labels.X[rows], p.augment_agents, rng)
+            r = rollout(world, expert, Xs, T, p.rollout_chunk)
+            w = max(A.shape[1], r.sets.shape[1])
+            X = np.concatenate([X, Xs[r.accepted]])
+            A = np.concatenate([_pad_to(A, w), _pad_to(r.sets[r.accepted], w)])
+            V = np.concatenate([_pad_to(V, w, np.nan), _pad_to(r.values[r.accepted], w, np.nan)])
+            info["augmented_agents"] = int(r.accepted.sum())
+        info["expert_seconds"] = round(time.perf_counter() - t0, 2)
+        obs, tgt, masks, ret = self._pairs(X, A, V)
+        losses = self._fit_pairs(model, obs, tgt, masks, ret, p.bc_epochs, ctx.seed)
+        info.update({"pairs": int(len(obs)), "epochs": p.bc_epochs, "final_loss": round(losses[-1], 5)})
+        heldout(0, "bc")
+        seen: list[tuple[np.ndarray, ...]] = []
+
+        def record(Xb: np.ndarray, used: np.ndarray, steps: np.ndarray, cand: Any) -> None:
+            k, _ = expert(Xb, used, steps, cand)
+            seen.append((observations(world, Xb, used, steps, T, cand), k, cand.mask.copy()))
+
+        for it in range(p.dagger_iters):
+            t1 = time.perf_counter()
+            seen.clear()
+
+            with torch.no_grad():
+                rollout(world, _net_chooser(world, self.net_, T), X, T, p.rollout_chunk, record=record)
+            o2, k2, m2 = (np.concatenate(z) for z in zip(*seen, strict=True))
+            obs, tgt, masks = np.concatenate([obs, o2]), np.concatenate([tgt, k2.astype(np.int64)]), \
+                np.concatenate([masks, m2])
+            ret = np.concatenate([ret, np.full(len(o2), np.nan, np.float32)])
+            losses = self._fit_pairs(model, obs, tgt, masks, ret, p.dagger_epochs, ctx.seed + it + 1)
+            info.setdefault("dagger", []).append({"states": int(len(o2)), "pairs": int(len(obs)),
+                                                  "final_loss": round(losses[-1], 5),
+                                                  "seconds": round(time.perf_counter() - t1, 2)})
+            heldout(it + 1, "dagger")
+        info["seconds"] = round(time.perf_counter() - t0, 2)
+        return info
+
+    def _fit_pairs(self, model: Any, obs: np.ndarray, tgt: np.ndarray, masks: np.ndarray, ret: np.ndarray,
+                   epochs: int, seed: int) -> list[float]:
+        """Minibatch Adam on the masked cross-entropy (plus the critic where the return is known)."""
+        p = self.params
         policy = model.policy
         opt = torch.optim.Adam(policy.parameters(), lr=p.bc_learning_rate)
-        gen = torch.Generator().manual_seed(ctx.seed)
+        gen = torch.Generator().manual_seed(seed)
         Ob, Tg, Mk, Rt = (torch.as_tensor(a) for a in (obs, tgt, masks, ret))
-        t0 = time.perf_counter()
         losses = []
-        for _ in range(p.bc_epochs):
+        for _ in range(epochs):
             perm = torch.randperm(len(Ob), generator=gen)
             total = 0.0
             for s in range(0, len(Ob), p.bc_batch_size):
                 b = perm[s: s + p.bc_batch_size]
                 logits, latent_vf = policy.mlp_extractor(Ob[b])
                 logits = torch.where(Mk[b], logits, torch.tensor(MASKED_LOGIT))
-                value = policy.value_net(latent_vf).squeeze(-1)
-                loss = F.cross_entropy(logits, Tg[b]) + 0.5 * F.mse_loss(value, Rt[b])
+                loss = F.cross_entropy(logits, Tg[b])
+                known = torch.isfinite(Rt[b])
+                if known.any():
+                    value = policy.value_net(latent_vf).squeeze(-1)
+                    loss = loss + 0.5 * F.mse_loss(value[known], Rt[b][known])
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
                 total += loss.item() * len(b)
             losses.append(total / len(Ob))
-        return {"pairs": int(len(Ob)), "agents": int(len(rows)), "epochs": p.bc_epochs,
-                "final_loss": round(losses[-1], 5), "seconds": round(time.perf_counter() - t0, 2)}
+        return losses
 
     def _pairs(self, X: np.ndarray, A: np.ndarray, V: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
