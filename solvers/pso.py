@@ -86,7 +86,8 @@ class MDPSO(Solver):
                  inertia: float = 0.7,
                  cognitive: float = 1.5, social: float = 1.5, diversity: float = 0.3, snap: float = 0.05,
                  proximity: str = "gower", init: str = "data", sparsify: bool = True, n_bins: int = 10,
-                 threshold: float = 0.5, seed: int = 0) -> None:
+                 threshold: float = 0.5, max_iterations: int = 500, restart_every: int = 20,
+                 seed: int = 0) -> None:
         self.n_diverse = n_diverse  # k: counterfactuals returned (k-means clusters)
         self.n_particles = n_particles  # swarm size (the paper: 50)
         self.n_iterations = n_iterations  # iterations (the paper: 100)
@@ -104,10 +105,12 @@ class MDPSO(Solver):
         self.sparsify = sparsify  # put changed features back to x while valid before selecting (black-box)
         self.n_bins = n_bins  # quantile bins of the information value
         self.threshold = threshold  # counterfactual iff P(accept) > threshold
+        self.max_iterations = max_iterations  # iterations at most while fewer than k counterfactuals were met
+        self.restart_every = restart_every  # in those, restart the particles without one this often
         self.seed = seed  # random seed
 
     def _check_params(self) -> None:
-        for name in ("n_diverse", "n_particles", "n_iterations", "n_bins"):
+        for name in ("n_diverse", "n_particles", "n_iterations", "n_bins", "max_iterations", "restart_every"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if self.active_features is not None and int(self.active_features) < 1:
@@ -188,7 +191,8 @@ class MDPSO(Solver):
                                   reason="no feature can change (all immutable or at their bound)")]
         X, proba, dist = swarm.run()
         runtime = time.perf_counter() - t0
-        extra = {"model_calls": model.calls, "model_rows": model.rows, "active": [r.name for r in swarm.raws]}
+        extra = {"model_calls": model.calls, "model_rows": model.rows, "active": [r.name for r in swarm.raws],
+                 "iterations": swarm.iterations, "restarts": swarm.restarts}
         if not len(X):
             return [Recourse.none(self.name, status="unknown", runtime=runtime,
                                   reason=f"no counterfactual within {self.n_iterations} iterations")]
@@ -261,28 +265,48 @@ class _Swarm:
         valid = proba > self.p.threshold
         return near + (D > 0).mean(axis=1) + np.where(valid, 0.0, 2.0 + self.p.threshold - proba), gower
 
-    def run(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        p, rng = self.p, self.rng
-        n = int(p.n_particles)
+    def start(self, n: int) -> np.ndarray:
+        """n fresh positions: x with a few features drawn in the box, half of them from accepted rows."""
+        rng = self.rng
         S = self.lo + rng.random((n, self.dim)) * (self.hi - self.lo)
         if self.p.init == "data" and len(self.p.positives_):  # half the swarm: values of nearby accepted rows
             pos = self.p.positives_
             near = np.argsort(np.abs((pos[:, self.cols] - self.x[self.cols]) / self.span).sum(axis=1))
             half = np.arange(0, n, 2)
-            donors = pos[near[np.arange(len(half)) % len(near)]][:, self.cols]
+            donors = pos[near[(np.arange(len(half)) + self.restarts * len(half)) % len(near)]][:, self.cols]
             S[half] = np.clip((donors - self.lower) / self.span, self.lo, self.hi)
         size = np.minimum(rng.geometric(0.15, n), len(self.raws))  # particle i starts changing size[i] features
         size[: n // 5] = len(self.raws)  # a fifth start at their donor (or anywhere in the box)
         moved = np.argsort(rng.random((n, len(self.raws))), axis=1) < size[:, None]
-        S = np.where(moved[:, self.coord_raw], S, self.z)
-        S, X = self.decode(S)
+        return np.where(moved[:, self.coord_raw], S, self.z)
+
+    def run(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The swarm's ``n_iterations`` moves; then, while fewer than k distinct counterfactuals were met
+        (personal bests and every valid point seen), more iterations up to ``max_iterations`` in all,
+        the particles that are no counterfactual restarting afresh every ``restart_every`` of them."""
+        p, rng = self.p, self.rng
+        n, k = int(p.n_particles), int(p.n_diverse)
+        self.restarts = 0
+        S, X = self.decode(self.start(n))
         V = np.zeros_like(S)
         proba = self.model.predict_proba(X)
         f, _ = self.objective(X, proba)
         best_S, best_f, best_X, best_p = S.copy(), f.copy(), X.copy(), proba.copy()
         archive_X, archive_f, archive_p = [X[proba > p.threshold]], [f[proba > p.threshold]], [proba[proba > p.threshold]]
+        seen = {row.tobytes() for row in X[proba > p.threshold]}
         vmax = self.hi - self.lo
-        for _ in range(int(p.n_iterations)):
+        cap = max(int(p.n_iterations), int(p.max_iterations))
+        it = 0
+        while it < int(p.n_iterations) or (it < cap and len(seen) < k):
+            it += 1
+            if it > int(p.n_iterations) and (it - int(p.n_iterations)) % int(p.restart_every) == 0:
+                stuck = np.flatnonzero(best_p <= p.threshold)  # restart: the particles with no counterfactual
+                if not len(stuck):  # all found one: restart the half with the worst objective
+                    stuck = np.argsort(best_f, kind="stable")[n // 2:]
+                self.restarts += 1
+                S[stuck], _ = self.decode(self.start(len(stuck)))
+                V[stuck] = 0.0
+                best_S[stuck], best_f[stuck] = S[stuck], np.inf
             g = best_S[np.argmin(best_f)]
             elite = S[np.argsort(f, kind="stable")[: max(1, n // 2)]].mean(axis=0)
             r1, r2, r3 = rng.random((3, n, self.dim))
@@ -298,6 +322,8 @@ class _Swarm:
             archive_X.append(X[ok])
             archive_f.append(f[ok])
             archive_p.append(proba[ok])
+            seen.update(row.tobytes() for row in X[ok])
+        self.iterations = it
         return self.select(best_X, best_f, best_p, np.vstack(archive_X), np.concatenate(archive_f),
                            np.concatenate(archive_p))
 
@@ -327,6 +353,11 @@ class _Swarm:
                 if not any(np.array_equal(X[b], X[c]) for c in pick):
                     pick.append(int(b))
                     break
+        for b in np.argsort(f, kind="stable"):  # fewer clusters than k (k-means left one empty): the
+            if len(pick) >= k:  # best other distinct points fill up to k
+                break
+            if not any(np.array_equal(X[b], X[c]) for c in pick):
+                pick.append(int(b))
         X, f, pr = X[pick], f[pick], pr[pick]
         proba = self.model.predict_proba(X)  # re-scored: the answers' own call
         keep = proba > thr

@@ -237,3 +237,30 @@ def test_bad_input_gets_a_clear_error(worlds):
         GeCo().fit(world, X[:, :4])
     with pytest.raises(ValueError, match="needs at least one row"):
         GeCo().fit(world, X[:0])
+
+
+class _Conjunction:
+    """Accepts iff x0 >= 0.31 and x1 >= 0.47 (a threshold pair between the data's values)."""
+
+    kind = "threshold"
+    n_features = 3
+
+    def predict_proba(self, X):
+        X = np.atleast_2d(X)
+        return np.where((X[:, 0] >= 0.31) & (X[:, 1] >= 0.47), 0.9, 0.1)
+
+    def predict(self, X):
+        return self.predict_proba(X) > 0.5
+
+
+def test_refinement_reaches_thresholds_between_data_values():
+    """The data's values are a coarse grid (0, 0.25, ...); refinement finds the thresholds themselves."""
+    schema = FeatureSchema(tuple(Feature(f"f{j}", "numeric", 0.0, 1.0) for j in range(3)))
+    world = TabularWorld("reals/and", schema, _Conjunction())
+    D = np.array([[a, b, c] for a in np.arange(0, 1.01, 0.25) for b in np.arange(0, 1.01, 0.25) for c in (0.0, 1.0)])
+    x = np.array([0.0, 0.0, 0.5])
+    got = GeCo(plaf=Plaf()).fit(world, D).solve(world, x)
+    assert got[0].valid and got[0].final_state[2] == 0.5  # f2 does not matter: never changed
+    assert got[0].final_state[:2] == pytest.approx([0.31, 0.47], abs=1e-5)
+    paper = GeCo(plaf=Plaf(), refine=False).fit(world, D).solve(world, x)
+    assert paper[0].final_state[:2] == pytest.approx([0.5, 0.5])  # the paper's search: data values only

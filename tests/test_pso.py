@@ -130,3 +130,21 @@ def test_numeric_data_sets_load_as_worlds():
         assert all(f.kind == "numeric" and f.mutability == "free" and not f.integer for f in schema.features)
         assert np.isfinite(data.X_train).all() and set(np.unique(data.y_train)) == {0, 1}
         schema.validate(data.X_test)
+
+
+def test_coverage_loop_returns_k_counterfactuals(worlds):
+    """A swarm too small and short to meet k counterfactuals keeps going (restarting) until it has k."""
+    world = worlds["forest"]
+    agents = rejected(world)[::31][:4]
+    short = MDPSO(n_particles=3, n_iterations=1, max_iterations=1).fit(world, toy_data())
+    looped = MDPSO(n_particles=3, n_iterations=1, max_iterations=400, restart_every=5).fit(world, toy_data())
+    assert any(len([r for r in short.solve(world, x) if r.found]) < 5 for x in agents)
+    for x in agents:
+        got = looped.solve(world, x)
+        assert len(got) == 5 and all(r.found and r.valid for r in got)
+        assert len({tuple(r.final_state) for r in got}) == 5
+        assert world.model.predict_proba(np.array([r.final_state for r in got])).min() > 0.5
+        assert not SCHEMA.mutability_violations(np.tile(x, (5, 1)), np.array([r.final_state for r in got])).any()
+        assert got[0].extra["iterations"] <= 400
+    with pytest.raises(ValueError, match="restart_every"):
+        MDPSO(restart_every=0).fit(world, toy_data())

@@ -195,6 +195,27 @@ class _Run:
         self._timed("mutate", t0)
         return parts
 
+    def local(self, start: Population) -> list[Population]:
+        L = int(getattr(self.p, "local_values", 0))
+        if L <= 0:
+            return []
+        parts = []
+        ranks = (1 << np.arange(L)) - 1
+        for g in self.groups:
+            if not self._ordered(g):
+                continue
+            opts = self.agent.options(g)
+            c = int(self.agent.space.program.group_cols[g][0])
+            v = self.agent.space.values[opts, 0]
+            picks = []
+            for side in (v > self.agent.x[c], v < self.agent.x[c]):
+                o = opts[side][np.argsort(np.abs(v[side] - self.agent.x[c]), kind="stable")]
+                picks.append(o[ranks[ranks < len(o)]])
+            picks = np.concatenate(picks)
+            if len(picks):
+                parts.append(start.take(np.zeros(len(picks), np.int64)).with_group(g, picks, 0))
+        return parts
+
     def crossover(self, pop: Population, born: int) -> list[Population]:
         """Algorithm 3: the fittest candidate of each distinct Δ' crossed with that of every other Δ'."""
         t0 = time.perf_counter()
@@ -283,7 +304,7 @@ class _Run:
         none = (np.zeros((0, len(self.agent.x))), np.zeros(0), np.zeros(0))
         if not len(self.groups):
             return none, "no_recourse"
-        pop = self._next(start, self.mutate(start, int(p.m_init), 0))
+        pop = self._next(start, self.mutate(start, int(p.m_init), 0) + self.local(start))
         exhausted = False
         for gen in range(1, int(p.max_generations) + 1):
             self.generations = gen
@@ -294,7 +315,7 @@ class _Run:
             if self.explored == before:
                 exhausted = True
                 break
-            if len(top) == k and np.all(top.proba > p.threshold) and np.all(top.born < gen):
+            if len(top) == k and np.all(top.proba > p.threshold) and np.all(top.born < gen - int(getattr(p, "patience", 0))):
                 break
         valid = np.flatnonzero(pop.proba > p.threshold)
         if not len(valid):
@@ -333,7 +354,8 @@ class _Run:
             t0 = time.perf_counter()
             _, heads = pop.delta_keys()  # pop is sorted: the first row of a Δ' is its fittest
             heads = heads[: int(self.p.refine_deltas)]
-            X = np.vstack([self.refined(X[heads]), np.delete(X, heads, axis=0)])
+            seeds = self.ascent()
+            X = np.vstack([self.refined(np.vstack([X[heads], seeds])), np.delete(X, heads, axis=0)])
             self._timed("refine", t0)
         _, first = row_ids(X)
         X = X[np.sort(first)]
@@ -347,6 +369,57 @@ class _Run:
             raise AssertionError(f"GeCo produced a counterfactual breaking {self.agent.rules.broken(X[bad > 0][:1])}")
         keep = np.flatnonzero(proba > self.p.threshold)  # a specialised model may round the other way
         return X[keep], proba[keep], self.distance(X)[keep]
+
+    def ascent(self, beam: int = 16, depth: int = 6, keep: int = 5) -> np.ndarray:
+        """Counterfactuals built from x by small moves: a beam search that adds one group's move at a
+        time (an ordered group to a data value near x, see ``_local``; another group to one of its
+        cheapest values), keeping the ``beam`` rows of highest P(accept), one batched call per depth.
+        Returns the ``keep`` nearest counterfactuals met. Trees cut features at thresholds between data
+        values, so an optimum of a forest is often several such small moves together, which the
+        genetic search, sampling by frequency, rarely assembles."""
+        a, sp = self.agent, self.agent.space
+        prog, m = sp.program, int(self.p.refine_samples)
+        moves = []  # (columns, (n, |columns|) values) per group
+        for g in self.groups:
+            cols = prog.group_cols[g]
+            if self._ordered(g):
+                vals = np.concatenate([self._local(g, side) for side in (-1.0, 1.0)])[:, None]
+            else:
+                opts = a.options(g)
+                vals = sp.values[opts[np.argsort(a.entry_cost(opts), kind="stable")][:m], :len(cols)]
+            moves.append((cols, vals))
+        rows = a.x[None].copy()
+        p0 = float(self.model.predict_proba(rows)[0])
+        found = [np.zeros((0, len(a.x)))]
+        for _ in range(depth):
+            blocks = []
+            for cols, vals in moves:
+                free = rows[np.all(rows[:, cols] == a.x[cols], axis=1)]
+                T = np.repeat(free, len(vals), axis=0)
+                T[:, cols] = np.tile(vals, (len(free), 1))
+                blocks.append(T)
+            T = np.vstack(blocks)
+            _, first = row_ids(T)
+            T = T[np.sort(first)]
+            T = T[a.rules.violations(T) == 0]
+            if not len(T):
+                break
+            p = self.model.predict_proba(T)
+            self.refine_rounds += 1
+            ok = p > self.p.threshold
+            found.append(T[ok])
+            rest = np.flatnonzero(~ok)  # the beam: highest P(accept), and highest gain per distance,
+            gain = (p[rest] - p0) / np.maximum(self.distance(T[rest]), 1e-300)  # one row per Δ' each
+            pick = []
+            for order, n in ((np.argsort(-p[rest], kind="stable"), beam // 2),
+                             (np.argsort(-gain, kind="stable"), beam - beam // 2)):
+                _, heads = row_ids(self.changed_groups(T[rest[order]]))
+                pick.append(rest[order[np.sort(heads)[:n]]])
+            rows = T[np.unique(np.concatenate(pick))]
+            if not len(rows):
+                break
+        F = np.vstack(found)
+        return F[np.argsort(self.distance(F), kind="stable")[:keep]]
 
     def refined(self, X: np.ndarray) -> np.ndarray:
         """Local search of the answers towards x, one batched black-box call per round.
@@ -363,24 +436,26 @@ class _Run:
         a = self.agent
         X = X.copy()
         lo: dict[tuple[int, int], float] = {}  # (answer, column) -> value on x's side known to fail
+        tried: dict[int, bytes] = {}  # answer -> the row whose trades were probed (not again)
         for _ in range(int(self.p.refine_rounds)):
-            probes, owner = self._probes(X, lo)
-            if not probes:
+            blocks, owner = self._probes(X, lo, tried)
+            if not blocks:
                 break
             self.refine_rounds += 1
-            P = np.array(probes)
+            P = np.vstack(blocks)
+            who, col, val = (np.concatenate(o) for o in zip(*owner, strict=True))
             ok = a.rules.violations(P) == 0
             valid = np.zeros(len(P), bool)
             valid[ok] = self.model.predict_proba(P[ok]) > self.p.threshold
             dist, base = self.distance(P), self.distance(X)
-            best: dict[int, int] = {}  # answer -> its best probe
-            segs: dict[tuple[int, int], list[tuple[float, bool]]] = {}
-            for n, (i, c, v) in enumerate(owner):
-                if valid[n] and dist[n] < base[i] - 1e-15 and (i not in best or dist[n] < dist[best[i]]):
-                    best[i] = n
-                if c >= 0:
-                    segs.setdefault((i, c), []).append((v, bool(valid[n])))
+            better = np.flatnonzero(valid & (dist < base[who] - 1e-15))
+            best: dict[int, int] = {}  # answer -> its best probe (the nearest; the first of equals)
+            for n in better[np.lexsort((better, dist[better]))]:
+                best.setdefault(int(who[n]), int(n))
             learned = False
+            segs: dict[tuple[int, int], list[tuple[float, bool]]] = {}
+            for n in np.flatnonzero(col >= 0):
+                segs.setdefault((int(who[n]), int(col[n])), []).append((float(val[n]), bool(valid[n])))
             for (i, c), seen in segs.items():  # the failing probe nearest the first passing one
                 gap = [abs(v - a.x[c]) for v, passed in seen if passed]
                 limit = min(gap) if gap else abs(X[i, c] - a.x[c])
@@ -388,56 +463,125 @@ class _Run:
                 if failing:
                     lo[(i, c)] = max(failing, key=lambda v, c=c: abs(v - a.x[c]))
                     learned = True
-            for i, n in best.items():
+            for i, n in best.items():  # a bound holds for the row it was learned on: others start afresh
                 X[i] = P[n]
+                for key in [key for key in lo if key[0] == i and key[1] != col[n]]:
+                    del lo[key]
             if not best and not learned:
                 break
         return X
 
-    def _probes(self, X: np.ndarray, lo: dict[tuple[int, int], float]) -> tuple[list, list]:
-        """The probe rows of one refinement round and their (answer, segment column or -1, value)."""
+    def _probes(self, X: np.ndarray, lo: dict[tuple[int, int], float],
+                tried: dict[int, bytes]) -> tuple[list[np.ndarray], list[tuple[np.ndarray, ...]]]:
+        """The probe rows of one refinement round, in blocks, and per block the (answer, segment
+        column or -1, value) of each row."""
         a, sp = self.agent, self.agent.space
         prog, schema, m = sp.program, sp.program.schema, int(self.p.refine_samples)
-        probes, owner = [], []
-        for i, row in enumerate(X):
-            changed = [g for g, c in enumerate(prog.group_cols) if not np.array_equal(row[c], a.x[c])]
+        blocks: list[np.ndarray] = []
+        owner: list[tuple[np.ndarray, ...]] = []
+
+        def add(i: int, T: np.ndarray, c: int = -1, v: np.ndarray | None = None) -> None:
+            if len(T):
+                blocks.append(T)
+                owner.append((np.full(len(T), i), np.full(len(T), c), np.full(len(T), np.nan) if v is None else v))
+
+        rank = np.empty(len(X), np.int64)
+        rank[np.argsort(self.distance(X), kind="stable")] = np.arange(len(X))
+        for i, (row, moved) in enumerate(zip(X, self.changed_groups(X), strict=True)):
+            if tried.get(i) == row.tobytes():  # converged and traded: every probe of it is known
+                continue
+            changed = [int(g) for g in np.flatnonzero(moved)]
             ordered = {g: int(prog.group_cols[g][0]) for g in changed if self._ordered(g)}
             reverted = {}
             for g in changed:
                 reverted[g] = row.copy()
                 reverted[g][prog.group_cols[g]] = a.x[prog.group_cols[g]]
-                probes.append(reverted[g])
-                owner.append((i, -1, np.nan))
+            add(i, np.array([reverted[g] for g in changed]).reshape(-1, len(row)))
             bound = {c: lo.get((i, c), a.x[c]) for c in ordered.values()}
             bound = {c: w if (w - a.x[c]) * (row[c] - a.x[c]) >= 0 else a.x[c] for c, w in bound.items()}  # flipped
             segments = {g: self._segment(schema.features[c], bound[c], row[c], m, sp.values[sp.entries(g), 0])
                         for g, c in ordered.items()}
             for g, c in ordered.items():
-                for v in segments[g]:
-                    probes.append(np.where(np.arange(len(row)) == c, v, row))
-                    owner.append((i, c, v))
+                T = np.repeat(row[None], len(segments[g]), axis=0)
+                T[:, c] = segments[g]
+                add(i, T, c, segments[g])
             for g in set(changed) - set(ordered):
                 cols, opts = prog.group_cols[g], a.options(g)
                 now = self.distance(row[None])[0] - self.distance(reverted[g][None])[0]
                 cost = a.entry_cost(opts)
-                for e in opts[np.argsort(cost, kind="stable")][:m][np.sort(cost)[:m] < now - 1e-12]:
-                    probe = row.copy()
-                    probe[cols] = sp.values[e, :len(cols)]
-                    probes.append(probe)
-                    owner.append((i, -1, np.nan))
-            if not any(len(v) for v in segments.values()):  # converged: the other side of x, and trades
+                e = opts[np.argsort(cost, kind="stable")][:m][np.sort(cost)[:m] < now - 1e-12]
+                T = np.repeat(row[None], len(e), axis=0)
+                T[:, cols] = sp.values[e, :len(cols)]
+                add(i, T)
+            if not any(len(v) for v in segments.values()) and rank[i] < int(self.p.n_diverse):
+                tried[i] = row.tobytes()  # converged, and among the k nearest: the other side of x, and trades
                 for g, c in ordered.items():
                     known = sp.values[sp.entries(g), 0]
                     other = known[(known - a.x[c]) * (row[c] - a.x[c]) < 0]  # sorted; spread by rank
-                    for v in np.unique(other[np.linspace(0, len(other) - 1, min(m, len(other))).astype(int)]):
-                        probes.append(np.where(np.arange(len(row)) == c, v, row))
-                        owner.append((i, -1, np.nan))
-                for h, c in ordered.items():
-                    for g in changed:
-                        for v in (self._ladder(schema.features[c], a.x[c], row[c], m) if g != h else ()):
-                            probes.append(np.where(np.arange(len(row)) == c, v, reverted[g]))
-                            owner.append((i, -1, np.nan))
-        return probes, owner
+                    v = np.unique(other[np.linspace(0, len(other) - 1, min(m, len(other))).astype(int)])
+                    T = np.repeat(row[None], len(v), axis=0)
+                    T[:, c] = v
+                    add(i, T)
+                for T in self._trades(row, changed, ordered):
+                    add(i, T)
+        return blocks, owner
+
+    def _trades(self, row: np.ndarray, changed: list[int], ordered: dict[int, int]) -> list[np.ndarray]:
+        """Trades of a converged answer: one changed group g moves part or all of the way back to x
+        (ordered groups: 0, 1/4, 1/2 and 3/4 of its change left; others: x's value) while one other
+        group h moves: a changed ordered h further from x (a geometric ladder of steps), an unchanged
+        ordered h to the data values nearest x on either side (ranks 1, 2, 4, ..., where a tree's
+        thresholds lie), any other h to its cheapest data values. These reach the optima that moves
+        towards x cannot: a different mix of features on the same decision boundary."""
+        a, sp = self.agent, self.agent.space
+        prog, schema, m = sp.program, sp.program.schema, int(self.p.refine_samples)
+        out = []
+        moves: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # h -> (columns, (n, |columns|) values)
+        for h in self.groups:
+            cols = prog.group_cols[h]
+            if h in ordered:
+                c = ordered[h]
+                f = schema.features[c]
+                if h in changed:
+                    vals = self._ladder(f, a.x[c], row[c], m)
+                else:
+                    vals = np.concatenate([self._local(h, side) for side in (-1.0, 1.0)])
+                moves[h] = (cols, vals[:, None])
+            else:
+                opts = a.options(h)
+                opts = opts[np.argsort(a.entry_cost(opts), kind="stable")][:m]
+                moves[h] = (cols, sp.values[opts, :len(cols)])
+        for g in changed:
+            cols_g = prog.group_cols[g]
+            if g in ordered:
+                c = ordered[g]
+                f = schema.features[c]
+                left = a.x[c] + (row[c] - a.x[c]) * (1.0 - np.exp2(-np.arange(0.0, 5.0)))
+                if f.integer or f.kind == "ordinal":
+                    left = np.round(left)
+                left = np.unique(left[left != row[c]])
+                bases = np.repeat(row[None], len(left), axis=0)
+                bases[:, c] = left
+            else:
+                bases = row[None].copy()
+                bases[:, cols_g] = a.x[cols_g]
+            for h, (cols, vals) in moves.items():
+                if h == g or not len(vals):
+                    continue
+                T = np.repeat(bases, len(vals), axis=0)
+                T[:, cols] = np.tile(vals, (len(bases), 1))
+                out.append(T)
+        return out
+
+    def _local(self, g: int, side: float) -> np.ndarray:
+        """The data values of ordered group g on one side of x's value, at ranks 1, 2, 4, ... from it."""
+        a, sp = self.agent, self.agent.space
+        c = int(sp.program.group_cols[g][0])
+        v = sp.values[a.options(g), 0]
+        v = v[(v - a.x[c]) * side > 0]
+        v = v[np.argsort(np.abs(v - a.x[c]), kind="stable")]
+        ranks = (1 << np.arange(int(np.log2(max(len(v), 1))) + 1)) - 1
+        return v[ranks[ranks < len(v)]]
 
     def _ordered(self, g: int) -> bool:
         """A single numeric or ordinal column: searched on a line."""
