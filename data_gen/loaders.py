@@ -370,8 +370,34 @@ def _load_lsvt(data_dir: Path | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     return X, (y == 1).to_numpy(np.int64)
 
 
+def _load_compas_numeric(data_dir: Path | None = None) -> tuple[pd.DataFrame, np.ndarray]:
+    """ProPublica COMPAS two-year recidivism as 13 numbers, in the style of the PSO paper's COMPAS
+    (its Table I: 5,238 rows, 13 continuous features; the paper does not list its columns or
+    filters, so this is our reconstruction, not its data): ProPublica's filters (screening within
+    30 days of arrest, a known recidivism outcome, no ordinary traffic offence) on the African-American
+    and Caucasian defendants (5,278 x 13): age, the five counts and scores (juvenile felonies,
+    misdemeanours and other, priors, decile and violent decile score), days between screening and
+    arrest, days from the charge to COMPAS, days in jail, and sex (1 = male), race (1 =
+    African-American) and charge degree (1 = felony) as 0/1 numbers; label 1 = no recidivism in two
+    years (the favourable outcome)."""
+    df = pd.read_csv(data_path("compas/compas-scores-two-years.csv", data_dir))
+    df = df[(df["days_b_screening_arrest"].abs() <= 30) & (df["is_recid"] != -1) & (df["c_charge_degree"] != "O")
+            & (df["score_text"] != "N/A") & df["race"].isin(["African-American", "Caucasian"])]
+    jail = (pd.to_datetime(df["c_jail_out"]) - pd.to_datetime(df["c_jail_in"])).dt.days
+    X = pd.DataFrame({
+        "age": df["age"], "juv_fel_count": df["juv_fel_count"], "juv_misd_count": df["juv_misd_count"],
+        "juv_other_count": df["juv_other_count"], "priors_count": df["priors_count"],
+        "decile_score": df["decile_score"], "v_decile_score": df["v_decile_score"],
+        "days_b_screening_arrest": df["days_b_screening_arrest"], "c_days_from_compas": df["c_days_from_compas"],
+        "jail_days": jail, "sex": (df["sex"] == "Male").astype(int),
+        "race": (df["race"] == "African-American").astype(int), "c_charge_degree": (df["c_charge_degree"] == "F").astype(int),
+    }).reset_index(drop=True).astype(float)
+    return X, (df["two_year_recid"] == 0).to_numpy(np.int64)
+
+
 NUMERIC_DATASETS: dict[str, Callable[[Path | None], tuple[pd.DataFrame, np.ndarray]]] = {
     "hill_valley": _load_hill_valley, "arrhythmia": _load_arrhythmia, "lsvt": _load_lsvt,
+    "compas_numeric": _load_compas_numeric,
 }
 
 

@@ -61,7 +61,8 @@ def test_changed_file_is_checked_again(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("name", "shape", "positives"), [
-    ("hill_valley", (1_212, 100), 606), ("arrhythmia", (452, 279), 245), ("lsvt", (126, 312), 42)])
+    ("hill_valley", (1_212, 100), 606), ("arrhythmia", (452, 279), 245), ("lsvt", (126, 312), 42),
+    ("compas_numeric", (5_278, 13), 2_795)])
 def test_numeric_loaders(name, shape, positives):
     X, y = load_numeric(name)
     assert X.shape == shape and int(y.sum()) == positives and set(np.unique(y)) == {0, 1}
