@@ -91,7 +91,7 @@ def fuzz_bodies(rng: np.random.Generator, svc: Any, records: list[dict], n: int)
             cat = "out of range"
         elif kind == 4:
             rec[d.name] = junk_values[rng.integers(len(junk_values))]
-            cat = "junk value"
+            cat = "junk value (a few are valid numbers for a real feature: 2xx)"
         elif kind == 5:
             body = json.dumps(rec).replace(json.dumps(rec[d.name]), "NaN" if rng.random() < 0.5 else "-Infinity", 1)
             out.append(("NaN/inf", body.encode()))
@@ -260,7 +260,9 @@ def markdown(r: dict[str, Any], command: str) -> str:
              f"Command: `{command}`", "",
              f"Fallback budget {r['budget_ms']:g} ms; records: {r['records']['held_out_agents']} held-out agents "
              f"(MACE-labelled, unseen in training) + {r['records']['extra_rejected_rows']} rejected training rows. "
-             f"In-process (ASGI test client, no sockets); the machine is shared (2 cores).", "",
+             f"In-process (ASGI test client, no sockets); the machine is shared ({r.get('cpu_count')} cores, "
+             f"load average {r.get('loadavg_1min_before', 0):.1f} before, {r.get('loadavg_1min_after', 0):.1f} after).",
+             "",
              "## Single-request latency (ms)", "", "| path | answered by | n | p50 | p90 | p99 | max |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for path in ("single_http", "single_service_call"):

@@ -215,7 +215,7 @@ class TabularService:
         if "norm" in self._gen_params:
             kw["norm"] = self.codec.norm
         if n_alt and "n_alternatives" in self._gen_params:
-            kw["n_alternatives"] = n_alt
+            kw["n_alternatives"] = n_alt * 3  # more than asked: the diversity filter drops near-copies
         out = self.generator.recommend(self.world, X, **kw)
         CF, _ = out
         CF = np.asarray(CF, float)
@@ -250,19 +250,19 @@ class TabularService:
         dist = self.codec.distance(X[todo], np.where(np.isfinite(CF), CF, 0.0))
         for r in np.flatnonzero(ok):
             answers[todo[r]] = Answer("ok", CF[r], float(dist[r]), self.model_name, "generator", None, True)
-        if alts is not None and alts.ndim == 3 and alts.shape[:2] == (len(todo), n_diverse):
-            rows = np.flatnonzero(ok)
+        if alts is not None and alts.ndim == 3 and alts.shape[0] == len(todo) and alts.shape[2] == X.shape[1]:
+            rows, m = np.flatnonzero(ok), alts.shape[1]
             A = alts[rows].reshape(-1, X.shape[1])
-            Xr = np.repeat(X[todo[rows]], n_diverse, 0)
+            Xr = np.repeat(X[todo[rows]], m, 0)
             live = ~np.isnan(A).any(1)
             good = live.copy()
             if live.any():
                 good[live] = self.verify(Xr[live], A[live])
             dA = self.codec.distance(Xr, np.nan_to_num(A))
             for k, r in enumerate(rows):
-                for j in range(k * n_diverse, (k + 1) * n_diverse):
-                    if good[j]:
-                        answers[todo[r]].alternatives.append((A[j], float(dA[j]), self.model_name))
+                i = todo[r]
+                cand = [(A[j], float(dA[j]), self.model_name) for j in range(k * m, (k + 1) * m) if good[j]]
+                answers[i].alternatives = self.diverse(X[i], answers[i].cf, cand, n_diverse)
         with self._lock:
             self.counters["generator_none"] += int(none.sum())
             self.counters["generator_invalid"] += int((~none & ~ok).sum())
@@ -279,7 +279,7 @@ class TabularService:
         alt_jobs = []
         if n_diverse and self.geco is not None:
             for i, a in enumerate(answers):
-                if a.kind == "generator" and len(a.alternatives) < n_diverse:
+                if a.kind == "generator" and len(a.alternatives) < n_diverse:  # GeCo tops them up
                     key = ("geco", X[i].tobytes())
                     hit = self.jobs.get([key])[0]
                     alt_jobs.append((i, hit if hit is not None else self._submit(key, self._geco_answers, X[i])))
@@ -290,12 +290,27 @@ class TabularService:
         for i, job in alt_jobs:
             found = job if isinstance(job, list) else self._wait(job, t_end)
             if found is not None:
-                have = [answers[i].cf] + [a[0] for a in answers[i].alternatives]
-                more = [a for a in found if not any(np.array_equal(a[0], h) for h in have)]
-                answers[i].alternatives = (answers[i].alternatives + more)[:n_diverse]
-        for a in answers:
+                answers[i].alternatives = self.diverse(X[i], answers[i].cf, answers[i].alternatives + found, n_diverse)
+        for i, a in enumerate(answers):
             if a.kind == "mace" or a.kind == "geco":
-                a.alternatives = a.alternatives[:n_diverse]
+                a.alternatives = self.diverse(X[i], a.cf, a.alternatives, n_diverse)
+
+    def _changed(self, x: np.ndarray, cf: np.ndarray) -> frozenset[int]:
+        return frozenset(j for j, d in enumerate(self.codec.domains)
+                         if not np.array_equal(x[list(d.columns)], cf[list(d.columns)]))
+
+    def diverse(self, x: np.ndarray, primary: np.ndarray | None, cands: list[tuple[np.ndarray, float, str]],
+                n: int) -> list[tuple[np.ndarray, float, str]]:
+        """Up to ``n`` candidates, nearest first, each changing a different set of features than the
+        answer and than every one kept before it (GeCo's notion of diverse: distinct Δ)."""
+        seen = set() if primary is None else {self._changed(x, primary)}
+        out = []
+        for c in sorted(cands, key=lambda t: t[1]):
+            key = self._changed(x, c[0])
+            if len(out) < n and key not in seen:
+                seen.add(key)
+                out.append(c)
+        return out
 
     def _submit(self, key: Any, fn: Any, *args: Any) -> Any:
         with self._lock:
