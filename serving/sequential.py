@@ -123,8 +123,14 @@ class SequentialService:
             if name not in trained:
                 raise ServiceError(f"model: {name!r} is not a trained policy of this run; known: {trained}")
             self.trained = trained
-            policies = {name: Generator.load(self.run_dir / "models" / name / f"seed{seed}")}
+            try:
+                policies = {name: Generator.load(self.run_dir / "models" / name / f"seed{seed}")}
+            except Exception as err:  # weights of another code version, a missing file: not servable
+                raise ServiceError(f"model: cannot load policy {name!r} ({type(err).__name__}: "
+                                   f"{str(err).splitlines()[0][:200]}); retrain it or serve another (--model)") from None
             encoder = load_data(world.meta.get("dataset", cfg.world), seed=int(world.meta.get("seed", 0))).encoder
+        except ServiceError:
+            raise
         except (ValueError, OSError, KeyError) as err:
             raise ServiceError(f"run: {err}") from None
         return world, policies, encoder, json.loads(cfg.model_dump_json())
