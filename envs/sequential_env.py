@@ -20,7 +20,7 @@ DEFAULT_WORLD_NAMES = ("adult", "german")
 #: Bounds of the scaled observation (states may leave the data range: age 90 + 30 years).
 OBS_CLIP = 5.0
 #: Per (action, value) candidate features appended with ``candidate_features=True``.
-CANDIDATE_CHANNELS = 4
+CANDIDATE_CHANNELS = 6
 
 
 def default_world(name: str = "adult") -> tuple[SequentialWorld, np.ndarray]:
@@ -86,6 +86,7 @@ class Candidates:
     cost: np.ndarray  # (B, K) step cost c = b * g (inf where not allowed)
     score: np.ndarray  # (B, K) classifier decision score of the child (> 0: accepted; -inf where not allowed)
     states: np.ndarray | None = None  # (B, K, D) children, when asked for
+    two_step: np.ndarray | None = None  # (B, K) estimated cheapest <= 2-step completion (see two_step_estimate)
 
     @property
     def accepted(self) -> np.ndarray:
@@ -139,7 +140,44 @@ def candidates(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.n
                 block = np.full(ok.shape, -np.inf)
                 block[fi, vi] = world.score(_dense(Xf[fi][:, None, :], cols, Ycols[fi, vi][:, None, :])[:, 0])
                 sc[free, s:e] = block
-    return Candidates(mask, cost, sc, children)
+    out = Candidates(mask, cost, sc, children)
+    if score:
+        out.two_step = two_step_estimate(world, grid, world.score(X), out)
+    return out
+
+
+def two_step_estimate(world: SequentialWorld, grid: FlatGrid, parent_score: np.ndarray, c: Candidates,
+                      clip: float = 1e3) -> np.ndarray:
+    """(B, K) estimated cost of the cheapest completion of at most two steps that starts with each
+    candidate, from the parent's candidates alone (no second transition, no classifier call): the
+    candidate's cost if its child is accepted, else its cost plus the cheapest allowed step of
+    another action whose own score gain at the parent, ``score(parent + step) - score(parent)``,
+    would lift the child's score above 0 (gains assumed additive, second-step costs as priced at
+    the parent); inf where none. A cheap stand-in for the two-step lookahead's quantity (features;
+    every choice is priced by the world). Batched over agents with one sorted search per action."""
+    B, K = c.mask.shape
+    gain = np.where(c.mask, np.clip(c.score - parent_score[:, None], -clip, clip), -np.inf)
+    need = np.clip(-c.score, -clip, clip)  # the second step's gain must exceed this
+    best_second = np.full((B, K), np.inf)
+    span = int(4 * clip + 2)
+    rows = np.arange(B)[:, None] * span
+    for a in range(world.n_actions):
+        s, e = int(grid.offsets[a]), int(grid.offsets[a + 1])
+        g, cost = gain[:, s:e], np.where(c.mask[:, s:e], c.cost[:, s:e], np.inf)
+        order = np.argsort(g, axis=1, kind="stable")
+        gs = np.take_along_axis(g, order, 1)
+        cs = np.take_along_axis(cost, order, 1)
+        # suffix minimum: the cheapest step among those with a gain >= position's
+        suf = np.minimum.accumulate(cs[:, ::-1], axis=1)[:, ::-1]
+        suf = np.concatenate([suf, np.full((B, 1), np.inf)], axis=1)
+        keys = (np.maximum(gs, -2 * clip) + rows).reshape(-1)  # -inf gains sort first in their row
+        pos = np.searchsorted(keys, (need + rows).reshape(-1), side="right").reshape(B, K)
+        pos -= np.arange(B)[:, None] * (e - s)
+        f = np.take_along_axis(suf, np.clip(pos, 0, e - s), 1)
+        f[:, s:e] = np.inf  # the second step is another action
+        np.minimum(best_second, f, out=best_second)
+    accepted = c.mask & (c.score > 0)
+    return np.where(accepted, c.cost, np.where(c.mask, c.cost + best_second, np.inf))
 
 
 def _dense(X: np.ndarray, cols: list[int], Ycols: np.ndarray) -> np.ndarray:
@@ -240,11 +278,16 @@ def _mlp_tail(model: Any, pre: np.ndarray) -> np.ndarray:
 
 
 def candidate_features(c: Candidates) -> np.ndarray:
-    """(B, K, 4) features of the candidates: allowed, log(1 + cost) and the child's decision score
-    (both clipped to OBS_CLIP), accepted (all 0 where not allowed)."""
+    """(B, K, 6) features of the candidates: allowed, log(1 + cost) and the child's decision score
+    (both clipped to OBS_CLIP), accepted, whether a <= 2-step completion is estimated and
+    log(1 + its estimated cost) (:func:`two_step_estimate`; all 0 where not allowed)."""
     m = c.mask
+    two = c.two_step if c.two_step is not None else np.full(m.shape, np.inf)
+    has2 = m & np.isfinite(two)
     return np.stack([m.astype(float), np.where(m, np.minimum(np.log1p(np.minimum(c.cost, 1e6)), OBS_CLIP), 0.0),
-                     np.where(m, np.clip(c.score, -OBS_CLIP, OBS_CLIP), 0.0), c.accepted.astype(float)], axis=-1)
+                     np.where(m, np.clip(c.score, -OBS_CLIP, OBS_CLIP), 0.0), c.accepted.astype(float),
+                     has2.astype(float), np.where(has2, np.minimum(np.log1p(np.minimum(two, 1e6)), OBS_CLIP), 0.0)],
+                    axis=-1)
 
 
 def scale_states(world: SequentialWorld, X: np.ndarray) -> np.ndarray:
@@ -295,10 +338,12 @@ class SequentialEnv(gym.Env[np.ndarray, np.int64]):
     ``Box(-5, 5, (D + A + 1,), float32)``: the encoded state scaled by the schema's bounds,
     ``(x - lo) / (hi - lo)`` (clipped to +-5: states may leave the data's range), the used-action
     indicator (A entries) and the share of the step budget spent. With
-    ``candidate_features=True`` (the learned policies' input) ``4 K`` entries follow: for each
+    ``candidate_features=True`` (the learned policies' input) ``6 K`` entries follow: for each
     (action, value) step from the current state, whether it is allowed, ``log(1 + cost)`` (clipped to 5), the
-    classifier's decision score of the child (clipped to +-5; > 0 accepts) and whether the child
-    is accepted (zeros where not allowed).
+    classifier's decision score of the child (clipped to +-5; > 0 accepts), whether the child
+    is accepted, and whether a completion of at most two steps is estimated and ``log(1 + its
+    estimated cost)`` (:func:`two_step_estimate`: from this state's candidates alone, gains
+    assumed additive; zeros where not allowed).
 
     ## Rewards
 

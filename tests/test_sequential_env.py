@@ -205,3 +205,28 @@ def test_sparse_candidates_equal_world_transitions(name):
         np.testing.assert_array_equal(fast.states[fast.mask], ref.states[ref.mask])
         np.testing.assert_allclose(fast.score[fast.mask], ref.score[ref.mask], atol=1e-4)
         assert np.isneginf(fast.score[~fast.mask]).all()
+
+
+@pytest.mark.parametrize("name", ["adult", "german"])
+def test_two_step_estimate_brute_force(name):
+    """The batched sorted-search estimate equals its definition computed pair by pair: a candidate's
+    cost if accepted, else plus the cheapest allowed step of another action whose score gain at
+    the parent lifts the child's score above 0."""
+    world, X = default_world(name)
+    grid = FlatGrid.of(world)
+    X = X[:12]
+    used = np.random.default_rng(0).random((len(X), world.n_actions)) < 0.2
+    c = candidates(world, grid, X, used)
+    s0 = world.score(X)
+    ref = np.full(c.mask.shape, np.inf)
+    for b in range(len(X)):
+        for k in np.flatnonzero(c.mask[b]):
+            if c.score[b, k] > 0:
+                ref[b, k] = c.cost[b, k]
+                continue
+            ok = c.mask[b] & (grid.action != grid.action[k]) & (c.score[b, k] + c.score[b] - s0[b] > 0)
+            if ok.any():
+                ref[b, k] = c.cost[b, k] + c.cost[b][ok].min()
+    np.testing.assert_array_equal(np.isfinite(c.two_step), np.isfinite(ref))
+    np.testing.assert_allclose(c.two_step[np.isfinite(ref)], ref[np.isfinite(ref)], rtol=1e-12)
+    assert np.isfinite(ref).any() and (np.isfinite(ref) & ~c.accepted).any()

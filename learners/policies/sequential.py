@@ -50,6 +50,7 @@ from learners.torch_training import torch_threads
 
 MASKED_LOGIT = -1e8
 _NO_ACCEPTED = 10.0  # relational feature of a candidate when no candidate is accepted
+_RELATIONAL = 3  # weightless relational features per candidate (see SequentialScorer._parts)
 
 
 # ---------------------------------------------------------------------------- results
@@ -190,7 +191,7 @@ class SequentialScorer(nn.Module):
         self.register_buffer("grid_position", torch.as_tensor(grid_position, dtype=torch.float32))
         self.context = _mlp(self.n_context, (context_dim,), None)
         self.embed = nn.Embedding(n_actions, embed_dim)
-        n_in = CANDIDATE_CHANNELS + 2 + embed_dim + 1 + context_dim
+        n_in = CANDIDATE_CHANNELS + _RELATIONAL + embed_dim + 1 + context_dim
         self.scorer = _mlp(n_in, hidden, 1)
         self.critic = _mlp(self.n_context + 2, hidden, None)
         self.latent_dim_pi, self.latent_dim_vf = self.n_candidates, hidden[-1]
@@ -201,15 +202,18 @@ class SequentialScorer(nn.Module):
     def _parts(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ctx = obs[:, : self.n_context]
         cand = obs[:, self.n_context:].reshape(len(obs), self.n_candidates, CANDIDATE_CHANNELS)
-        valid, logc, score, acc = cand.unbind(-1)
+        valid, logc, score, acc, has2, log2 = cand.unbind(-1)
         big = torch.tensor(1e4, dtype=obs.dtype)
         min_acc = torch.where(acc > 0.5, logc, big).min(1, keepdim=True).values
         has_acc = min_acc < big
         gap = torch.where(has_acc, (logc - min_acc).clamp(max=_NO_ACCEPTED), torch.full_like(logc, _NO_ACCEPTED))
         best = torch.where(valid > 0.5, score, -big).max(1, keepdim=True).values
         behind = torch.where(valid > 0.5, (best - score).clamp(max=_NO_ACCEPTED), torch.full_like(score, _NO_ACCEPTED))
+        min2 = torch.where(has2 > 0.5, log2, big).min(1, keepdim=True).values
+        gap2 = torch.where((has2 > 0.5) & (min2 < big), (log2 - min2).clamp(max=_NO_ACCEPTED),
+                           torch.full_like(log2, _NO_ACCEPTED))
         summary = torch.cat([has_acc.float(), torch.where(has_acc, min_acc, torch.zeros_like(min_acc))], 1)
-        return ctx, torch.cat([cand, gap[..., None], behind[..., None]], -1), summary
+        return ctx, torch.cat([cand, gap[..., None], behind[..., None], gap2[..., None]], -1), summary
 
     def forward_actor(self, obs: torch.Tensor) -> torch.Tensor:
         """One logit per candidate: ``scorer([candidate features, action embedding, grid position,
