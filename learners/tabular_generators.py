@@ -209,10 +209,17 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
     if num.any() and rounds > 0:
         P = probes
 
-        def scaled(S: np.ndarray) -> np.ndarray:  # (n, P) scales -> projected rows
+        lo, hi = geo.box(x)
+        xn, cn, lon, hin = x[:, None, num], c[:, None, num], lo[:, None, num], hi[:, None, num]
+        rnd = geo.rounded[num]
+
+        def scaled(S: np.ndarray) -> np.ndarray:  # (n, P) scales -> projected rows (numeric columns only move)
+            V = xn + S[..., None] * (cn - xn)
+            V[..., rnd] = xn[..., rnd] + np.sign(V[..., rnd] - xn[..., rnd]) * np.ceil(
+                np.abs(V[..., rnd] - xn[..., rnd]) - 1e-9)
             T = np.repeat(c[:, None, :], P, axis=1)
-            T[..., num] = x[:, None, num] + S[..., None] * (c[:, None, num] - x[:, None, num])
-            return geo.project(x, T).reshape(-1, c.shape[1])
+            T[..., num] = np.clip(V, lon, hin)
+            return T.reshape(-1, c.shape[1])
 
         s = _line_search(world, scaled, np.zeros(len(c)), np.ones(len(c)), np.zeros(len(c), bool),
                          rounds=max(1, rounds // 2), probes=P)
