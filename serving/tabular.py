@@ -67,12 +67,14 @@ class Answer:
 
 def is_tabular_run(run_dir: str | Path) -> bool:
     """Whether ``run_dir/config.yaml`` has a top-level ``tabular:`` mapping (a run of a real data set)."""
-    from learners.tabular_experiment import is_tabular_run as check
+    import yaml
 
+    path = Path(run_dir) / "config.yaml"
     try:
-        return check(run_dir)
-    except Exception:  # an unreadable config: the capability loader reports it
+        cfg = yaml.safe_load(path.read_text()) if path.exists() else None
+    except (OSError, yaml.YAMLError):  # an unreadable config: the capability loader reports it
         return False
+    return isinstance(cfg, dict) and isinstance(cfg.get("tabular"), dict)
 
 
 class TabularService:
@@ -122,8 +124,10 @@ class TabularService:
 
     # ------------------------------------------------------------------ loading
     def _load_run(self) -> Any:
-        from learners.tabular_experiment import load_tabular_run
-
+        try:
+            from learners.tabular_experiment import load_tabular_run
+        except ImportError as err:
+            raise ServiceError(f"run: cannot load tabular runs here ({err})") from None
         try:
             return load_tabular_run(self.run_dir)
         except (ValueError, OSError, KeyError) as err:  # a fingerprint mismatch names the file
