@@ -112,37 +112,43 @@ def candidates(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.n
     B, K = len(X), grid.size
     mask = np.zeros((B, K), dtype=bool)
     cost = np.full((B, K), np.inf)
-    sc = np.full((B, K), -np.inf)
     G = world.action_discounts(X)
     children = np.repeat(X[:, None, :], K, axis=1) if keep_states else None
-    mlp = getattr(world.model, "weights", None) is not None and getattr(world.model, "kind", "") == "mlp"
-    pre = X @ world.model.weights[0] + world.model.biases[0] if (score and mlp) else None
+    mlp = score and getattr(world.model, "weights", None) is not None and getattr(world.model, "kind", "") == "mlp"
+    if mlp:  # first-layer pre-activations of every child, float32 (the tail is float32 anyway)
+        pre = (X @ world.model.weights[0] + world.model.biases[0]).astype(np.float32)
+        W0 = world.model.weights[0].astype(np.float32)
+        H = np.empty((B, K, pre.shape[1]), dtype=np.float32)
+    elif score:
+        sc = np.full((B, K), -np.inf)
     for a in range(world.n_actions):
         s, e = int(grid.offsets[a]), int(grid.offsets[a + 1])
-        free = np.flatnonzero(~used[:, a])
-        if len(free) == 0:
-            continue
-        Xf = X[free] if len(free) < B else X
-        cols, Ycols, ok, c = _grid_step(world, a, Xf, G[free, a])
-        mask[free, s:e] = ok
-        cost[free, s:e] = np.where(ok, c, np.inf)
+        cols, Ycols, ok, c = _grid_step(world, a, X, G[:, a])  # every row: cheaper than selecting the free ones
+        ok &= ~used[:, a][:, None]
+        mask[:, s:e] = ok
+        cost[:, s:e] = np.where(ok, c, np.inf)
         if keep_states:
-            children[free[:, None], np.arange(s, e)[None], :] = _dense(Xf, cols, Ycols)
-        if score and ok.any():
-            if pre is not None:  # every (state, value) row at once; rows not allowed are dropped below
-                with np.errstate(invalid="ignore", over="ignore"):
-                    dY = (Ycols - Xf[:, cols][:, None, :]).reshape(-1, len(cols))
-                    h = (dY @ world.model.weights[0][cols]).reshape(*ok.shape, -1) + pre[free][:, None, :]
-                    values = _mlp_tail(world.model, h.reshape(-1, h.shape[-1])).reshape(ok.shape)
-                sc[free, s:e] = np.where(ok, values, -np.inf)
-            else:
-                fi, vi = np.nonzero(ok)
-                block = np.full(ok.shape, -np.inf)
-                block[fi, vi] = world.score(_dense(Xf[fi][:, None, :], cols, Ycols[fi, vi][:, None, :])[:, 0])
-                sc[free, s:e] = block
-    out = Candidates(mask, cost, sc, children)
+            children[:, s:e] = _dense(X, cols, Ycols)
+        if mlp:
+            with np.errstate(invalid="ignore", over="ignore"):
+                dY = (Ycols - X[:, cols][:, None, :]).astype(np.float32)
+                out = H[:, s:e]
+                np.multiply(dY[..., 0, None], W0[cols[0]], out=out)
+                for i in range(1, len(cols)):
+                    out += dY[..., i, None] * W0[cols[i]]
+                out += pre[:, None, :]
+        elif score and ok.any():
+            fi, vi = np.nonzero(ok)
+            block = np.full(ok.shape, -np.inf)
+            block[fi, vi] = world.score(_dense(X[fi][:, None, :], cols, Ycols[fi, vi][:, None, :])[:, 0])
+            sc[:, s:e] = block
+    if mlp:  # one pass of the later layers for all children; rows not allowed are dropped
+        with np.errstate(invalid="ignore", over="ignore"):
+            sc = np.where(mask, _mlp_tail(world.model, H.reshape(B * K, -1)).reshape(B, K), -np.inf)
+        parent = _mlp_tail(world.model, pre)  # the same float32 arithmetic: gains are differences
+    out = Candidates(mask, cost, sc if score else np.full((B, K), -np.inf), children)
     if score:
-        out.two_step = two_step_estimate(world, grid, world.score(X), out)
+        out.two_step = two_step_estimate(world, grid, parent if mlp else world.score(X), out)
     return out
 
 
@@ -156,24 +162,23 @@ def two_step_estimate(world: SequentialWorld, grid: FlatGrid, parent_score: np.n
     the parent); inf where none. A cheap stand-in for the two-step lookahead's quantity (features;
     every choice is priced by the world). Batched over agents with one sorted search per action."""
     B, K = c.mask.shape
-    gain = np.where(c.mask, np.clip(c.score - parent_score[:, None], -clip, clip), -np.inf)
+    gain = np.where(c.mask, np.clip(c.score - parent_score[:, None], -clip, clip), -2 * clip)
     need = np.clip(-c.score, -clip, clip)  # the second step's gain must exceed this
-    best_second = np.full((B, K), np.inf)
+    # every row's candidates sorted by gain; one search for all queries (rows kept apart by offsets)
+    order = np.argsort(gain, axis=1, kind="stable")
     span = int(4 * clip + 2)
-    rows = np.arange(B)[:, None] * span
+    keys = (np.take_along_axis(gain, order, 1) + np.arange(B)[:, None] * span).reshape(-1)
+    pos = np.searchsorted(keys, (need + np.arange(B)[:, None] * span).reshape(-1), side="right").reshape(B, K)
+    pos -= np.arange(B)[:, None] * K  # first candidate (in gain order) whose gain exceeds the need
+    cost_sorted = np.take_along_axis(np.where(c.mask, c.cost, np.inf), order, 1)
+    act_sorted = grid.action[order]
+    best_second = np.full((B, K), np.inf)
+    inf_col = np.full((B, 1), np.inf)
     for a in range(world.n_actions):
         s, e = int(grid.offsets[a]), int(grid.offsets[a + 1])
-        g, cost = gain[:, s:e], np.where(c.mask[:, s:e], c.cost[:, s:e], np.inf)
-        order = np.argsort(g, axis=1, kind="stable")
-        gs = np.take_along_axis(g, order, 1)
-        cs = np.take_along_axis(cost, order, 1)
-        # suffix minimum: the cheapest step among those with a gain >= position's
-        suf = np.minimum.accumulate(cs[:, ::-1], axis=1)[:, ::-1]
-        suf = np.concatenate([suf, np.full((B, 1), np.inf)], axis=1)
-        keys = (np.maximum(gs, -2 * clip) + rows).reshape(-1)  # -inf gains sort first in their row
-        pos = np.searchsorted(keys, (need + rows).reshape(-1), side="right").reshape(B, K)
-        pos -= np.arange(B)[:, None] * (e - s)
-        f = np.take_along_axis(suf, np.clip(pos, 0, e - s), 1)
+        # suffix minimum over action a's candidates: its cheapest step with a gain >= the position's
+        suf = np.minimum.accumulate(np.where(act_sorted == a, cost_sorted, np.inf)[:, ::-1], axis=1)[:, ::-1]
+        f = np.take_along_axis(np.concatenate([suf, inf_col], axis=1), pos, 1)
         f[:, s:e] = np.inf  # the second step is another action
         np.minimum(best_second, f, out=best_second)
     accepted = c.mask & (c.score > 0)
@@ -269,7 +274,7 @@ def candidates_dense(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used
 def _mlp_tail(model: Any, pre: np.ndarray) -> np.ndarray:
     """An MLP's decision score from its first layer's pre-activations (later layers in float32:
     these scores are features and look-ahead hints; acceptance is always decided by the world)."""
-    h = np.maximum(pre.astype(np.float32), np.float32(0.0))
+    h = np.maximum(pre.astype(np.float32, copy=False), np.float32(0.0))
     for W, b in zip(model.weights[1:-1], model.biases[1:-1], strict=True):
         h = h @ W.astype(np.float32)
         h += b.astype(np.float32)
