@@ -27,6 +27,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,8 +43,19 @@ from serving.service import InputError, ServiceError
 
 log = logging.getLogger("recourse_gym.serve")
 
+FALLBACK_NICE = 10  # the fallback thread's niceness: generator answers go first when they compete for a core
+
+
+def _lower_priority() -> None:
+    """Run the fallback thread at a lower OS priority (Linux schedules threads; elsewhere a no-op)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FALLBACK_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
 # GeCo and MACE run here, one job at a time (HiGHS and numpy release the GIL; the event loop stays free).
-_SOLVER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabular-fallback")
+_SOLVER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabular-fallback", initializer=_lower_priority)
 MAX_QUEUED = 512  # fallback jobs waiting at most; beyond, a record is answered "unknown" without queueing
 CACHE_SIZE = 50_000
 METHODS = ("generator", "geco", "mace")
