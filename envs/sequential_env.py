@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, SupportsFloat
@@ -20,7 +21,7 @@ DEFAULT_WORLD_NAMES = ("adult", "german")
 #: Bounds of the scaled observation (states may leave the data range: age 90 + 30 years).
 OBS_CLIP = 5.0
 #: Per (action, value) candidate features appended with ``candidate_features=True``.
-CANDIDATE_CHANNELS = 6
+CANDIDATE_CHANNELS = 7
 
 
 def default_world(name: str = "adult") -> tuple[SequentialWorld, np.ndarray]:
@@ -87,6 +88,7 @@ class Candidates:
     score: np.ndarray  # (B, K) classifier decision score of the child (> 0: accepted; -inf where not allowed)
     states: np.ndarray | None = None  # (B, K, D) children, when asked for
     two_step: np.ndarray | None = None  # (B, K) estimated cheapest <= 2-step completion (see two_step_estimate)
+    two_step_checked: np.ndarray | None = None  # (B, K) the estimated pair's end state scores > 0 (see candidates)
 
     @property
     def accepted(self) -> np.ndarray:
@@ -148,19 +150,59 @@ def candidates(world: SequentialWorld, grid: FlatGrid, X: np.ndarray, used: np.n
         parent = _mlp_tail(world.model, pre)  # the same float32 arithmetic: gains are differences
     out = Candidates(mask, cost, sc if score else np.full((B, K), -np.inf), children)
     if score:
-        out.two_step = two_step_estimate(world, grid, parent if mlp else world.score(X), out)
+        out.two_step, second = two_step_estimate(world, grid, parent if mlp else world.score(X), out)
+        out.two_step_checked = out.accepted.copy()
+        bi, ki = np.nonzero(second >= 0)
+        if mlp and len(bi):
+            # the estimated pair's end state scored with the first layer additive (exact where the
+            # two steps change different columns or shift the same ones, as AddEducation and
+            # WaitYears both shift age), the later layers as above; conditions/discounts of the
+            # second step at the child are not re-checked (a feature, not a price)
+            with np.errstate(invalid="ignore", over="ignore"):
+                h = H[bi, ki] + H[bi, second[bi, ki]] - pre[bi]
+                out.two_step_checked[bi, ki] = _mlp_tail(world.model, h) > 0
+        elif len(bi):
+            out.two_step_checked[bi, ki] = True
+    return out
+
+
+_PAIRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def additive_pairs(world: SequentialWorld) -> np.ndarray:
+    """(A, A) bool: actions a != b whose changes add up whichever comes first (they change
+    different columns, or shift a shared column additively: an ``add`` action's own column or a
+    ``shift`` consequence, as AddEducation's and WaitYears' ages); for such a pair the end state
+    of both steps is the parent plus both children's changes."""
+    if world in _PAIRS:
+        return _PAIRS[world]
+    A = world.n_actions
+    kinds: list[dict[int, bool]] = []
+    for act, comp in zip(world.actions, world._compiled, strict=True):
+        d = {int(comp["j"]): act.mode == "add"}
+        d.update({int(k): False for k in comp["group"]})
+        for k, kind, _ in comp["cons"]:
+            d[int(k)] = d.get(int(k), True) and kind == "shift"
+        kinds.append(d)
+    out = np.zeros((A, A), dtype=bool)
+    for a in range(A):
+        for b in range(A):
+            shared = kinds[a].keys() & kinds[b].keys()
+            out[a, b] = a != b and all(kinds[a][k] and kinds[b][k] for k in shared)
+    _PAIRS[world] = out
     return out
 
 
 def two_step_estimate(world: SequentialWorld, grid: FlatGrid, parent_score: np.ndarray, c: Candidates,
-                      clip: float = 1e3) -> np.ndarray:
+                      clip: float = 1e3) -> tuple[np.ndarray, np.ndarray]:
     """(B, K) estimated cost of the cheapest completion of at most two steps that starts with each
     candidate, from the parent's candidates alone (no second transition, no classifier call): the
     candidate's cost if its child is accepted, else its cost plus the cheapest allowed step of
-    another action whose own score gain at the parent, ``score(parent + step) - score(parent)``,
+    another action additive with it (:func:`additive_pairs`) whose own score gain at the parent, ``score(parent + step) - score(parent)``,
     would lift the child's score above 0 (gains assumed additive, second-step costs as priced at
-    the parent); inf where none. A cheap stand-in for the two-step lookahead's quantity (features;
-    every choice is priced by the world). Batched over agents with one sorted search per action."""
+    the parent); inf where none. Also (B, K) the flat index of that second step (-1: none). A
+    cheap stand-in for the two-step lookahead's quantity (features; every choice is priced by the
+    world). Batched: one sort and one search for all agents, a suffix minimum per action."""
     B, K = c.mask.shape
     gain = np.where(c.mask, np.clip(c.score - parent_score[:, None], -clip, clip), -2 * clip)
     need = np.clip(-c.score, -clip, clip)  # the second step's gain must exceed this
@@ -170,19 +212,29 @@ def two_step_estimate(world: SequentialWorld, grid: FlatGrid, parent_score: np.n
     keys = (np.take_along_axis(gain, order, 1) + np.arange(B)[:, None] * span).reshape(-1)
     pos = np.searchsorted(keys, (need + np.arange(B)[:, None] * span).reshape(-1), side="right").reshape(B, K)
     pos -= np.arange(B)[:, None] * K  # first candidate (in gain order) whose gain exceeds the need
+    rpos = np.minimum(K - 1 - pos, K - 1)  # the same position in reversed order (pos == K: none)
     cost_sorted = np.take_along_axis(np.where(c.mask, c.cost, np.inf), order, 1)
     act_sorted = grid.action[order]
     best_second = np.full((B, K), np.inf)
-    inf_col = np.full((B, 1), np.inf)
+    second = np.full((B, K), -1, dtype=np.int64)
+    t = np.arange(K)
+    pairs = additive_pairs(world)
     for a in range(world.n_actions):
-        s, e = int(grid.offsets[a]), int(grid.offsets[a + 1])
-        # suffix minimum over action a's candidates: its cheapest step with a gain >= the position's
-        suf = np.minimum.accumulate(np.where(act_sorted == a, cost_sorted, np.inf)[:, ::-1], axis=1)[:, ::-1]
-        f = np.take_along_axis(np.concatenate([suf, inf_col], axis=1), pos, 1)
-        f[:, s:e] = np.inf  # the second step is another action
-        np.minimum(best_second, f, out=best_second)
+        # suffix minimum (and where it is) over action a's candidates: its cheapest step with a
+        # gain >= the position's, as a running minimum in reversed order
+        rev = np.where(act_sorted == a, cost_sorted, np.inf)[:, ::-1]
+        run = np.minimum.accumulate(rev, axis=1)
+        at = np.maximum.accumulate(np.where(rev == run, t, -1), axis=1)
+        f = np.where(pos < K, np.take_along_axis(run, rpos, 1), np.inf)
+        f[:, ~pairs[grid.action, a]] = np.inf  # the second step is another action, additive with the first
+        better = f < best_second
+        if better.any():
+            k2 = np.take_along_axis(order, K - 1 - np.take_along_axis(at, rpos, 1), 1)
+            best_second = np.where(better, f, best_second)
+            second = np.where(better, k2, second)
     accepted = c.mask & (c.score > 0)
-    return np.where(accepted, c.cost, np.where(c.mask, c.cost + best_second, np.inf))
+    two = np.where(accepted, c.cost, np.where(c.mask, c.cost + best_second, np.inf))
+    return two, np.where(accepted | ~np.isfinite(two), -1, second)
 
 
 def _dense(X: np.ndarray, cols: list[int], Ycols: np.ndarray) -> np.ndarray:
@@ -283,16 +335,18 @@ def _mlp_tail(model: Any, pre: np.ndarray) -> np.ndarray:
 
 
 def candidate_features(c: Candidates) -> np.ndarray:
-    """(B, K, 6) features of the candidates: allowed, log(1 + cost) and the child's decision score
-    (both clipped to OBS_CLIP), accepted, whether a <= 2-step completion is estimated and
-    log(1 + its estimated cost) (:func:`two_step_estimate`; all 0 where not allowed)."""
+    """(B, K, 7) features of the candidates: allowed, log(1 + cost) and the child's decision score
+    (both clipped to OBS_CLIP), accepted, whether a <= 2-step completion is estimated,
+    log(1 + its estimated cost) (:func:`two_step_estimate`) and whether the estimated pair's end
+    state is accepted when scored as a pair (see :func:`candidates`; all 0 where not allowed)."""
     m = c.mask
     two = c.two_step if c.two_step is not None else np.full(m.shape, np.inf)
     has2 = m & np.isfinite(two)
+    checked = c.two_step_checked if c.two_step_checked is not None else np.zeros(m.shape, bool)
     return np.stack([m.astype(float), np.where(m, np.minimum(np.log1p(np.minimum(c.cost, 1e6)), OBS_CLIP), 0.0),
                      np.where(m, np.clip(c.score, -OBS_CLIP, OBS_CLIP), 0.0), c.accepted.astype(float),
-                     has2.astype(float), np.where(has2, np.minimum(np.log1p(np.minimum(two, 1e6)), OBS_CLIP), 0.0)],
-                    axis=-1)
+                     has2.astype(float), np.where(has2, np.minimum(np.log1p(np.minimum(two, 1e6)), OBS_CLIP), 0.0),
+                     (has2 & checked).astype(float)], axis=-1)
 
 
 def scale_states(world: SequentialWorld, X: np.ndarray) -> np.ndarray:
@@ -343,12 +397,13 @@ class SequentialEnv(gym.Env[np.ndarray, np.int64]):
     ``Box(-5, 5, (D + A + 1,), float32)``: the encoded state scaled by the schema's bounds,
     ``(x - lo) / (hi - lo)`` (clipped to +-5: states may leave the data's range), the used-action
     indicator (A entries) and the share of the step budget spent. With
-    ``candidate_features=True`` (the learned policies' input) ``6 K`` entries follow: for each
+    ``candidate_features=True`` (the learned policies' input) ``7 K`` entries follow: for each
     (action, value) step from the current state, whether it is allowed, ``log(1 + cost)`` (clipped to 5), the
     classifier's decision score of the child (clipped to +-5; > 0 accepts), whether the child
-    is accepted, and whether a completion of at most two steps is estimated and ``log(1 + its
+    is accepted, whether a completion of at most two steps is estimated, ``log(1 + its
     estimated cost)`` (:func:`two_step_estimate`: from this state's candidates alone, gains
-    assumed additive; zeros where not allowed).
+    assumed additive) and whether that estimated pair's end state is accepted when scored as a
+    pair (first layer additive; zeros where not allowed).
 
     ## Rewards
 

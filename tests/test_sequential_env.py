@@ -14,10 +14,12 @@ from envs.sequential_env import (
     DEFAULT_WORLDS_DIR,
     FlatGrid,
     SequentialEnv,
+    additive_pairs,
     candidates,
     candidates_dense,
     default_world,
     save_default_world,
+    two_step_estimate,
 )
 
 
@@ -210,23 +212,33 @@ def test_sparse_candidates_equal_world_transitions(name):
 @pytest.mark.parametrize("name", ["adult", "german"])
 def test_two_step_estimate_brute_force(name):
     """The batched sorted-search estimate equals its definition computed pair by pair: a candidate's
-    cost if accepted, else plus the cheapest allowed step of another action whose score gain at
-    the parent lifts the child's score above 0."""
+    cost if accepted, else plus the cheapest allowed step of another, additive action whose score
+    gain at the parent lifts the child's score above 0; and where that pair is checked as a pair
+    (first layer additive), the check agrees with the world's score of the two steps applied."""
     world, X = default_world(name)
     grid = FlatGrid.of(world)
     X = X[:12]
     used = np.random.default_rng(0).random((len(X), world.n_actions)) < 0.2
     c = candidates(world, grid, X, used)
     s0 = world.score(X)
+    pairs = additive_pairs(world)
     ref = np.full(c.mask.shape, np.inf)
     for b in range(len(X)):
         for k in np.flatnonzero(c.mask[b]):
             if c.score[b, k] > 0:
                 ref[b, k] = c.cost[b, k]
                 continue
-            ok = c.mask[b] & (grid.action != grid.action[k]) & (c.score[b, k] + c.score[b] - s0[b] > 0)
+            ok = c.mask[b] & pairs[grid.action[k], grid.action] & (c.score[b, k] + c.score[b] - s0[b] > 0)
             if ok.any():
                 ref[b, k] = c.cost[b, k] + c.cost[b][ok].min()
     np.testing.assert_array_equal(np.isfinite(c.two_step), np.isfinite(ref))
     np.testing.assert_allclose(c.two_step[np.isfinite(ref)], ref[np.isfinite(ref)], rtol=1e-12)
     assert np.isfinite(ref).any() and (np.isfinite(ref) & ~c.accepted).any()
+    _, second = two_step_estimate(world, grid, s0, c)
+    bi, ki = np.nonzero(second >= 0)
+    k2 = second[bi, ki]
+    Y = world.apply(X[bi], grid.action[ki], grid.value[ki]).states
+    Z = world.apply(Y, grid.action[k2], grid.value[k2])
+    sure = Z.ok & (np.abs(world.score(Z.states)) > 1e-4)  # conditions hold, not at float32's edge
+    np.testing.assert_array_equal(c.two_step_checked[bi, ki][sure], world.accepts(Z.states)[sure])
+    assert sure.mean() > 0.5

@@ -29,6 +29,8 @@ def labelled():
     ("seq_maskable_ppo", {"total_timesteps": 64, "n_steps": 16, "batch_size": 32, "n_envs": 2, "eval_freq": 32}),
     ("seq_bc_ppo", {"bc_epochs": 1, "total_timesteps": 32, "n_steps": 16, "batch_size": 16, "n_envs": 2}),
     ("seq_lookahead", {"depth": 2}),
+    ("seq_lookahead", {"depth": 2, "estimate": True}),
+    ("seq_bc", {"bc_epochs": 2, "prior_scale": 5.0, "expert_relabel": True}),
 ])
 def test_train_predict_save_load(labelled, method, params, tmp_path):
     world, lab = labelled
@@ -98,6 +100,44 @@ def test_sequential_config(tmp_path):
         load_sequential_config(bad)
     with pytest.raises(ValueError, match="max_steps"):
         build_generator("seq_bc", {"max_steps": 0})
+    with pytest.raises(ValueError, match="estimate"):
+        build_generator("seq_lookahead", {"depth": 1, "estimate": True})
+    with pytest.raises(ValueError, match="expert"):
+        build_generator("seq_bc", {"expert": "oracle"})
+
+
+def test_bc_targets_any_equally_priced_order():
+    """With bc_any_order the targets of a state are the label's next step plus every later label
+    step that, taken next, keeps the sequence valid and no dearer (German: c = b, so both orders
+    of two steps on different columns cost the same); without it, only the label's next step."""
+    world, X = default_world("german")
+    grid = FlatGrid.of(world)
+    found = None
+    for x in X[:10]:
+        c = candidates(world, grid, x[None], np.zeros((1, world.n_actions), bool))
+        ks = np.flatnonzero(c.mask[0] & ~c.accepted[0])[::7]
+        k1, k2 = (g.reshape(-1) for g in np.meshgrid(ks, ks, indexing="ij"))
+        keep = grid.action[k1] < grid.action[k2]
+        k1, k2 = k1[keep], k2[keep]
+        fwd = world.rollout(np.repeat(x[None], len(k1), 0), np.stack([grid.action[k1], grid.action[k2]], 1),
+                            np.stack([grid.value[k1], grid.value[k2]], 1))
+        bwd = world.rollout(np.repeat(x[None], len(k1), 0), np.stack([grid.action[k2], grid.action[k1]], 1),
+                            np.stack([grid.value[k2], grid.value[k1]], 1))
+        both = fwd.ok & bwd.ok & world.accepts(fwd.final) & world.accepts(bwd.final) & np.isclose(fwd.cost, bwd.cost)
+        if both.any():
+            i = int(np.argmax(both))
+            found = x, k1[i], k2[i]
+            break
+    assert found is not None
+    x, k1, k2 = found
+    A = np.array([[grid.action[k1], grid.action[k2]]])
+    V = np.array([[grid.value[k1], grid.value[k2]]])
+    for any_order, first in ((True, {k1, k2}), (False, {k1})):
+        model = build_generator("seq_bc", {"bc_any_order": any_order})
+        model.world_ = world
+        obs, tgt, masks, ret = model._pairs(x[None], A, V)
+        assert set(np.flatnonzero(tgt[0]).tolist()) == first and (tgt <= masks).all()
+        assert set(np.flatnonzero(tgt[1]).tolist()) == {k2}
 
 
 def test_batched_rollout_equals_env_stepping(labelled):
@@ -110,7 +150,7 @@ def test_batched_rollout_equals_env_stepping(labelled):
     from learners.policies.sequential import MASKED_LOGIT
 
     world, lab = labelled
-    model = build_generator("seq_bc", {"bc_epochs": 3, "augment_agents": 10, "dagger_iters": 1,
+    model = build_generator("seq_bc", {"bc_epochs": 3, "augment_agents": 10, "dagger_iters": 1, "prior_scale": 5.0,
                                        "dagger_epochs": 1}).fit(lab, None, sequential_context(world))
     assert model.fit_info_["bc"]["augmented_agents"] > 0 and model.fit_info_["bc"]["dagger"][0]["states"] > 0
     pred = model.predict(lab.X)

@@ -50,7 +50,7 @@ from learners.torch_training import torch_threads
 
 MASKED_LOGIT = -1e8
 _NO_ACCEPTED = 10.0  # relational feature of a candidate when no candidate is accepted
-_RELATIONAL = 3  # weightless relational features per candidate (see SequentialScorer._parts)
+_RELATIONAL = 4  # weightless relational features per candidate (see SequentialScorer._parts)
 
 
 # ---------------------------------------------------------------------------- results
@@ -100,9 +100,11 @@ class SequentialPolicyParams(SequentialRolloutParams):
     hidden: tuple[int, ...] = (64, 64)  # widths of the shared candidate scorer and of the critic
     context_dim: int = 32  # width of the agent-state encoding fed to the scorer
     embed_dim: int = 8  # width of the learned action embedding
+    prior_scale: float = 0.0  # > 0: start the logits at the estimated two-step lookahead (see SequentialScorer)
     bc_epochs: int = 0  # behaviour-cloning epochs on the sequencer's labels before RL (0: none)
     bc_learning_rate: float = 1e-3  # Adam learning rate of behaviour cloning
     bc_batch_size: int = 128  # (state, next step) pairs per BC minibatch
+    bc_any_order: bool = True  # BC target: any next label step that keeps the label valid and as cheap
     eval_freq: int = 2_000  # PPO steps between held-out evaluations (0: only at the start and end)
     val_fraction: float = 0.1  # share of training agents held out for model selection
     keep_best: bool = True  # end with the held-out best weights (validity, mean cost)
@@ -160,11 +162,14 @@ class SequentialLookaheadParams(SequentialRolloutParams):
     """The no-learning greedy lookahead."""
 
     depth: int = 2  # 1: cheapest accepting step, else best score gain per cost; 2: cheapest <= 2-step completion
+    estimate: bool = False  # depth 2 from the candidates' estimated, pair-checked two-step costs (no search)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.depth not in (1, 2):
             raise ValueError(f"depth: expected 1 or 2, got {self.depth}")
+        if self.estimate and self.depth != 2:
+            raise ValueError("estimate: only with depth 2")
 
 
 # ---------------------------------------------------------------------------- the network
@@ -183,7 +188,8 @@ class SequentialScorer(nn.Module):
     observation with candidate features (see the module doc)."""
 
     def __init__(self, n_features: int, n_actions: int, grid_action: list[int], grid_position: list[float],
-                 hidden: tuple[int, ...] = (64, 64), context_dim: int = 32, embed_dim: int = 8):
+                 hidden: tuple[int, ...] = (64, 64), context_dim: int = 32, embed_dim: int = 8,
+                 prior_scale: float = 0.0):
         super().__init__()
         self.n_context = n_features + n_actions + 1
         self.n_candidates = len(grid_action)
@@ -198,11 +204,15 @@ class SequentialScorer(nn.Module):
         last = self.scorer[-1]
         nn.init.orthogonal_(last.weight, gain=0.01)
         nn.init.zeros_(last.bias)
+        # a learned linear term on the relational features, added to the scorer's logit; with
+        # prior_scale > 0 it starts as the estimated two-step lookahead (-prior_scale x the gap to
+        # the cheapest pair-checked completion) and the network learns corrections (a residual policy)
+        self.prior = nn.Parameter(torch.tensor([0.0] * (_RELATIONAL - 1) + [-float(prior_scale)]))
 
     def _parts(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         ctx = obs[:, : self.n_context]
         cand = obs[:, self.n_context:].reshape(len(obs), self.n_candidates, CANDIDATE_CHANNELS)
-        valid, logc, score, acc, has2, log2 = cand.unbind(-1)
+        valid, logc, score, acc, has2, log2, chk = cand.unbind(-1)
         big = torch.tensor(1e4, dtype=obs.dtype)
         min_acc = torch.where(acc > 0.5, logc, big).min(1, keepdim=True).values
         has_acc = min_acc < big
@@ -212,8 +222,12 @@ class SequentialScorer(nn.Module):
         min2 = torch.where(has2 > 0.5, log2, big).min(1, keepdim=True).values
         gap2 = torch.where((has2 > 0.5) & (min2 < big), (log2 - min2).clamp(max=_NO_ACCEPTED),
                            torch.full_like(log2, _NO_ACCEPTED))
+        min3 = torch.where(chk > 0.5, log2, big).min(1, keepdim=True).values
+        gap3 = torch.where((chk > 0.5) & (min3 < big), (log2 - min3).clamp(max=_NO_ACCEPTED),
+                           torch.full_like(log2, _NO_ACCEPTED))
         summary = torch.cat([has_acc.float(), torch.where(has_acc, min_acc, torch.zeros_like(min_acc))], 1)
-        return ctx, torch.cat([cand, gap[..., None], behind[..., None], gap2[..., None]], -1), summary
+        rel = torch.stack([gap, behind, gap2, gap3], -1)
+        return ctx, torch.cat([cand, rel], -1), summary
 
     def forward_actor(self, obs: torch.Tensor) -> torch.Tensor:
         """One logit per candidate: ``scorer([candidate features, action embedding, grid position,
@@ -229,7 +243,7 @@ class SequentialScorer(nn.Module):
         per_k = static @ W[:, nc: nc + ns].T + first.bias  # (K, H)
         per_b = self.context(ctx) @ W[:, nc + ns:].T  # (B, H)
         h = torch.relu(cand @ W[:, :nc].T + per_k[None] + per_b[:, None])
-        return self.scorer[2:](h).squeeze(-1)
+        return self.scorer[2:](h).squeeze(-1) + cand[..., -_RELATIONAL:] @ self.prior
 
     def forward_critic(self, obs: torch.Tensor) -> torch.Tensor:
         ctx, _, summary = self._parts(obs)
@@ -244,7 +258,7 @@ def _scorer_kwargs(world: SequentialWorld, p: SequentialPolicyParams) -> dict[st
     n = np.maximum(world.grid_sizes[grid.action] - 1, 1)
     return {"n_features": world.n_features, "n_actions": world.n_actions, "grid_action": grid.action.tolist(),
             "grid_position": (grid.position / n).tolist(), "hidden": tuple(p.hidden), "context_dim": p.context_dim,
-            "embed_dim": p.embed_dim}
+            "embed_dim": p.embed_dim, "prior_scale": p.prior_scale}
 
 
 def _sb3_policy_class() -> type:
@@ -551,8 +565,9 @@ class SequentialPolicy(_SequentialGenerator):
             with torch.no_grad():
                 rollout(world, _net_chooser(world, self.net_, T), X, T, p.rollout_chunk, record=record)
             o2, k2, m2 = (np.concatenate(z) for z in zip(*seen, strict=True))
-            obs, tgt, masks = np.concatenate([obs, o2]), np.concatenate([tgt, k2.astype(np.int64)]), \
-                np.concatenate([masks, m2])
+            onehot = np.zeros(m2.shape, dtype=bool)
+            onehot[np.arange(len(k2)), k2] = True
+            obs, tgt, masks = np.concatenate([obs, o2]), np.concatenate([tgt, onehot]), np.concatenate([masks, m2])
             ret = np.concatenate([ret, np.full(len(o2), np.nan, np.float32)])
             losses = self._fit_pairs(model, obs, tgt, masks, ret, p.dagger_epochs, ctx.seed + it + 1)
             info.setdefault("dagger", []).append({"states": int(len(o2)), "pairs": int(len(obs)),
@@ -578,7 +593,9 @@ class SequentialPolicy(_SequentialGenerator):
                 b = perm[s: s + p.bc_batch_size]
                 logits, latent_vf = policy.mlp_extractor(Ob[b])
                 logits = torch.where(Mk[b], logits, torch.tensor(MASKED_LOGIT))
-                loss = F.cross_entropy(logits, Tg[b])
+                # -log of the probability of the target set (one target: the cross-entropy)
+                loss = (torch.logsumexp(logits, 1)
+                        - torch.logsumexp(torch.where(Tg[b], logits, torch.tensor(MASKED_LOGIT)), 1)).mean()
                 known = torch.isfinite(Rt[b])
                 if known.any():
                     value = policy.value_net(latent_vf).squeeze(-1)
@@ -592,27 +609,48 @@ class SequentialPolicy(_SequentialGenerator):
 
     def _pairs(self, X: np.ndarray, A: np.ndarray, V: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(observation, target flat index, mask, return-to-go) along every label, batched per step."""
+        """(observation, targets (N, K) bool, mask, return-to-go) along every label, batched per
+        step. The target is the label's next step; with ``bc_any_order`` also every later step of
+        the label that, taken next (the rest in the label's order), gives a valid sequence no
+        dearer than the label's: the order of equally priced steps is the sequencer's accident, and
+        a single target would teach the policy to guess it."""
         world, grid = self.world_, FlatGrid.of(self.world_)
         T = self._max_steps()
+        K = grid.size
         Xc, used = X.astype(float).copy(), np.zeros((len(X), world.n_actions), bool)
         step_cost = np.zeros(A.shape)
         out: list[tuple[np.ndarray, ...]] = []
+        flat = np.full(A.shape, -1, dtype=np.int64)
+        for i, j in zip(*np.nonzero(A >= 0), strict=True):
+            flat[i, j] = grid.index(world, int(A[i, j]), V[i, j])
         for t in range(min(A.shape[1], T)):
             idx = np.flatnonzero(A[:, t] >= 0)
             if len(idx) == 0:
                 break
             cand = candidates(world, grid, Xc[idx], used[idx])
-            k = np.array([grid.index(world, int(a), v) for a, v in zip(A[idx, t], V[idx, t], strict=True)])
+            k = flat[idx, t]
             fine = cand.mask[np.arange(len(idx)), k]
+            targets = np.zeros((len(idx), K), dtype=bool)
+            targets[np.arange(len(idx)), k] = True
+            if self.params.bc_any_order and t + 1 < A.shape[1]:
+                own = world.rollout(Xc[idx], A[idx, t:], V[idx, t:]).cost
+                for j in range(t + 1, A.shape[1]):
+                    rows = np.flatnonzero(A[idx, j] >= 0)
+                    if len(rows) == 0:
+                        continue
+                    order = [j - t, *(c for c in range(A.shape[1] - t) if c != j - t)]
+                    r = world.rollout(Xc[idx[rows]], A[idx[rows], t:][:, order], V[idx[rows], t:][:, order])
+                    kj = flat[idx[rows], j]
+                    good = r.ok & world.accepts(r.final) & (r.cost <= own[rows] + 1e-9) & cand.mask[rows, kj]
+                    targets[rows[good], kj[good]] = True
             obs = observations(world, Xc[idx], used[idx], np.full(len(idx), t), T, cand)
             tr = world.apply(Xc[idx], A[idx, t], grid.value[k])
             step_cost[idx, t] = tr.cost
-            out.append((obs[fine], k[fine], cand.mask[fine], idx[fine], np.full(int(fine.sum()), t)))
+            out.append((obs[fine], targets[fine], cand.mask[fine], idx[fine], np.full(int(fine.sum()), t)))
             Xc[idx], used[idx, A[idx, t]] = tr.states, True
         togo = np.cumsum(step_cost[:, ::-1], axis=1)[:, ::-1] / self.params.reward_scale
         obs, tgt, masks, who, when = (np.concatenate(z) for z in zip(*out, strict=True))
-        return obs, tgt.astype(np.int64), masks, (-togo[who, when]).astype(np.float32)
+        return obs, tgt, masks, (-togo[who, when]).astype(np.float32)
 
     # ------------------------------------------------------------------ serving, persistence
     def _chooser(self) -> Any:
@@ -654,7 +692,7 @@ class SequentialBCPPO(SequentialPolicy):
 
 
 # ---------------------------------------------------------------------------- no-learning baseline
-def lookahead_choose(world: SequentialWorld, grid: FlatGrid, depth: int) -> Any:
+def lookahead_choose(world: SequentialWorld, grid: FlatGrid, depth: int, estimate: bool = False) -> Any:
     """The greedy lookahead's step choice (see :class:`SequentialLookahead`)."""
     def choose(X: np.ndarray, used: np.ndarray, steps: np.ndarray, cand: Any) -> tuple[np.ndarray, np.ndarray]:
         B = len(X)
@@ -662,7 +700,11 @@ def lookahead_choose(world: SequentialWorld, grid: FlatGrid, depth: int) -> Any:
         acc_cost = np.where(cand.accepted, cand.cost, np.inf)
         best = acc_cost.min(1)
         pick = acc_cost.argmin(1)
-        if depth == 2:
+        if depth == 2 and estimate:
+            two = np.where(cand.two_step_checked, cand.two_step, np.inf)
+            better = two.min(1) < best
+            best, pick = np.where(better, two.min(1), best), np.where(better, two.argmin(1), pick)
+        elif depth == 2:
             for i in range(B):
                 ks = np.flatnonzero(cand.mask[i] & ~cand.accepted[i] & (cand.cost[i] < best[i]))
                 if len(ks) == 0:
@@ -690,8 +732,11 @@ class SequentialLookahead(_SequentialGenerator):
     """Greedy lookahead over the same (action, value) grid, priced by the world: at each step,
     depth 1 takes the cheapest step that gets the agent accepted; depth 2 the first step of the
     cheapest completion with at most two steps (one step, or a rejected step and an accepting
-    one); where none exists, the step with the largest gain of the classifier's decision score
-    per unit cost. No weights: ``fit`` only takes the world."""
+    one; a search: every child's candidates); with ``estimate`` depth 2 uses instead the
+    candidates' estimated two-step costs whose pair checks as accepted
+    (:func:`envs.sequential_env.two_step_estimate`: no search, the speed of depth 1); where none
+    exists, the step with the largest gain of the classifier's decision score per unit cost. No
+    weights: ``fit`` only takes the world."""
 
     method = "seq_lookahead"
     Params = SequentialLookaheadParams
@@ -705,7 +750,7 @@ class SequentialLookahead(_SequentialGenerator):
         return self
 
     def _chooser(self) -> Any:
-        return lookahead_choose(self.world_, FlatGrid.of(self.world_), self.params.depth)
+        return lookahead_choose(self.world_, FlatGrid.of(self.world_), self.params.depth, self.params.estimate)
 
     def _save_state(self, path: Path) -> dict[str, Any]:
         self._check_fitted()
