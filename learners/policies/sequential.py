@@ -108,6 +108,7 @@ class SequentialPolicyParams(SequentialRolloutParams):
     eval_freq: int = 2_000  # PPO steps between held-out evaluations (0: only at the start and end)
     val_fraction: float = 0.1  # share of training agents held out for model selection
     keep_best: bool = True  # end with the held-out best weights (validity, mean cost)
+    val_augment: int = 0  # extra model-selection agents recombined from the training agents (never trained on)
     expert: str = "lookahead2"  # teacher of the extra BC data below: "lookahead2" or "lookahead1"
     expert_relabel: bool = False  # BC target per training agent: the cheaper of its label and the expert's rollout
     augment_agents: int = 0  # extra training agents recombined from the training agents, labelled by the expert
@@ -131,7 +132,7 @@ class SequentialPolicyParams(SequentialRolloutParams):
             raise ValueError("gamma: in (0, 1]; val_fraction: in (0, 1); reward_scale: > 0")
         if self.expert not in ("lookahead1", "lookahead2"):
             raise ValueError(f"expert: expected 'lookahead1' or 'lookahead2', got {self.expert!r}")
-        for name in ("augment_agents", "dagger_iters", "dagger_epochs"):
+        for name in ("augment_agents", "dagger_iters", "dagger_epochs", "val_augment"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if (self.augment_agents or self.dagger_iters or self.expert_relabel) and not self.bc_epochs:
@@ -450,6 +451,9 @@ class SequentialPolicy(_SequentialGenerator):
             Xv, rows = X[np.sort(perm[:n_val])], np.sort(perm[n_val:])
         if len(rows) == 0:
             raise ValueError("train: no rejected agent to learn from")
+        if p.val_augment:  # a larger model-selection set: new agents recombined from all training agents
+            Xv = np.concatenate([Xv, recombined_agents(world, X[~world.accepts(X)], p.val_augment,
+                                                       np.random.default_rng(ctx.seed + 7919))])
         torch.manual_seed(ctx.seed)
         info: dict[str, Any] = {"train_agents": int(len(rows)), "heldout_agents": int(len(Xv)), "heldout": []}
         with torch_threads(p.num_threads):
@@ -469,6 +473,8 @@ class SequentialPolicy(_SequentialGenerator):
                 info["heldout"].append(rec)
 
             if p.bc_epochs:
+                if p.prior_scale:
+                    heldout(0, "prior")  # the untrained residual policy (= the estimated two-step lookahead)
                 info["bc"] = self._clone(model, train, rows, ctx, heldout)
             if p.total_timesteps:
                 from stable_baselines3.common.callbacks import BaseCallback
