@@ -115,19 +115,21 @@ def plots(res: dict[str, Any], out: Path) -> list[str]:
                 title="BC + DAgger")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6)
     fig.tight_layout()
     files.append(str(out / f"{world}_learning_curves.png"))
     fig.savefig(files[-1], dpi=100)
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(8, 3.5))
     for name, m in res["models"].items():
+        if name.startswith("lookahead") and not name.endswith(" seed0"):
+            continue  # deterministic: the same answers for every seed
         r = np.asarray(m["_ratios"])
         if len(r):
             ax.hist(np.clip(r, 0, 3), bins=40, range=(0, 3), histtype="step", label=name)
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set(xlabel="cost / sequencer's cheapest (clipped at 3)", ylabel="agents", title=f"{world}: cost ratio")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     files.append(str(out / f"{world}_cost_ratio.png"))
     fig.savefig(files[-1], dpi=100)

@@ -243,8 +243,19 @@ class SequentialScorer(nn.Module):
         ns = static.shape[1]
         per_k = static @ W[:, nc: nc + ns].T + first.bias  # (K, H)
         per_b = self.context(ctx) @ W[:, nc + ns:].T  # (B, H)
-        h = torch.relu(cand @ W[:, :nc].T + per_k[None] + per_b[:, None])
-        return self.scorer[2:](h).squeeze(-1) + cand[..., -_RELATIONAL:] @ self.prior
+        if torch.is_grad_enabled():
+            h = torch.relu(cand @ W[:, :nc].T + per_k[None] + per_b[:, None])
+            return self.scorer[2:](h).squeeze(-1) + cand[..., -_RELATIONAL:] @ self.prior
+        # inference: the same arithmetic in place (no (B, K, H) temporaries)
+        h = cand @ W[:, :nc].T
+        h += per_k[None]
+        h += per_b[:, None]
+        h.relu_()
+        for layer in self.scorer[2:]:
+            h = layer(h) if not isinstance(layer, nn.ReLU) else h.relu_()
+        out = h.squeeze(-1)
+        out += cand[..., -_RELATIONAL:] @ self.prior
+        return out
 
     def forward_critic(self, obs: torch.Tensor) -> torch.Tensor:
         ctx, _, summary = self._parts(obs)
