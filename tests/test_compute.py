@@ -95,7 +95,8 @@ def test_interrupted_driver_resumes_to_the_same_dataset(tmp_path, compas):
     work = tmp_path / "work"
     np.save(tmp_path / "X.npy", X)
     script = textwrap.dedent(f"""
-        import numpy as np, time
+        import numpy as np, signal, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises, even if a background parent ignored it
         from data_gen import classifiers, compute, mace_labels
         from solvers.mace import MACE
         world = classifiers.build("compas", "lr", cache_dir={str(tmp_path / "cache")!r}).world
