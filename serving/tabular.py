@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +57,7 @@ def _lower_priority() -> None:
 
 # GeCo and MACE run here, one job at a time (HiGHS and numpy release the GIL; the event loop stays free).
 _SOLVER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabular-fallback", initializer=_lower_priority)
+SWITCH_INTERVAL_S = 0.0005  # GIL hand-over interval while a fallback runs beside requests (Python's default: 5 ms)
 MAX_QUEUED = 512  # fallback jobs waiting at most; beyond, a record is answered "unknown" without queueing
 CACHE_SIZE = 50_000
 METHODS = ("generator", "geco", "mace")
@@ -123,6 +125,9 @@ class TabularService:
         self._probe()
         self.geco = self._fit_geco(geco_data)
         self.jobs = BackgroundCache(_SOLVER_THREAD, CACHE_SIZE)
+        # The fallback thread shares the GIL with the request threads: by default a waiting thread
+        # gets it back only every 5 ms, which a generator answer (~10 GIL hand-overs) pays each time.
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._queued = 0
         self._futures: set[Any] = set()
         self.counters: dict[str, int] = {"requests": 0, "records": 0, "generator": 0, "geco": 0, "mace": 0,
