@@ -132,7 +132,7 @@ def bench_tabular(run_dir: Path, single: int, batch_size: int, batches: int, fuz
     from serving.tabular_app import create_tabular_app
 
     t0 = time.perf_counter()
-    svc = TabularService(run_dir, None, budget_ms / 1e3)
+    svc = TabularService(run_dir, None, budget_ms / 1e3, fallback_process=True)  # as serve.py runs it
     load_s = time.perf_counter() - t0
     app = create_tabular_app(run_dir, service=svc)
     client = TestClient(app)

@@ -57,11 +57,34 @@ def _lower_priority() -> None:
 
 # GeCo and MACE run here, one job at a time (HiGHS and numpy release the GIL; the event loop stays free).
 _SOLVER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabular-fallback", initializer=_lower_priority)
-SWITCH_INTERVAL_S = 0.0005  # GIL hand-over interval while a fallback runs beside requests (Python's default: 5 ms)
+SWITCH_INTERVAL_S = 0.0001  # GIL hand-over interval while a fallback runs beside requests (Python's default: 5 ms)
 MAX_QUEUED = 512  # fallback jobs waiting at most; beyond, a record is answered "unknown" without queueing
 CACHE_SIZE = 50_000
 METHODS = ("generator", "geco", "mace")
 OUTCOMES = ("already_positive", "unknown", "no_recourse")
+
+
+_PROCESS_STATE: dict[str, Any] = {}  # in a fallback process: the service's solver half
+
+
+def _process_init(payload: bytes) -> None:
+    """Fallback process start: lower priority, then the pickled service state (world, GeCo, codec...)."""
+    import pickle
+
+    try:
+        os.nice(FALLBACK_NICE)
+    except OSError:
+        pass
+    _PROCESS_STATE.update(pickle.loads(payload))
+    _PROCESS_STATE["jobs"] = BackgroundCache(_SOLVER_THREAD, 1_000)  # the process's own GeCo cache
+
+
+def _process_call(name: str, *args: Any) -> Any:
+    """Run ``TabularService.<name>`` on the process's copy of the solver state."""
+    solver = TabularService.__new__(TabularService)
+    solver.__dict__.update(_PROCESS_STATE)
+    solver.fallback_process = False  # in here, solve in place
+    return getattr(solver, name)(*args)
 
 
 @dataclass
@@ -98,7 +121,7 @@ class TabularService:
 
     def __init__(self, run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
                  max_batch: int = 10_000, max_diverse: int = 5, *, run: Any = None,
-                 geco_data: np.ndarray | None = None):
+                 geco_data: np.ndarray | None = None, fallback_process: bool = False):
         if max_batch < 1:
             raise ServiceError(f"max_batch: must be >= 1, got {max_batch}")
         if fallback_budget_s is not None and not fallback_budget_s >= 0:
@@ -125,6 +148,11 @@ class TabularService:
         self._probe()
         self.geco = self._fit_geco(geco_data)
         self.jobs = BackgroundCache(_SOLVER_THREAD, CACHE_SIZE)
+        # True (the HTTP server): GeCo and MACE run in a child process at lower priority, so they
+        # share neither the GIL nor, at nice 10, a busy core with the generator's requests.
+        self.fallback_process = bool(fallback_process)
+        self._pool: Any = None
+        self._pool_lock = threading.Lock()
         # The fallback thread shares the GIL with the request threads: by default a waiting thread
         # gets it back only every 5 ms, which a generator answer (~10 GIL hand-overs) pays each time.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
@@ -355,6 +383,10 @@ class TabularService:
             futures = list(self._futures)
         for f in futures:
             f.cancel()
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _wait(self, fut: Any, t_end: float) -> Any:
         if fut is None:
@@ -363,12 +395,43 @@ class TabularService:
         return result if finished else None
 
     # ------------------------------------------------------------------ the fallback chain (worker thread)
+    def _in_process(self, name: str, *args: Any) -> Any:
+        """``self.<name>(*args)`` in the fallback process (started on first use), or here."""
+        if not self.fallback_process:
+            return getattr(self, name)(*args)
+        with self._pool_lock:
+            if self._pool is None:
+                import multiprocessing
+                import pickle
+                from concurrent.futures import ProcessPoolExecutor
+
+                state = {k: getattr(self, k) for k in ("world", "geco", "codec", "mace_params", "max_diverse")}
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_process_init, initargs=(pickle.dumps(state),))
+            pool = self._pool
+        try:
+            return pool.submit(_process_call, name, *args).result()  # blocks this worker thread only
+        except Exception as err:  # a broken pool: answer in this process rather than not at all
+            from concurrent.futures.process import BrokenProcessPool
+
+            if not isinstance(err, BrokenProcessPool):
+                raise
+            log.error("fallback process died (%s); solving in the server process from now on", err)
+            with self._pool_lock:
+                self._pool, self.fallback_process = None, False
+            return getattr(self, name)(*args)
+
     def _geco_answers(self, x: np.ndarray) -> list[tuple[np.ndarray, float, str]]:
         """GeCo's verified counterfactuals for one record, nearest first (cached by record)."""
         key = ("geco", x.tobytes())
         hit = self.jobs.get([key])[0]
         if hit is not None:
             return hit
+        out = self._in_process("_geco_answers_here", x)
+        self.jobs.put([key], [out])
+        return out
+
+    def _geco_answers_here(self, x: np.ndarray) -> list[tuple[np.ndarray, float, str]]:
         rs = self.geco.solve(self.world, x)
         rows = [r.final_state for r in rs if r.status == "ok" and r.final_state is not None]
         out: list[tuple[np.ndarray, float, str]] = []
@@ -377,11 +440,13 @@ class TabularService:
             ok = self.verify(np.repeat(x[None], len(CF), 0), CF)
             dist = self.codec.distance(np.repeat(x[None], len(CF), 0), CF)
             out = sorted(((CF[j], float(dist[j]), "geco") for j in np.flatnonzero(ok)), key=lambda t: t[1])
-        self.jobs.put([key], [out])
         return out
 
     def _chain(self, x: np.ndarray, n_diverse: int) -> Answer:
         """GeCo, then MACE: the answer for a record the generator could not answer."""
+        return self._in_process("_chain_here", x, n_diverse)
+
+    def _chain_here(self, x: np.ndarray, n_diverse: int) -> Answer:
         if self.geco is not None:
             try:
                 found = self._geco_answers(x)

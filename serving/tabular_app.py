@@ -33,7 +33,7 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
                        max_batch: int = 10_000, max_diverse: int = 5, *,
                        service: TabularService | None = None) -> FastAPI:
     """The FastAPI app serving one generator of a tabular run (raises ``ServiceError`` if it cannot)."""
-    svc = service or TabularService(run_dir, model, fallback_budget_s, max_batch, max_diverse)
+    svc = service or TabularService(run_dir, model, fallback_budget_s, max_batch, max_diverse, fallback_process=True)
     Request, Batch = record_models(svc.codec, svc.max_batch, svc.max_diverse)
     names = ", ".join(svc.codec.names)
     app = FastAPI(title="recourse-gym recommendations (tabular)", version="1",

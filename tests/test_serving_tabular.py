@@ -266,3 +266,19 @@ def test_offline_file_of_raw_records(svc, built, tmp_path):
     df.to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(ValueError, match=r"rows\[2\]\.age"):
         recommend_raw_file(svc, tmp_path / "bad.csv", tmp_path / "out.csv")
+
+
+def test_fallback_process_gives_the_same_answers(built):
+    """serve.py runs GeCo and MACE in a child process (no shared GIL with requests): same answers."""
+    _, _, _, neg, _ = built
+    here, there = service(built, "careless", budget=None), service(built, "careless", budget=None, fallback_process=True)
+    try:
+        a, b = here.recommend(neg[:4]), there.recommend(neg[:4])
+        assert there._pool is not None or all(x.kind == "generator" for x in b)
+        for x, y in zip(a, b, strict=True):
+            assert (x.status, x.method, x.kind) == (y.status, y.method, y.kind)
+            if x.cf is not None:
+                np.testing.assert_array_equal(x.cf, y.cf)
+    finally:
+        here.close()
+        there.close()
