@@ -50,6 +50,15 @@ class FitContext:
                    list(world.action_names), world=world, **kw)
 
 
+def build_params(method: str, Params: type, params: dict[str, Any]) -> Any:
+    """``Params(**params)``, or a ValueError naming the method and the unknown hyperparameters."""
+    known = {f.name for f in dataclasses.fields(Params)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"{method}: unknown hyperparameter(s) {unknown}; known: {sorted(known)}")
+    return Params(**params)
+
+
 class Generator(ABC):
     """Base class of every amortized CFE generator."""
 
@@ -57,11 +66,7 @@ class Generator(ABC):
     Params: ClassVar[type]  # the method's hyperparameter dataclass
 
     def __init__(self, **params: Any):
-        known = {f.name for f in dataclasses.fields(self.Params)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ValueError(f"{self.method}: unknown hyperparameter(s) {unknown}; known: {sorted(known)}")
-        self.params = self.Params(**params)
+        self.params = build_params(self.method, self.Params, params)
 
     @abstractmethod
     def fit(self, train: Split, val: Split | None, ctx: FitContext) -> Generator:

@@ -33,6 +33,7 @@ from data_gen.config import StrictModel, parse_model, read_yaml
 from data_gen.mace_labels import MaceLabelSet, label_tabular
 from envs.models import WhiteBoxModel
 from envs.tabular import TabularWorld
+from learners.experiment import fastest
 from learners.tabular_generators import (
     TabularGenerator,
     TabularLabels,
@@ -254,15 +255,6 @@ def load_tabular_run(run_dir: str | Path) -> TabularRun:
 
 # -------------------------------------------------------------------------------------- evaluation
 
-def _fastest(fn, repeats: int = 3) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
-
-
 def score_answers(world: TabularWorld, X: np.ndarray, CF: np.ndarray, found: np.ndarray, mace_d: np.ndarray,
                   mace_ok: np.ndarray, norm: str = "one", rel: float = 0.01) -> dict[str, Any]:
     """Validity, coverage and the distance against MACE's certified optimum of a batch of answers."""
@@ -317,7 +309,7 @@ def evaluate_tabular(run_dir: str | Path, progress: bool = True) -> dict[str, An
             return g.recommend(world, rows, norm=t.mace.norm, polish_rounds=r)
 
         answer(X[:8])  # warm-up (first-call allocations)
-        secs, rec = _fastest(lambda a=answer: a(X))
+        secs, rec = fastest(lambda a=answer: a(X), 3)
         single = []
         for i in range(min(50, len(X))):
             t0 = time.perf_counter()

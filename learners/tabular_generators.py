@@ -274,11 +274,9 @@ class TabularGenerator(ABC):
     Params: ClassVar[type]
 
     def __init__(self, **params: Any):
-        known = {f.name for f in dataclasses.fields(self.Params)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ValueError(f"{self.method}: unknown hyperparameter(s) {unknown}; known: {sorted(known)}")
-        self.params = self.Params(**params)
+        from learners.base import build_params
+
+        self.params = build_params(self.method, self.Params, params)
 
     # learned state shared by the methods: the training agents and their answers
     def _store(self, world: TabularWorld, labels: TabularLabels) -> None:

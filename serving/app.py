@@ -153,6 +153,27 @@ def install_handlers(app: FastAPI, max_batch: int, items: str) -> None:
         return reject(500, f"internal error ({type(exc).__name__}); see the server log")
 
 
+def status_counts(results: list[dict[str, Any]]) -> dict[str, int]:
+    """Answers per status of a batch response."""
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts
+
+
+def add_health_and_model(app: FastAPI, svc: Any, health_model: Any = None, info_model: Any = None,
+                         what: str = "model") -> None:
+    """``GET /health`` (liveness, no work) and ``GET /model`` (``svc.describe()``), as every app serves them."""
+    @app.get("/health", response_model=health_model, summary="Liveness", responses={413: TOO_LARGE, 500: INTERNAL})
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": svc.model_name, "uptime_s": time.time() - svc.started}
+
+    @app.get("/model", response_model=info_model, summary=f"The served {what}, its provenance and counters",
+             responses={413: TOO_LARGE, 500: INTERNAL})
+    def model_info() -> dict[str, Any]:
+        return svc.describe()
+
+
 def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all", seed: int = 0,
                fallback_budget_s: float | None = 0.05, max_batch: int = 10_000) -> FastAPI:
     """The FastAPI app serving one model of a run (raises :class:`ServiceError` if it cannot)."""
@@ -185,18 +206,7 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
     def recommend_batch(req: BatchRequest) -> dict[str, Any]:  # type: ignore[valid-type]
         agents = req.agents
         results = svc.recommend_records([a.x for a in agents], [a.group for a in agents] if grouped else None)
-        counts: dict[str, int] = {}
-        for r in results:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
-        return {"results": results, "counts": counts}
+        return {"results": results, "counts": status_counts(results)}
 
-    @app.get("/health", response_model=Health, summary="Liveness", responses={413: TOO_LARGE, 500: INTERNAL})
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": svc.model_name, "uptime_s": time.time() - svc.started}
-
-    @app.get("/model", response_model=ModelInfo, summary="The served model, its provenance and counters",
-             responses={413: TOO_LARGE, 500: INTERNAL})
-    def model_info() -> dict[str, Any]:
-        return svc.describe()
-
+    add_health_and_model(app, svc, Health, ModelInfo)
     return app

@@ -310,8 +310,8 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     from fastapi import FastAPI
     from starlette.concurrency import run_in_threadpool
 
-    from serving.app import _Guard, install_handlers
-    from serving.schemas import ERRORS, INTERNAL, TOO_LARGE
+    from serving.app import _Guard, add_health_and_model, install_handlers, status_counts
+    from serving.schemas import ERRORS
     from serving.tabular_schemas import record_models, to_record
 
     svc = service or SequentialService(run_dir, model, fallback_budget_s, max_batch)
@@ -340,17 +340,7 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
               responses=ERRORS)
     def recommend_batch(req: Batch) -> dict[str, Any]:  # type: ignore[valid-type]
         results = svc.recommend_records([to_record(r) for r in req.records])  # type: ignore[attr-defined]
-        counts: dict[str, int] = {}
-        for r in results:
-            counts[r["status"]] = counts.get(r["status"], 0) + 1
-        return {"results": results, "counts": counts}
+        return {"results": results, "counts": status_counts(results)}
 
-    @app.get("/health", summary="Liveness", responses={413: TOO_LARGE, 500: INTERNAL})
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": svc.model_name, "uptime_s": time.time() - svc.started}
-
-    @app.get("/model", summary="The served run, its provenance and counters", responses={413: TOO_LARGE, 500: INTERNAL})
-    def model_info() -> dict[str, Any]:
-        return svc.describe()
-
+    add_health_and_model(app, svc, what="run")
     return app
