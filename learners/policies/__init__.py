@@ -12,7 +12,11 @@ One module per family on a shared base, as stable-baselines3 lays out its algori
 - :mod:`~learners.policies.dqn`: ``dqn``;
 - :mod:`~learners.policies.lookahead`: ``lookahead``, the no-learning greedy two-step baseline;
 - :mod:`~learners.policies.sequential`: the policies of the sequential CSCF worlds
-  (``recourse/Sequential-v0``): ``seq_maskable_ppo``, ``seq_bc``, ``seq_bc_ppo``, ``seq_lookahead``.
+  (``recourse/Sequential-v0``): ``seq_maskable_ppo``, ``seq_bc``, ``seq_bc_ppo``, ``seq_lookahead``;
+- :mod:`~learners.policies.sequential_seq2seq`: ``seq_encoder_decoder``, the full-action
+  encoder-decoder on the sequencer's sequences;
+- :mod:`~learners.policies.sequential_search`: the verified beam search every sequential policy
+  can answer with (``beam_width``).
 
 Importing the package registers every method with :func:`learners.base.register`.
 """
@@ -52,12 +56,13 @@ from learners.policies.sequential import (
     SequentialPolicyParams,
     SequentialPPO,
 )
+from learners.policies.sequential_seq2seq import SequentialEncoderDecoder, SequentialSeq2SeqParams
 
 __all__ = [
     "ENV_ID", "BCParams", "BCPolicy", "BCPPOParams", "BCPPOPolicy", "CapabilityFeatures", "DQNParams", "DQNPolicy",
     "LookaheadParams", "LookaheadPolicy", "LookaheadScorer", "MaskablePPOParams", "MaskablePPOPolicy",
     "PerActionScorer", "PolicyGenerator", "SequencePrediction", "SequentialBC", "SequentialBCPPO",
-    "SequentialLookahead", "SequentialPPO", "SequentialPolicyParams", "PolicyParams", "PolicyRollout", "RolloutParams", "SB3PolicyGenerator",
+    "SequentialEncoderDecoder", "SequentialLookahead", "SequentialPPO", "SequentialSeq2SeqParams", "SequentialPolicyParams", "PolicyParams", "PolicyRollout", "RolloutParams", "SB3PolicyGenerator",
     "behaviour_clone", "build_net", "expert_pairs", "expert_sequences", "export_net", "greedy_rollout",
     "optimal_first_actions",
 ]

@@ -46,6 +46,8 @@ from torch import nn
 from envs.sequential import SequentialWorld
 from envs.sequential_env import CANDIDATE_CHANNELS, FlatGrid, candidates, observations
 from learners.base import FitContext, Generator, Prediction, register
+from learners.policies.sequential_search import Nodes, beam_search
+from learners.policies.sequential_twostep import two_step_best
 from learners.torch_training import torch_threads
 
 MASKED_LOGIT = -1e8
@@ -72,11 +74,14 @@ class SequentialRolloutParams:
 
     max_steps: int | None = None  # step budget per rollout; None: the number of actions
     num_threads: int = 1  # torch intra-op threads in fit and predict
-    rollout_chunk: int = 1024  # agents whose candidates are computed at once (bounds memory)
+    rollout_chunk: int = 1024  # agents (beam nodes) whose candidates are computed at once (bounds memory)
+    beam_width: int = 1  # 1: the raw greedy rollout; > 1: verified beam search of this width (sequential_search)
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps: must be >= 1 or None, got {self.max_steps}")
+        if self.beam_width < 1:
+            raise ValueError(f"beam_width: must be >= 1, got {self.beam_width}")
         if self.num_threads < 0 or self.rollout_chunk < 1:
             raise ValueError("num_threads: must be >= 0; rollout_chunk: must be >= 1")
 
@@ -397,6 +402,33 @@ def recombined_agents(world: SequentialWorld, X: np.ndarray, n: int, rng: np.ran
     return np.array(out[:n]).reshape(-1, X.shape[1])
 
 
+def expert_targets(world: SequentialWorld, expert: Any, X: np.ndarray, A: np.ndarray, V: np.ndarray, *,
+                   relabel: bool, augment: int, rng: np.random.Generator, max_steps: int, chunk: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """Imitation targets from the sequencer's labels ``(X, A, V)`` and an ``expert`` chooser (the
+    greedy lookahead): with ``relabel`` each agent's target is the cheaper of its label and the
+    expert's rollout; ``augment`` adds that many agents recombined from ``X``
+    (:func:`recombined_agents`) with the expert's accepted rollouts as targets."""
+    info: dict[str, int] = {}
+    A, V = A.copy(), V.copy()
+    if relabel:
+        r = rollout(world, expert, X, max_steps, chunk)
+        own = world.rollout(X, A, V).cost
+        better = r.accepted & (r.cost < own - 1e-12)
+        A, V = _pad_to(A, r.sets.shape[1]), _pad_to(V, r.sets.shape[1], np.nan)
+        A[better], V[better] = _pad_to(r.sets, A.shape[1])[better], _pad_to(r.values, A.shape[1], np.nan)[better]
+        info["relabelled_by_expert"] = int(better.sum())
+    if augment:
+        Xs = recombined_agents(world, X, augment, rng)
+        r = rollout(world, expert, Xs, max_steps, chunk)
+        w = max(A.shape[1], r.sets.shape[1])
+        X = np.concatenate([X, Xs[r.accepted]])
+        A = np.concatenate([_pad_to(A, w), _pad_to(r.sets[r.accepted], w)])
+        V = np.concatenate([_pad_to(V, w, np.nan), _pad_to(r.values[r.accepted], w, np.nan)])
+        info["augmented_agents"] = int(r.accepted.sum())
+    return X, A, V, info
+
+
 # ---------------------------------------------------------------------------- the generators
 class _SequentialGenerator(Generator):
     """Shared serving and persistence of the sequential policies."""
@@ -411,10 +443,43 @@ class _SequentialGenerator(Generator):
     def _max_steps(self) -> int:
         return self.world_.n_actions if self.params.max_steps is None else self.params.max_steps
 
-    def predict_sequences(self, X: np.ndarray) -> SequencePrediction:
+    def predict_sequences(self, X: np.ndarray, beam_width: int | None = None) -> SequencePrediction:
+        """The answers to agents ``X``: the raw greedy rollout (``beam_width`` 1), or the cheapest
+        accepted sequence of a verified beam search ranked by this policy (``beam_width`` > 1;
+        None: ``params.beam_width``)."""
         self._check_fitted()
+        width = self.params.beam_width if beam_width is None else int(beam_width)
+        if width < 1:
+            raise ValueError(f"beam_width: must be >= 1, got {width}")
         with torch_threads(self.params.num_threads):
-            return rollout(self.world_, self._chooser(), X, self._max_steps(), self.params.rollout_chunk)
+            return self._greedy(X) if width == 1 else self._beam(X, width)
+
+    def _greedy(self, X: np.ndarray) -> SequencePrediction:
+        return rollout(self.world_, self._chooser(), X, self._max_steps(), self.params.rollout_chunk)
+
+    def _beam(self, X: np.ndarray, width: int) -> SequencePrediction:
+        t0, c0 = time.perf_counter(), time.process_time()
+        X0 = self.world_.validate(X, name="X")
+
+        def fallback(Xm: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            r = self._greedy(Xm)
+            return r.sets, r.values, r.accepted
+
+        A, V, _, stats = beam_search(self.world_, self._expand(), X0, width=width, max_steps=self._max_steps(),
+                                     chunk=self.params.rollout_chunk, score_children=self.scores_children,
+                                     memory=self._initial_memory(X0), fallback=fallback)
+        self.search_stats_ = stats
+        return _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0)
+
+    #: whether the policy reads the candidates' classifier scores (the beam then also takes free completions)
+    scores_children: ClassVar[bool] = True
+
+    def _initial_memory(self, X: np.ndarray) -> np.ndarray | None:
+        return None
+
+    def _expand(self) -> Any:
+        """The beam's ranking: (nodes, candidates) -> (child keys (N, K), memory)."""
+        raise NotImplementedError
 
     def predict(self, X: np.ndarray) -> SequencePrediction:
         return self.predict_sequences(X)
@@ -549,21 +614,9 @@ class SequentialPolicy(_SequentialGenerator):
         expert = lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2)
         rng = np.random.default_rng(ctx.seed)
         t0 = time.perf_counter()
-        if p.expert_relabel:
-            r = rollout(world, expert, X, T, p.rollout_chunk)
-            own = world.rollout(X, A, V).cost
-            better = r.accepted & (r.cost < own - 1e-12)
-            A, V = _pad_to(A, r.sets.shape[1]), _pad_to(V, r.sets.shape[1], np.nan)
-            A[better], V[better] = _pad_to(r.sets, A.shape[1])[better], _pad_to(r.values, A.shape[1], np.nan)[better]
-            info["relabelled_by_expert"] = int(better.sum())
-        if p.augment_agents:
-            Xs = recombined_agents(world, labels.X[rows], p.augment_agents, rng)
-            r = rollout(world, expert, Xs, T, p.rollout_chunk)
-            w = max(A.shape[1], r.sets.shape[1])
-            X = np.concatenate([X, Xs[r.accepted]])
-            A = np.concatenate([_pad_to(A, w), _pad_to(r.sets[r.accepted], w)])
-            V = np.concatenate([_pad_to(V, w, np.nan), _pad_to(r.values[r.accepted], w, np.nan)])
-            info["augmented_agents"] = int(r.accepted.sum())
+        X, A, V, more = expert_targets(world, expert, X, A, V, relabel=p.expert_relabel, augment=p.augment_agents,
+                                       rng=rng, max_steps=T, chunk=p.rollout_chunk)
+        info.update(more)
         info["expert_seconds"] = round(time.perf_counter() - t0, 2)
         obs, tgt, masks, ret = self._pairs(X, A, V)
         losses = self._fit_pairs(model, obs, tgt, masks, ret, p.bc_epochs, ctx.seed)
@@ -673,6 +726,19 @@ class SequentialPolicy(_SequentialGenerator):
     def _chooser(self) -> Any:
         return _net_chooser(self.world_, self.net_, self._max_steps())
 
+    def _expand(self) -> Any:
+        """Beam key: the path's summed log-probability under the policy."""
+        world, net, T = self.world_, self.net_, self._max_steps()
+
+        def expand(nodes: Nodes, cand: Any) -> tuple[np.ndarray, None]:
+            obs = torch.as_tensor(observations(world, nodes.states, nodes.used, nodes.steps, T, cand))
+            with torch.inference_mode():
+                logits = net.forward_actor(obs)
+            logits = torch.where(torch.as_tensor(cand.mask), logits, torch.tensor(MASKED_LOGIT))
+            logp = torch.log_softmax(logits, 1).double().numpy()
+            return nodes.key[:, None] + logp, None
+        return expand
+
     def _save_state(self, path: Path) -> dict[str, Any]:
         self._check_fitted()
         torch.save(self.net_.state_dict(), path / "weights.pt")
@@ -721,20 +787,10 @@ def lookahead_choose(world: SequentialWorld, grid: FlatGrid, depth: int, estimat
             two = np.where(cand.two_step_checked, cand.two_step, np.inf)
             better = two.min(1) < best
             best, pick = np.where(better, two.min(1), best), np.where(better, two.argmin(1), pick)
-        elif depth == 2:
-            for i in range(B):
-                ks = np.flatnonzero(cand.mask[i] & ~cand.accepted[i] & (cand.cost[i] < best[i]))
-                if len(ks) == 0:
-                    continue
-                a1 = grid.action[ks]
-                Y = world.apply(np.repeat(X[i:i + 1], len(ks), 0), a1, grid.value[ks]).states
-                u = np.repeat(used[i:i + 1], len(ks), 0)
-                u[np.arange(len(ks)), a1] = True
-                c2 = candidates(world, grid, Y, u)
-                total = np.where(c2.accepted, cand.cost[i, ks][:, None] + c2.cost, np.inf)
-                j = int(np.argmin(total.min(1)))
-                if total[j].min() < best[i]:
-                    best[i], pick[i] = total[j].min(), ks[j]
+        elif depth == 2:  # every (rejected step, accepting step) pair, batched over agents
+            two, first = two_step_best(world, grid, X, used, cand, best)
+            better = first >= 0  # strictly cheaper than the one-step best
+            best, pick = np.where(better, two, best), np.where(better, first, pick)
         # no completion within the horizon: the best gain of decision score per unit cost
         with np.errstate(invalid="ignore", divide="ignore"):
             gain = np.where(cand.mask, (cand.score - base[:, None]) / np.maximum(cand.cost, 1e-9), -np.inf)
@@ -768,6 +824,20 @@ class SequentialLookahead(_SequentialGenerator):
 
     def _chooser(self) -> Any:
         return lookahead_choose(self.world_, FlatGrid.of(self.world_), self.params.depth, self.params.estimate)
+
+    def _expand(self) -> Any:
+        """Beam key without learning: minus the path's estimated total cost (its price so far plus
+        the candidate's pair-checked two-step estimate); steps with no estimate rank after those,
+        by gain of decision score per unit cost."""
+        world = self.world_
+
+        def expand(nodes: Nodes, cand: Any) -> tuple[np.ndarray, None]:
+            two = np.where(cand.two_step_checked, cand.two_step, np.inf)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                gain = (cand.score - world.score(nodes.states)[:, None]) / np.maximum(cand.cost, 1e-9)
+            est = -(nodes.cost[:, None] + two)
+            return np.where(np.isfinite(est), est, -1e9 + np.clip(np.nan_to_num(gain, nan=-1e6), -1e6, 1e6)), None
+        return expand
 
     def _save_state(self, path: Path) -> dict[str, Any]:
         self._check_fitted()
