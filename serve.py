@@ -56,6 +56,8 @@ def main(argv=None) -> int:
                    help="finished chunks with --ray (a rerun resumes from them; default: BATCH_OUT.chunks)")
     p.add_argument("--max-diverse", type=int, default=5, help="tabular: most alternatives a request may ask for")
     p.add_argument("--n-diverse", type=int, default=0, help="tabular, offline: alternatives per record")
+    p.add_argument("--beam-width", type=int, default=None,
+                   help="sequential runs: answer with the policy's verified beam search of this width (1: raw rollout)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
     if (args.batch_in is None) != (args.batch_out is None):
@@ -133,7 +135,7 @@ def _serve_sequential(args: argparse.Namespace, budget_s: float) -> int:
               "/recommend/batch serves a sequential run", file=sys.stderr)
         return 2
     try:
-        app = create_sequential_app(args.run_dir, args.model, budget_s, args.max_batch)
+        app = create_sequential_app(args.run_dir, args.model, budget_s, args.max_batch, beam_width=args.beam_width)
     except (ServiceError, InputError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

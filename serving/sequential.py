@@ -70,9 +70,12 @@ class SequentialService:
 
     def __init__(self, run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
                  max_batch: int = 10_000, *, world: Any = None, policies: dict[str, Any] | None = None,
-                 encoder: Any = None, config: dict[str, Any] | None = None):
+                 encoder: Any = None, config: dict[str, Any] | None = None, beam_width: int | None = None):
         if max_batch < 1:
             raise ServiceError(f"max_batch: must be >= 1, got {max_batch}")
+        if beam_width is not None and beam_width < 1:
+            raise ServiceError(f"beam_width: must be >= 1, got {beam_width}")
+        self.beam_width = beam_width  # None: the policy's own (its params.beam_width; 1 = raw rollout)
         self.run_dir = Path(run_dir)
         self.fallback_budget_s = None if fallback_budget_s is None or math.isinf(fallback_budget_s) else fallback_budget_s
         self.max_batch = max_batch
@@ -159,7 +162,7 @@ class SequentialService:
         if not len(todo):
             return answers, todo
         try:
-            pred = self.policy.predict(X[todo])
+            pred = self.policy.predict_sequences(X[todo], beam_width=self.beam_width)
             S, V = np.asarray(pred.sets, np.int64), np.asarray(pred.values, float)
             ok = self._check(X[todo], S, V)
         except Exception:
@@ -305,7 +308,8 @@ class SequentialBatchResponse(BaseModel):
 
 
 def create_sequential_app(run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
-                          max_batch: int = 10_000, *, service: SequentialService | None = None) -> Any:
+                          max_batch: int = 10_000, *, service: SequentialService | None = None,
+                          beam_width: int | None = None) -> Any:
     """The FastAPI app serving one policy of a sequential run (FastAPI: the ``serve`` extra)."""
     from fastapi import FastAPI
     from starlette.concurrency import run_in_threadpool
@@ -314,7 +318,7 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     from serving.schemas import ERRORS
     from serving.tabular_schemas import record_models, to_record
 
-    svc = service or SequentialService(run_dir, model, fallback_budget_s, max_batch)
+    svc = service or SequentialService(run_dir, model, fallback_budget_s, max_batch, beam_width=beam_width)
     Request, Batch = record_models(svc.codec, svc.max_batch, 0)
     app = FastAPI(title="recourse-gym recommendations (sequential)", version="1",
                   description=f"Ordered actions for raw records of the {svc.world.name} world: policy "

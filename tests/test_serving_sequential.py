@@ -15,13 +15,13 @@ import learners.registry  # noqa: F401
 from data_gen.sequential_worlds import build_sequential, rejected_agents
 from learners.base import build_generator
 from learners.policies.sequential import sequential_context
-from serving.sequential import SequentialService, create_sequential_app, is_sequential_run
+from serving.sequential import SequentialService, ServiceError, create_sequential_app, is_sequential_run
 
 
 class Broken:
     """A policy whose sequences are empty (never accepted): everything goes to the sequencer."""
 
-    def predict(self, X):
+    def predict_sequences(self, X, beam_width=None):
         B = len(X)
         return SimpleNamespace(sets=np.full((B, 1), -1), values=np.full((B, 1), np.nan))
 
@@ -34,10 +34,23 @@ def built():
     return b, X, pol
 
 
-def service(built, policy="lookahead1", budget=None) -> SequentialService:
+def service(built, policy="lookahead1", budget=None, beam_width=None) -> SequentialService:
     b, _, pol = built
     return SequentialService("seq_run", policy, budget, world=b.world, policies={"lookahead1": pol, "broken": Broken()},
-                             encoder=b.data.encoder, config={"name": "seq", "sequencer_generations": 3})
+                             encoder=b.data.encoder, config={"name": "seq", "sequencer_generations": 3},
+                             beam_width=beam_width)
+
+
+def test_beam_width_is_served(built):
+    """``beam_width`` answers with the policy's verified beam search: valid, and on these agents no
+    dearer in sum (the beam also takes the cheapest accepting first step the raw rollout takes)."""
+    b, X, _ = built
+    raw, beam = service(built), service(built, beam_width=4)
+    ra, ba = raw.records(X[:6], raw.recommend(X[:6])), beam.records(X[:6], beam.recommend(X[:6]))
+    assert all(r["status"] == "ok" and r["verified"] for r in ba)
+    assert sum(r["total_cost"] for r in ba) <= sum(r["total_cost"] for r in ra) + 1e-9
+    with pytest.raises(ServiceError, match="beam_width"):
+        service(built, beam_width=0)
 
 
 def test_ordered_actions_with_costs_and_states(built):
