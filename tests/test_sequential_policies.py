@@ -104,6 +104,16 @@ def test_sequential_config(tmp_path):
         build_generator("seq_lookahead", {"depth": 1, "estimate": True})
     with pytest.raises(ValueError, match="expert"):
         build_generator("seq_bc", {"expert": "oracle"})
+    assert "seq_encoder_decoder" in {p.method for p in cfg.policies} and set(cfg.beam_policies) <= {
+        p.label for p in cfg.policies}
+    bad.write_text("name: x\nworld: adult\npolicies: [{method: seq_bc}]\nbeam_policies: [nope]\n")
+    with pytest.raises(ValueError, match="beam_policies"):
+        load_sequential_config(bad)
+    bad.write_text("name: x\nworld: adult\nbeam_widths: [1]\n")
+    with pytest.raises(ValueError, match="beam_widths"):
+        load_sequential_config(bad)
+    with pytest.raises(ValueError, match="beam_width"):
+        build_generator("seq_bc", {"beam_width": 0})
 
 
 def test_bc_targets_any_equally_priced_order():

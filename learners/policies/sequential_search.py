@@ -25,7 +25,6 @@ sequential answer is. An agent with no completion within ``max_steps`` gets its 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -138,7 +137,6 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
         stats["fallback"] = int(len(miss))
         found[miss] = fok
     return best_A, best_V, found, stats
-
 
 
 def _expand_chunk(world: SequentialWorld, grid: FlatGrid, expand: Expand, nodes: Nodes, s: int, e: int, width: int,

@@ -255,7 +255,8 @@ class SequentialEncoderDecoder(_SequentialGenerator):
                 r = self._greedy(Xv)
                 mean_cost = float(r.cost[r.accepted].mean()) if r.accepted.any() else float("inf")
                 score = (float(r.accepted.mean()), -mean_cost)
-                rec = {"epoch": epoch, "loss": round(total / n, 5), "validity": score[0], "mean_cost": mean_cost,
+                rec = {"phase": "epoch", "step": epoch, "loss": round(total / n, 5), "validity": score[0],
+                       "mean_cost": mean_cost,
                        "best": best_score is None or score > best_score}
                 if rec["best"]:
                     best_score = score
