@@ -54,7 +54,12 @@ def targets(res: dict[str, Any]) -> list[str]:
         if name.startswith("lookahead"):
             continue
         ratio = m["mean_cost_ratio_to_sequencer"]
-        vs = {k: versus(m, lm) for k, lm in sorted(look.items())}
+        width = m.get("beam_width", 1)
+        # a raw rollout against the raw lookaheads; a beam against the 2-step lookahead and the
+        # no-learning beam of the same width (does the learned ranking add something?)
+        against = [k for k in look if " beam" not in k] if width == 1 else \
+            [k for k in look if k == "lookahead2" or k.endswith(f" beam{width}")]
+        vs = {k: versus(m, look[k]) for k in sorted(against)}
         m["cost_vs"] = vs
         checks = {
             "validity >= 99%": m["validity"] >= 0.99,
@@ -81,6 +86,11 @@ def targets(res: dict[str, Any]) -> list[str]:
                      + f"; share cheaper than the sequencer mean "
                      f"{np.mean([m['share_cheaper_than_sequencer'] for m in ms]):.3f}")
     return lines
+
+
+def _train_seconds(res: dict[str, Any]) -> float:
+    """Training seconds of every trained model of a run (each model once, not per beam row)."""
+    return sum(m["train_seconds"] or 0.0 for m in res["models"].values() if m.get("beam_width", 1) == 1)
 
 
 def _label(name: str) -> str:
@@ -190,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
             f"Budgets: {cfg.agents} rejected agents labelled by the sequencer at {cfg.sequencer_generations} "
             f"generations (CSCF: 150), the first {cfg.test_agents} held out; policies: "
             + "; ".join(f"{k} {json.dumps(v)}" for k, v in budgets.items())
-            + f"; 10% of the training agents held out for model selection. Train + evaluate: {res['seconds']} s.",
+            + "; 10% of the training agents held out for model selection. Training, summed over models and "
+            f"seeds: {_train_seconds(res):.0f} s (train_info.json; a resumed run loads what is trained); "
+            f"this invocation (training what was missing, then evaluating): {res['seconds']} s.",
             "", "Targets:", *targets(res), "",
             *[f"![{Path(f).stem}]({Path(f).relative_to(out.parent)})" for f in figs], ""]))
         summary[res["world"]] = {k: {kk: vv for kk, vv in m.items() if kk not in ("_ratios", "_costs", "fit")}
