@@ -12,7 +12,13 @@ and each agent takes its best allowed step. Methods (``method`` in a sequential 
   :mod:`data_gen.sequence_labels`), no RL;
 - ``seq_bc_ppo``: ``seq_bc``, then MaskablePPO fine-tuning from the cloned weights;
 - ``seq_lookahead1`` / ``seq_lookahead2``: the no-learning baselines, greedy one- and two-step
-  lookahead over the same grid, priced the same way (:class:`SequentialLookahead`).
+  lookahead over the same grid, priced the same way (:class:`SequentialLookahead`; the two-step
+  search is batched over agents in :mod:`learners.policies.sequential_twostep`).
+
+Every policy here (and the encoder-decoder of :mod:`learners.policies.sequential_seq2seq`) can
+also answer with ``beam_width`` > 1: the verified beam search of
+:mod:`learners.policies.sequential_search`, ranked by the policy's summed log-probabilities (the
+lookahead: by the estimated total cost), every completion judged by the world.
 
 **Network** (:class:`SequentialScorer`): one small MLP shared by all K (action, value) candidates
 scores each from its features (allowed, log cost, child's decision score, accepted; plus two
@@ -435,6 +441,8 @@ class _SequentialGenerator(Generator):
 
     params: SequentialRolloutParams
     uses_world: ClassVar[bool] = True
+    #: whether the policy reads the candidates' classifier scores (the beam then also takes free completions)
+    scores_children: ClassVar[bool] = True
 
     def _check_fitted(self) -> None:
         if getattr(self, "world_", None) is None:
@@ -465,14 +473,10 @@ class _SequentialGenerator(Generator):
             r = self._greedy(Xm)
             return r.sets, r.values, r.accepted
 
-        A, V, _, stats = beam_search(self.world_, self._expand(), X0, width=width, max_steps=self._max_steps(),
-                                     chunk=self.params.rollout_chunk, score_children=self.scores_children,
-                                     memory=self._initial_memory(X0), fallback=fallback)
-        self.search_stats_ = stats
+        A, V, _, _ = beam_search(self.world_, self._expand(), X0, width=width, max_steps=self._max_steps(),
+                                 chunk=self.params.rollout_chunk, score_children=self.scores_children,
+                                 memory=self._initial_memory(X0), fallback=fallback)
         return _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0)
-
-    #: whether the policy reads the candidates' classifier scores (the beam then also takes free completions)
-    scores_children: ClassVar[bool] = True
 
     def _initial_memory(self, X: np.ndarray) -> np.ndarray | None:
         return None
