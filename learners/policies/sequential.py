@@ -73,6 +73,12 @@ class SequencePrediction(Prediction):
     cpu_seconds: float = 0.0  # CPU time of this process during it (not inflated by a busy machine)
 
 
+def masked_log_softmax(logits: torch.Tensor, mask: np.ndarray) -> np.ndarray:
+    """(B, K) float64 log-probabilities of the allowed candidates (``MASKED_LOGIT`` elsewhere)."""
+    logits = torch.where(torch.as_tensor(mask), logits, torch.tensor(MASKED_LOGIT))
+    return torch.log_softmax(logits, 1).double().numpy()
+
+
 # ---------------------------------------------------------------------------- hyperparameters
 @dataclass
 class SequentialRolloutParams:
@@ -493,13 +499,25 @@ class _SequentialGenerator(Generator):
         return [(self.world_.actions[a].name, None if np.isnan(v) else float(v))
                 for a, v in zip(pred.sets[i], pred.values[i], strict=True) if a >= 0]
 
-    def _save_world(self, path: Path) -> dict[str, Any]:
+    def _build(self) -> nn.Module | None:
+        """The policy's network for this world and params (None: no weights, as the lookahead)."""
+        return None
+
+    def _save_state(self, path: Path) -> dict[str, Any]:
+        """``world.json`` and, for a learned policy, ``weights.pt`` (its state_dict)."""
+        self._check_fitted()
+        if getattr(self, "net_", None) is not None:
+            torch.save(self.net_.state_dict(), path / "weights.pt")
         (path / "world.json").write_text(json.dumps(self.world_.to_dict()))
         return {"world_fingerprint": self.world_.fingerprint(), "fit": getattr(self, "fit_info_", {})}
 
-    def _load_world(self, path: Path, meta: dict[str, Any]) -> None:
+    def _load_state(self, path: Path, meta: dict[str, Any]) -> None:
         self.world_ = SequentialWorld.load(path / "world.json", fingerprint=meta["world_fingerprint"])
         self.fit_info_ = meta.get("fit", {})
+        net = self._build()
+        if net is not None:  # weights only (no pickles)
+            net.load_state_dict(torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
+            self.net_ = net.eval()
 
 
 class SequentialPolicy(_SequentialGenerator):
@@ -738,21 +756,11 @@ class SequentialPolicy(_SequentialGenerator):
             obs = torch.as_tensor(observations(world, nodes.states, nodes.used, nodes.steps, T, cand))
             with torch.inference_mode():
                 logits = net.forward_actor(obs)
-            logits = torch.where(torch.as_tensor(cand.mask), logits, torch.tensor(MASKED_LOGIT))
-            logp = torch.log_softmax(logits, 1).double().numpy()
-            return nodes.key[:, None] + logp, None
+            return nodes.key[:, None] + masked_log_softmax(logits, cand.mask), None
         return expand
 
-    def _save_state(self, path: Path) -> dict[str, Any]:
-        self._check_fitted()
-        torch.save(self.net_.state_dict(), path / "weights.pt")
-        return self._save_world(path)
-
-    def _load_state(self, path: Path, meta: dict[str, Any]) -> None:
-        self._load_world(path, meta)
-        self.net_ = SequentialScorer(**_scorer_kwargs(self.world_, self.params))
-        self.net_.load_state_dict(torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
-        self.net_.eval()
+    def _build(self) -> SequentialScorer:
+        return SequentialScorer(**_scorer_kwargs(self.world_, self.params))
 
 
 @register
@@ -842,13 +850,6 @@ class SequentialLookahead(_SequentialGenerator):
             est = -(nodes.cost[:, None] + two)
             return np.where(np.isfinite(est), est, -1e9 + np.clip(np.nan_to_num(gain, nan=-1e6), -1e6, 1e6)), None
         return expand
-
-    def _save_state(self, path: Path) -> dict[str, Any]:
-        self._check_fitted()
-        return self._save_world(path)
-
-    def _load_state(self, path: Path, meta: dict[str, Any]) -> None:
-        self._load_world(path, meta)
 
 
 def sequential_context(world: SequentialWorld, seed: int = 0, run_dir: Path | None = None) -> FitContext:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,6 +46,7 @@ from learners.policies.sequential import (
     _SequentialGenerator,
     expert_targets,
     lookahead_choose,
+    masked_log_softmax,
 )
 from learners.policies.sequential_search import Nodes, beam_search
 from learners.torch_training import torch_threads
@@ -281,8 +281,7 @@ class SequentialEncoderDecoder(_SequentialGenerator):
                 logits, h = net.step(torch.as_tensor(nodes.memory),
                                      torch.as_tensor(decoder_state(world, nodes.states)),
                                      torch.as_tensor(nodes.used.astype(np.float32)), torch.as_tensor(nodes.prev))
-                logits = torch.where(torch.as_tensor(cand.mask), logits, torch.tensor(MASKED_LOGIT))
-                logp = torch.log_softmax(logits, 1).double().numpy()
+                logp = masked_log_softmax(logits, cand.mask)
             return nodes.key[:, None] + logp, h.numpy()
         return expand
 
@@ -297,15 +296,3 @@ class SequentialEncoderDecoder(_SequentialGenerator):
 
     def _chooser(self) -> Any:  # decoding goes through _greedy / _beam, not a per-step chooser
         raise NotImplementedError
-
-    # ------------------------------------------------------------------ persistence
-    def _save_state(self, path: Path) -> dict[str, Any]:
-        self._check_fitted()
-        torch.save(self.net_.state_dict(), path / "weights.pt")
-        return self._save_world(path)
-
-    def _load_state(self, path: Path, meta: dict[str, Any]) -> None:
-        self._load_world(path, meta)
-        self.net_ = self._build()
-        self.net_.load_state_dict(torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
-        self.net_.eval()
