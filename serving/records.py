@@ -172,12 +172,16 @@ class RecordCodec:
         return out
 
     # ----------------------------------------------------------------------------- checks
-    def violations(self, X: np.ndarray, CF: np.ndarray, integral: bool = True) -> list[str | None]:
+    def violations(self, X: np.ndarray, CF: np.ndarray, integral: bool = True, bounds: bool = True
+                   ) -> list[str | None]:
         """Per row: None if ``CF`` is a well-formed plausible change of ``X`` (finite, in the
         schema's bounds, integral codes, valid one-hot groups, immutable / monotone features
         respected), else the first problem in words. Acceptance is checked by the caller.
         ``integral=False`` leaves integer *numbers* alone (a sequential world's consequences may
-        make them fractional); one-hot, ordinal and binary codes are always checked."""
+        make them fractional); one-hot, ordinal and binary codes are always checked.
+        ``bounds=False`` leaves the schema's (data) bounds to the caller: a sequential world's
+        actions have their own domains (CSCF's German loan duration: 0 < d < 120 months, the
+        data's 4..72), checked by its post-conditions."""
         X, CF = np.atleast_2d(X), np.atleast_2d(CF)
         out: list[str | None] = [None] * len(CF)
         names = self.schema.names
@@ -192,7 +196,8 @@ class RecordCodec:
         finite = np.isfinite(CF)
         flag(~finite, "is not finite")
         C = np.where(finite, CF, 0.0)
-        flag((C < self.lower - 1e-9) | (C > self.upper + 1e-9), "is outside its bounds")
+        if bounds:
+            flag((C < self.lower - 1e-9) | (C > self.upper + 1e-9), "is outside its bounds")
         must = self.integral if integral else self.codes
         flag(must & (np.abs(C - np.round(C)) > 1e-9), "is not an integer code")
         for cols in self.groups:

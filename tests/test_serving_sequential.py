@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 import learners.registry  # noqa: F401
 from data_gen.sequential_worlds import build_sequential, rejected_agents
+from envs.sequential_env import FlatGrid, candidates
 from learners.base import build_generator
 from learners.policies.sequential import sequential_context
 from serving.sequential import SequentialService, ServiceError, create_sequential_app, is_sequential_run
@@ -93,3 +94,33 @@ def test_run_detection(tmp_path):
     assert is_sequential_run(tmp_path)
     (tmp_path / "config.yaml").write_text("name: t\ntabular: {dataset: adult, model: tree}\n")
     assert not is_sequential_run(tmp_path)
+
+
+class Fixed:
+    """A policy that answers every agent with one given (action, value) step."""
+
+    def __init__(self, action: int, value: float):
+        self.action, self.value = action, value
+
+    def predict_sequences(self, X, beam_width=None):
+        B = len(X)
+        return SimpleNamespace(sets=np.full((B, 1), self.action), values=np.full((B, 1), self.value))
+
+
+def test_answers_in_the_worlds_domain_outside_the_datas_range_are_served(built):
+    """CSCF's German loan may run 1..119 months (the data: 4..72): a valid answer that shortens the
+    loan below the data's minimum is served as the policy's, verified, not sent to the fallback."""
+    b, _, _ = built
+    w, grid = b.world, FlatGrid.of(b.world)
+    j = w.schema.names.index("duration")
+    lo = w.schema.bounds()[0][j]
+    X = rejected_agents(b, 60, split="all")
+    c = candidates(w, grid, X, np.zeros((len(X), w.n_actions), bool), keep_states=True)
+    i, k = np.argwhere(c.accepted & (c.states[..., j] < lo - 0.5))[0]
+    svc = SequentialService("seq_run", "fixed", None, world=w,
+                            policies={"fixed": Fixed(int(grid.action[k]), float(grid.value[k]))},
+                            encoder=b.data.encoder, config={"name": "seq", "sequencer_generations": 3})
+    a = svc.records(X[i:i + 1], svc.recommend(X[i:i + 1]))[0]
+    assert a["status"] == "ok" and a["verified"] and a["method"] == "fixed"
+    assert a["steps"][0]["state"]["duration"] < lo
+    assert svc.counters["policy_invalid"] == 0
