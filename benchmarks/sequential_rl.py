@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from learners.sequential_experiment import (  # noqa: E402
     evaluate_sequential,
     load_sequential_config,
+    losses_to,
     report_table,
     train_sequential,
 )
@@ -86,6 +87,17 @@ def targets(res: dict[str, Any]) -> list[str]:
                      + f"; share cheaper than the sequencer mean "
                      f"{np.mean([m['share_cheaper_than_sequencer'] for m in ms]):.3f}")
     return lines
+
+
+def where_raw_policies_lose(res: dict[str, Any], reference: str = "lookahead2 seed0") -> list[str]:
+    """The cheapest raw learned policy (all seeds) against the two-step lookahead, agent by agent."""
+    raw = {k: m for k, m in res["models"].items()
+           if not k.startswith("lookahead") and m.get("beam_width", 1) == 1 and m["validity"] >= 0.99}
+    if reference not in res["models"] or not raw:
+        return []
+    best = min(raw, key=lambda k: versus(raw[k], res["models"][reference]) or np.inf)
+    return ["Where the cheapest raw learned policy loses to the two-step lookahead:", "",
+            *losses_to(res, best, reference)]
 
 
 def _train_seconds(res: dict[str, Any]) -> float:
@@ -204,10 +216,11 @@ def main(argv: list[str] | None = None) -> int:
             f"seeds: {_train_seconds(res):.0f} s (train_info.json; a resumed run loads what is trained); "
             f"this invocation (training what was missing, then evaluating): {res['seconds']} s.",
             "", "Targets:", *targets(res), "",
+            *where_raw_policies_lose(res),
             *[f"![{Path(f).stem}]({Path(f).relative_to(out.parent)})" for f in figs], ""]))
-        summary[res["world"]] = {k: {kk: vv for kk, vv in m.items() if kk not in ("_ratios", "_costs", "fit")}
+        summary[res["world"]] = {k: {kk: vv for kk, vv in m.items() if kk not in ("_ratios", "_costs", "_steps", "fit")}
                                  for k, m in res["models"].items()}
-        summary[res["world"]]["sequencer"] = res["sequencer"]
+        summary[res["world"]]["sequencer"] = {k: v for k, v in res["sequencer"].items() if k != "_costs"}
         summary[res["world"]]["exact"] = res["exact"]
     header = ["# Sequential recourse policies (issue 14)", "",
               "`OMP_NUM_THREADS=1 nice -n 10 python benchmarks/sequential_rl.py` on a shared 2-core machine "

@@ -178,6 +178,8 @@ def policy_metrics(world: SequentialWorld, X: np.ndarray, pred: SequencePredicti
         "ms_per_agent": 1000 * seconds / len(X),
         "_ratios": ratio.tolist(),
         "_costs": np.where(v, pred.cost, np.inf).tolist(),
+        "_steps": [[[world.action_names[a], None if np.isnan(x) else float(x)] for a, x in zip(s, vals, strict=True)
+                    if a >= 0] for s, vals in zip(pred.sets, pred.values, strict=True)],
     }
 
 
@@ -202,7 +204,8 @@ def evaluate_sequential(run_dir: str | Path, log=print, repeats: int = 3) -> dic
            # where a cheaper answer than the sequencer's exists on the grid: the most any policy can beat it on
            "share_beatable": float((exact["cost"][ex_ok] < seq_cost[ex_ok] - 1e-9).mean()) if ex_ok.any() else None,
            "mean_length": float(labels.length[test][np.isfinite(seq_cost)].mean()),
-           "s_per_agent": float(labels.runtime[test].mean()), "generations": cfg.sequencer_generations}
+           "s_per_agent": float(labels.runtime[test].mean()), "generations": cfg.sequencer_generations,
+           "_costs": seq_cost.tolist()}
     results: dict[str, Any] = {
         "run": cfg.name, "world": world.name, "labels": info["path"], "train_agents": int(len(labels) - len(test)),
         "test_agents": int(len(test)), "sequencer": seq,
@@ -235,6 +238,30 @@ def evaluate_sequential(run_dir: str | Path, log=print, repeats: int = 3) -> dic
     (run_dir / "metrics.json").write_text(json.dumps(results, indent=2, default=float))
     (run_dir / "report.md").write_text(report_table(results))
     return results
+
+
+def losses_to(res: dict[str, Any], model: str, reference: str, n: int = 5) -> list[str]:
+    """Markdown: on how many held-out agents ``model``'s answer costs more / less than
+    ``reference``'s (both evaluated in ``res``), and its ``n`` largest losses with both sequences
+    and the sequencer's cost: where a policy loses, and what the cheaper answer does instead."""
+    m, r = res["models"][model], res["models"][reference]
+    a, b = np.asarray(m["_costs"]), np.asarray(r["_costs"])
+    seq = np.asarray(res["sequencer"]["_costs"]) if "_costs" in res["sequencer"] else np.full(len(a), np.nan)
+    both = np.isfinite(a) & np.isfinite(b)
+    d = np.where(both, a - b, np.nan)
+    worse, better = int((d > 1e-9).sum()), int((d < -1e-9).sum())
+    lines = [f"**{model}** against **{reference}**: dearer on {worse}, cheaper on {better}, equal on "
+             f"{int(both.sum()) - worse - better} of {int(both.sum())} agents where both are valid; the summed "
+             f"excess is {np.nansum(d):+.3f} on a total of {b[both].sum():.3f}. Largest losses:", "",
+             f"| agent | {model} | cost | {reference} | cost | sequencer's cost |", "|---|---|---|---|---|---|"]
+
+    def show(steps: list) -> str:
+        return " → ".join(name if v is None else f"{name} {v:g}" for name, v in steps) or "–"
+
+    for i in [int(i) for i in np.argsort(-np.nan_to_num(d, nan=-np.inf))[:n] if d[i] > 1e-9]:
+        lines.append(f"| {i} | {show(m['_steps'][i])} | {a[i]:.3f} | {show(r['_steps'][i])} | {b[i]:.3f} | "
+                     f"{seq[i]:.3f} |")
+    return lines + [""]
 
 
 def _f(v: Any, fmt: str = ".3f") -> str:

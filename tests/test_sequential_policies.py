@@ -190,3 +190,30 @@ def test_recombined_agents(labelled):
     assert not ({y.tobytes() for y in Y} & {x.tobytes() for x in lab.X})
     for c in range(Y.shape[1]):  # every value is one a real agent has
         assert np.isin(Y[:, c], lab.X[:, c]).all()
+
+
+def test_losses_to_a_reference():
+    """The per-agent comparison of two evaluated policies counts and lists exactly the agents where
+    the first is dearer (German: the one-step lookahead on 7 of these 8), with both answers' steps
+    as the world names them."""
+    from learners.sequential_experiment import losses_to, policy_metrics
+
+    world, X = default_world("german")
+    X = X[:8]
+    ctx = sequential_context(world)
+    one = SequentialLookahead(depth=1).fit(None, None, ctx).predict(X)
+    two = SequentialLookahead(depth=2).fit(None, None, ctx).predict(X)
+    seq = np.where(two.accepted, two.cost, np.inf)
+    res = {"sequencer": {"_costs": seq.tolist()},
+           "models": {n: policy_metrics(world, X, p, seq, seq, 1.0) for n, p in (("la1", one), ("la2", two))}}
+    both = one.accepted & two.accepted
+    dearer = np.flatnonzero(both & (one.cost > two.cost + 1e-9))
+    assert len(dearer) >= 3
+    lines = losses_to(res, "la1", "la2", n=len(X))
+    assert lines[0].startswith(f"**la1** against **la2**: dearer on {len(dearer)}, cheaper on "
+                               f"{int((both & (one.cost < two.cost - 1e-9)).sum())}")
+    rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
+    assert sorted(int(r.split("|")[1]) for r in rows) == dearer.tolist()
+    for r in rows:
+        i = int(r.split("|")[1])
+        assert world.action_names[one.sets[i, 0]] in r.split("|")[2]
