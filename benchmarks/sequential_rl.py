@@ -30,20 +30,14 @@ sys.path.insert(0, str(ROOT))
 from learners.sequential_experiment import (  # noqa: E402
     evaluate_sequential,
     load_sequential_config,
-    losses_to,
     report_table,
     train_sequential,
+    versus,
+    where_raw_policies_lose,
 )
 
 RESULTS = ROOT / "benchmarks" / "results"
 CONFIGS = [ROOT / "configs" / "sequential_adult.yaml", ROOT / "configs" / "sequential_german.yaml"]
-
-
-def versus(m: dict[str, Any], other: dict[str, Any]) -> float | None:
-    """Summed cost of ``m`` over the agents where both answers are valid, divided by ``other``'s."""
-    a, b = np.asarray(m["_costs"]), np.asarray(other["_costs"])
-    both = np.isfinite(a) & np.isfinite(b)
-    return float(a[both].sum() / b[both].sum()) if both.any() else None
 
 
 def targets(res: dict[str, Any]) -> list[str]:
@@ -87,17 +81,6 @@ def targets(res: dict[str, Any]) -> list[str]:
                      + f"; share cheaper than the sequencer mean "
                      f"{np.mean([m['share_cheaper_than_sequencer'] for m in ms]):.3f}")
     return lines
-
-
-def where_raw_policies_lose(res: dict[str, Any], reference: str = "lookahead2 seed0") -> list[str]:
-    """The cheapest raw learned policy (all seeds) against the two-step lookahead, agent by agent."""
-    raw = {k: m for k, m in res["models"].items()
-           if not k.startswith("lookahead") and m.get("beam_width", 1) == 1 and m["validity"] >= 0.99}
-    if reference not in res["models"] or not raw:
-        return []
-    best = min(raw, key=lambda k: versus(raw[k], res["models"][reference]) or np.inf)
-    return ["Where the cheapest raw learned policy loses to the two-step lookahead:", "",
-            *losses_to(res, best, reference)]
 
 
 def _train_seconds(res: dict[str, Any]) -> float:

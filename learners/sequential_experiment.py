@@ -236,8 +236,28 @@ def evaluate_sequential(run_dir: str | Path, log=print, repeats: int = 3) -> dic
                 log(f"  {name}: validity {m['validity']:.3f}, cost/sequencer "
                     f"{m['mean_cost_ratio_to_sequencer']}, {m['ms_per_agent']:.2f} ms/agent")
     (run_dir / "metrics.json").write_text(json.dumps(results, indent=2, default=float))
-    (run_dir / "report.md").write_text(report_table(results))
+    (run_dir / "report.md").write_text("\n".join([report_table(results), *where_raw_policies_lose(results)]))
     return results
+
+
+def versus(m: dict[str, Any], other: dict[str, Any]) -> float | None:
+    """Summed cost of ``m`` over the agents where both answers are valid, divided by ``other``'s."""
+    a, b = np.asarray(m["_costs"]), np.asarray(other["_costs"])
+    both = np.isfinite(a) & np.isfinite(b)
+    return float(a[both].sum() / b[both].sum()) if both.any() else None
+
+
+def where_raw_policies_lose(res: dict[str, Any], reference: str = "lookahead2 seed0",
+                            title: str = "the two-step lookahead") -> list[str]:
+    """The cheapest valid raw learned policy (any seed) against ``reference`` (named ``title`` in
+    the heading), agent by agent (:func:`losses_to`); nothing if either is missing."""
+    raw = {k: m for k, m in res["models"].items()
+           if not k.startswith("lookahead") and m.get("beam_width", 1) == 1 and m["validity"] >= 0.99}
+    if reference not in res["models"] or not raw:
+        return []
+    best = min(raw, key=lambda k: versus(raw[k], res["models"][reference]) or np.inf)
+    return [f"Where the cheapest raw learned policy loses to {title}:", "",
+            *losses_to(res, best, reference)]
 
 
 def losses_to(res: dict[str, Any], model: str, reference: str, n: int = 5) -> list[str]:

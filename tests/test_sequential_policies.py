@@ -196,7 +196,7 @@ def test_losses_to_a_reference():
     """The per-agent comparison of two evaluated policies counts and lists exactly the agents where
     the first is dearer (German: the one-step lookahead on 7 of these 8), with both answers' steps
     as the world names them."""
-    from learners.sequential_experiment import losses_to, policy_metrics
+    from learners.sequential_experiment import losses_to, policy_metrics, where_raw_policies_lose
 
     world, X = default_world("german")
     X = X[:8]
@@ -217,3 +217,9 @@ def test_losses_to_a_reference():
     for r in rows:
         i = int(r.split("|")[1])
         assert world.action_names[one.sets[i, 0]] in r.split("|")[2]
+    # the report's section picks the raw learned policy (not a lookahead) and compares it with lookahead2
+    res["models"] = {"policy seed0": res["models"]["la1"], "lookahead2 seed0": res["models"]["la2"],
+                     "lookahead1 seed0": res["models"]["la2"]}
+    section = where_raw_policies_lose(res)
+    assert section[0].endswith("the two-step lookahead:") and section[2].startswith("**policy seed0** against")
+    assert where_raw_policies_lose({"models": {"policy seed0": res["models"]["policy seed0"]}}) == []
