@@ -414,6 +414,18 @@ def recombined_agents(world: SequentialWorld, X: np.ndarray, n: int, rng: np.ran
     return np.array(out[:n]).reshape(-1, X.shape[1])
 
 
+def heldout_split(world: SequentialWorld, X: np.ndarray, rows: np.ndarray, val: Any, fraction: float,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Model-selection agents and the training rows left: the rejected agents of ``val`` when given
+    (rows unchanged), else a random ``fraction`` (at least one) of ``rows`` of ``X`` taken out."""
+    if val is not None:
+        Xv = world.validate(getattr(val, "X", val), name="val.X")
+        return Xv[~world.accepts(Xv)], rows
+    perm = rng.permutation(rows)
+    n_val = max(1, round(fraction * len(rows)))
+    return X[np.sort(perm[:n_val])], np.sort(perm[n_val:])
+
+
 def expert_targets(world: SequentialWorld, expert: Any, X: np.ndarray, A: np.ndarray, V: np.ndarray, *,
                    relabel: bool, augment: int, rng: np.random.Generator, max_steps: int, chunk: int
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
@@ -540,13 +552,7 @@ class SequentialPolicy(_SequentialGenerator):
         X = world.validate(train.X, name="train.X")
         rows = np.flatnonzero(~world.accepts(X))
         rng = np.random.default_rng(ctx.seed)
-        if val is not None:
-            Xv = world.validate(getattr(val, "X", val), name="val.X")
-            Xv = Xv[~world.accepts(Xv)]
-        else:
-            perm = rng.permutation(rows)
-            n_val = max(1, round(p.val_fraction * len(rows)))
-            Xv, rows = X[np.sort(perm[:n_val])], np.sort(perm[n_val:])
+        Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng)
         if len(rows) == 0:
             raise ValueError("train: no rejected agent to learn from")
         if p.val_augment:  # a larger model-selection set: new agents recombined from all training agents

@@ -45,6 +45,7 @@ from learners.policies.sequential import (
     _mlp,
     _SequentialGenerator,
     expert_targets,
+    heldout_split,
     lookahead_choose,
     masked_log_softmax,
 )
@@ -163,13 +164,7 @@ class SequentialEncoderDecoder(_SequentialGenerator):
         if len(rows) < 2:
             raise ValueError(f"train: {len(rows)} rejected agents with a label; need at least 2")
         rng = np.random.default_rng(ctx.seed)
-        if val is not None:
-            Xv = world.validate(getattr(val, "X", val), name="val.X")
-            Xv = Xv[~world.accepts(Xv)]
-        else:
-            perm = rng.permutation(rows)
-            n_val = max(1, round(p.val_fraction * len(rows)))
-            Xv, rows = X[np.sort(perm[:n_val])], np.sort(perm[n_val:])
+        Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng)
         T = self._max_steps()
         Xt, A, V, info = expert_targets(
             world, lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2),
