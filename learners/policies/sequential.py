@@ -462,6 +462,14 @@ class _SequentialGenerator(Generator):
     #: whether the policy reads the candidates' classifier scores (the beam then also takes free completions)
     scores_children: ClassVar[bool] = True
 
+    def _set_world(self, ctx: FitContext) -> SequentialWorld:
+        """Take ``ctx.world`` as the fitted world (``world_``), or a ValueError if it is not a
+        :class:`SequentialWorld`."""
+        if not isinstance(ctx.world, SequentialWorld):
+            raise ValueError(f"{self.method}: ctx.world must be a SequentialWorld, got {type(ctx.world).__name__}")
+        self.world_ = ctx.world
+        return ctx.world
+
     def _check_fitted(self) -> None:
         if getattr(self, "world_", None) is None:
             raise RuntimeError(f"{self.method}: not fitted; call fit() or load() first")
@@ -543,12 +551,9 @@ class SequentialPolicy(_SequentialGenerator):
         """``train``: the training agents (``train.X``) and, for BC, the sequencer's labels
         (``train.actions``/``train.values``/``train.ok``, e.g. a ``SequenceLabelSet``);
         ``ctx.world`` the :class:`SequentialWorld`. ``val`` (optional) are held-out agents."""
-        world = ctx.world
-        if not isinstance(world, SequentialWorld):
-            raise ValueError(f"{self.method}: ctx.world must be a SequentialWorld, got {type(world).__name__}")
+        world = self._set_world(ctx)
         p = self.params
         t0 = time.perf_counter()
-        self.world_ = world
         X = world.validate(train.X, name="train.X")
         rows = np.flatnonzero(~world.accepts(X))
         rng = np.random.default_rng(ctx.seed)
@@ -834,9 +839,7 @@ class SequentialLookahead(_SequentialGenerator):
     params: SequentialLookaheadParams
 
     def fit(self, train: Any, val: Any, ctx: FitContext) -> SequentialLookahead:
-        if not isinstance(ctx.world, SequentialWorld):
-            raise ValueError(f"{self.method}: ctx.world must be a SequentialWorld")
-        self.world_ = ctx.world
+        self._set_world(ctx)
         self.fit_info_ = {}
         return self
 

@@ -149,15 +149,12 @@ class SequentialEncoderDecoder(_SequentialGenerator):
     def fit(self, train: Any, val: Any, ctx: FitContext) -> SequentialEncoderDecoder:
         """``train``: agents ``train.X`` with the sequencer's labels (``actions``, ``values``,
         ``ok``/``cost``); ``ctx.world`` the world; ``val`` (optional) held-out agents."""
-        world = ctx.world
-        if not isinstance(world, SequentialWorld):
-            raise ValueError(f"{self.method}: ctx.world must be a SequentialWorld, got {type(world).__name__}")
+        world = self._set_world(ctx)
         for need in ("X", "actions", "values"):
             if not hasattr(train, need):
                 raise ValueError(f"{self.method}: training needs the sequencer's labels (train.{need})")
         p = self.params
         t0 = time.perf_counter()
-        self.world_ = world
         X = world.validate(train.X, name="train.X")
         ok = np.asarray(train.ok if hasattr(train, "ok") else np.isfinite(train.cost), dtype=bool)
         rows = np.flatnonzero(ok & ~world.accepts(X))
