@@ -136,3 +136,32 @@ def test_encoder_decoder_errors(labelled):
         build_generator("seq_encoder_decoder", {}).fit(lab, None, SimpleNamespace(world=None, seed=0))
     with pytest.raises(RuntimeError, match="not fitted"):
         build_generator("seq_encoder_decoder", {}).predict(lab.X)
+
+
+def test_encoder_decoder_head_inference_path_and_selection(labelled):
+    """The chunked, cached inference head gives the autograd path's logits, the cache follows new
+    weights, and the model-selection options (recombined held-out agents, a beam) are used."""
+    torch = pytest.importorskip("torch")
+    world, lab = labelled
+    model = build_generator("seq_encoder_decoder", {"epochs": 4, "eval_every": 2, "state_size": 16, "hidden": [16],
+                                                    "val_augment": 7, "select_width": 4}).fit(
+        lab, None, sequential_context(world))
+    assert model.fit_info_["heldout_agents"] == 3 + 7  # 10% of the 30 agents, plus the recombined ones
+    net = model.net_
+    state = torch.randn(37, net.from_state.in_features)
+    with torch.no_grad():
+        fast = net.head(net.from_state(state), rows=5)
+    with torch.enable_grad():
+        slow = net.head(net.from_state(state))
+    torch.testing.assert_close(fast, slow.detach())
+    weights = {k: v + 0.5 if k.startswith("from_token") else v for k, v in net.state_dict().items()}
+    net.load_state_dict(weights)  # the cached token part must not survive new weights
+    with torch.no_grad():
+        after = net.head(net.from_state(state))
+    with torch.enable_grad():
+        torch.testing.assert_close(after, net.head(net.from_state(state)).detach())
+    assert not torch.allclose(after, fast)
+    with pytest.raises(ValueError, match="select_width"):
+        build_generator("seq_encoder_decoder", {"select_width": 0})
+    with pytest.raises(ValueError, match="val_augment"):
+        build_generator("seq_encoder_decoder", {"val_augment": -1})

@@ -415,15 +415,23 @@ def recombined_agents(world: SequentialWorld, X: np.ndarray, n: int, rng: np.ran
 
 
 def heldout_split(world: SequentialWorld, X: np.ndarray, rows: np.ndarray, val: Any, fraction: float,
-                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                  rng: np.random.Generator, augment: int = 0, augment_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Model-selection agents and the training rows left: the rejected agents of ``val`` when given
-    (rows unchanged), else a random ``fraction`` (at least one) of ``rows`` of ``X`` taken out."""
+    (rows unchanged), else a random ``fraction`` (at least one) of ``rows`` of ``X`` taken out.
+    ``augment`` > 0 adds that many agents recombined from all rejected agents of ``X``
+    (:func:`recombined_agents`, own rng from ``augment_seed``): a larger selection set, never
+    trained on, when the real held-out agents are few."""
     if val is not None:
         Xv = world.validate(getattr(val, "X", val), name="val.X")
-        return Xv[~world.accepts(Xv)], rows
-    perm = rng.permutation(rows)
-    n_val = max(1, round(fraction * len(rows)))
-    return X[np.sort(perm[:n_val])], np.sort(perm[n_val:])
+        Xv = Xv[~world.accepts(Xv)]
+    else:
+        perm = rng.permutation(rows)
+        n_val = max(1, round(fraction * len(rows)))
+        Xv, rows = X[np.sort(perm[:n_val])], np.sort(perm[n_val:])
+    if augment:
+        Xv = np.concatenate([Xv, recombined_agents(world, X[~world.accepts(X)], augment,
+                                                   np.random.default_rng(augment_seed))])
+    return Xv, rows
 
 
 def expert_targets(world: SequentialWorld, expert: Any, X: np.ndarray, A: np.ndarray, V: np.ndarray, *,
@@ -557,12 +565,9 @@ class SequentialPolicy(_SequentialGenerator):
         X = world.validate(train.X, name="train.X")
         rows = np.flatnonzero(~world.accepts(X))
         rng = np.random.default_rng(ctx.seed)
-        Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng)
+        Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng, p.val_augment, ctx.seed + 7919)
         if len(rows) == 0:
             raise ValueError("train: no rejected agent to learn from")
-        if p.val_augment:  # a larger model-selection set: new agents recombined from all training agents
-            Xv = np.concatenate([Xv, recombined_agents(world, X[~world.accepts(X)], p.val_augment,
-                                                       np.random.default_rng(ctx.seed + 7919))])
         torch.manual_seed(ctx.seed)
         info: dict[str, Any] = {"train_agents": int(len(rows)), "heldout_agents": int(len(Xv)), "heldout": []}
         with torch_threads(p.num_threads):

@@ -16,7 +16,8 @@ decided by the world.
 
 Training is teacher-forced cross-entropy on the sequencer's cheapest sequences (optionally with
 the greedy lookahead's sequences of recombined agents, :func:`expert_targets`); the held-out
-share of the training agents selects the epoch (validity, then mean cost of the greedy decode).
+share of the training agents (plus ``val_augment`` recombined agents) selects the epoch (validity,
+then mean cost of the greedy decode, or of the beam of width ``select_width``).
 Decoding: greedy (``beam_width`` 1: the raw rollout) or the verified beam search of
 :mod:`learners.policies.sequential_search` ranked by the decoder's summed log-probabilities.
 
@@ -63,10 +64,13 @@ class SequentialSeq2SeqParams(SequentialRolloutParams):
     head_dim: int = 64  # width of the factored output layer (shared by all tokens)
     epochs: int = 300  # passes over the training sequences
     learning_rate: float = 2e-3  # Adam learning rate
+    cosine_decay: bool = False  # anneal the learning rate to 0 over the epochs (cosine), for a steadier end
     weight_decay: float = 1e-5  # Adam weight decay
     batch_size: int = 64  # sequences per minibatch
     eval_every: int = 10  # epochs between held-out greedy decodes (model selection)
     val_fraction: float = 0.1  # share of training agents held out for model selection
+    val_augment: int = 0  # extra model-selection agents recombined from the training agents (never trained on)
+    select_width: int = 1  # beam width of the held-out decodes that select the epoch (1: the greedy decode)
     keep_best: bool = True  # end with the held-out best weights (validity, mean cost)
     expert: str = "lookahead2"  # teacher of the extra targets below: "lookahead2" or "lookahead1"
     expert_relabel: bool = False  # target per training agent: the cheaper of its label and the expert's rollout
@@ -75,7 +79,7 @@ class SequentialSeq2SeqParams(SequentialRolloutParams):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.hidden = tuple(int(h) for h in self.hidden)
-        for name in ("state_size", "embed_dim", "head_dim", "epochs", "batch_size", "eval_every"):
+        for name in ("state_size", "embed_dim", "head_dim", "epochs", "batch_size", "eval_every", "select_width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if not self.hidden or min(self.hidden) < 1:
@@ -86,8 +90,9 @@ class SequentialSeq2SeqParams(SequentialRolloutParams):
             raise ValueError(f"val_fraction: must be in (0, 1), got {self.val_fraction}")
         if self.expert not in ("lookahead1", "lookahead2"):
             raise ValueError(f"expert: expected 'lookahead1' or 'lookahead2', got {self.expert!r}")
-        if self.augment_agents < 0:
-            raise ValueError(f"augment_agents: must be >= 0, got {self.augment_agents}")
+        for name in ("augment_agents", "val_augment"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
 
 
 def decoder_state(world: SequentialWorld, X: np.ndarray) -> np.ndarray:
@@ -116,6 +121,25 @@ class SequenceEncoderDecoder(nn.Module):
         self.from_state = nn.Linear(state_size, head_dim)
         self.from_token = nn.Linear(embed_dim + 1, head_dim, bias=False)
         self.out = nn.Linear(head_dim, 1)
+        self._token: torch.Tensor | None = None  # the tokens' head input, cached while in eval mode
+
+    def train(self, mode: bool = True) -> SequenceEncoderDecoder:
+        self._token = None
+        return super().train(mode)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        self._token = None
+        return super().load_state_dict(*args, **kwargs)
+
+    def token_part(self) -> torch.Tensor:
+        """(K, head_dim): each token's share of the head's input (its action and grid position);
+        computed once in eval mode, where the weights do not change."""
+        if self._token is not None and not torch.is_grad_enabled():
+            return self._token
+        token = self.from_token(torch.cat([self.action_embed(self.grid_action), self.grid_position[:, None]], 1))
+        if not self.training and not torch.is_grad_enabled():
+            self._token = token
+        return token
 
     def initial(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.encoder(x))
@@ -125,8 +149,20 @@ class SequenceEncoderDecoder(nn.Module):
         """(logits (B, K), new GRU state) of one decoder step; ``prev`` -1 is the start token."""
         tok = torch.where(prev < 0, torch.full_like(prev, self.n_tokens), prev)
         h = self.cell(torch.cat([state, used, self.embed(tok)], 1), h)
-        token = self.from_token(torch.cat([self.action_embed(self.grid_action), self.grid_position[:, None]], 1))
-        return self.out(torch.relu(self.from_state(h)[:, None, :] + token[None])).squeeze(-1), h
+        return self.head(self.from_state(h)), h
+
+    def head(self, state_part: torch.Tensor, rows: int = 16) -> torch.Tensor:
+        """(B, K) token logits from the states' share of the head's input. Without autograd the
+        (B, K, head_dim) hidden layer is formed ``rows`` states at a time, in place: it is most of
+        the decoder's inference time, and small blocks stay in the CPU's cache."""
+        token = self.token_part()
+        if torch.is_grad_enabled():
+            return self.out(torch.relu(state_part[:, None, :] + token[None])).squeeze(-1)
+        out = torch.empty(len(state_part), len(token))
+        for s in range(0, len(state_part), rows):
+            z = state_part[s: s + rows, None, :] + token[None]
+            out[s: s + rows] = self.out(z.relu_()).squeeze(-1)
+        return out
 
 
 @register
@@ -161,7 +197,7 @@ class SequentialEncoderDecoder(_SequentialGenerator):
         if len(rows) < 2:
             raise ValueError(f"train: {len(rows)} rejected agents with a label; need at least 2")
         rng = np.random.default_rng(ctx.seed)
-        Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng)
+        Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng, p.val_augment, ctx.seed + 7919)
         T = self._max_steps()
         Xt, A, V, info = expert_targets(
             world, lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2),
@@ -228,6 +264,7 @@ class SequentialEncoderDecoder(_SequentialGenerator):
     def _train(self, batch: dict[str, torch.Tensor], Xv: np.ndarray, seed: int) -> dict[str, Any]:
         p = self.params
         opt = torch.optim.Adam(self.net_.parameters(), lr=p.learning_rate, weight_decay=p.weight_decay)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, p.epochs) if p.cosine_decay else None
         gen = torch.Generator().manual_seed(seed)
         n = len(batch["x"])
         history, best_score, best_state = [], None, None
@@ -242,9 +279,11 @@ class SequentialEncoderDecoder(_SequentialGenerator):
                 loss.backward()
                 opt.step()
                 total += loss.item() * len(b["x"])
+            if sched is not None:
+                sched.step()
             if epoch % p.eval_every == 0 or epoch == p.epochs:
                 self.net_.eval()
-                r = self._greedy(Xv)
+                r = self._greedy(Xv) if p.select_width == 1 else self._beam(Xv, p.select_width)
                 mean_cost = float(r.cost[r.accepted].mean()) if r.accepted.any() else float("inf")
                 score = (float(r.accepted.mean()), -mean_cost)
                 rec = {"phase": "epoch", "step": epoch, "loss": round(total / n, 5), "validity": score[0],
