@@ -141,7 +141,8 @@ def test_encoder_decoder_errors(labelled):
 def test_encoder_decoder_head_inference_path_and_selection(labelled):
     """The chunked, cached inference head gives the autograd path's logits, the cache follows new
     weights, and the model-selection options (recombined held-out agents, a beam) are used."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     world, lab = labelled
     model = build_generator("seq_encoder_decoder", {"epochs": 4, "eval_every": 2, "state_size": 16, "hidden": [16],
                                                     "val_augment": 7, "select_width": 4}).fit(

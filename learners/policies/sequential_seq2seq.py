@@ -67,7 +67,7 @@ class SequentialSeq2SeqParams(SequentialRolloutParams):
     cosine_decay: bool = False  # anneal the learning rate to 0 over the epochs (cosine), for a steadier end
     weight_decay: float = 1e-5  # Adam weight decay
     batch_size: int = 64  # sequences per minibatch
-    eval_every: int = 10  # epochs between held-out greedy decodes (model selection)
+    eval_every: int = 10  # epochs between held-out decodes (model selection)
     val_fraction: float = 0.1  # share of training agents held out for model selection
     val_augment: int = 0  # extra model-selection agents recombined from the training agents (never trained on)
     select_width: int = 1  # beam width of the held-out decodes that select the epoch (1: the greedy decode)
