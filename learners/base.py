@@ -50,6 +50,13 @@ class FitContext:
                    list(world.action_names), world=world, **kw)
 
 
+def require_at_least(params: Any, minimum: int, *names: str) -> None:
+    """Raise a ValueError naming the first field of ``params`` among ``names`` that is below ``minimum``."""
+    for name in names:
+        if getattr(params, name) < minimum:
+            raise ValueError(f"{name}: must be >= {minimum}, got {getattr(params, name)}")
+
+
 def build_params(method: str, Params: type, params: dict[str, Any]) -> Any:
     """``Params(**params)``, or a ValueError naming the method and the unknown hyperparameters."""
     known = {f.name for f in dataclasses.fields(Params)}

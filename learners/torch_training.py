@@ -27,7 +27,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 
 from data_gen.dataset import Split
 from data_gen.progress import interactive
-from learners.base import FitContext
+from learners.base import FitContext, require_at_least
 
 LossFn = Callable[[nn.Module, Sequence[torch.Tensor]], torch.Tensor]
 SCHEDULES = ("onecycle", "constant")
@@ -66,9 +66,7 @@ class TorchParams:
             raise ValueError(f"num_threads: must be >= 0, got {self.num_threads}")
         if self.accelerator not in ACCELERATORS:
             raise ValueError(f"accelerator: expected one of {ACCELERATORS}, got {self.accelerator!r}")
-        for name in ("batch_size", "max_epochs", "patience"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        require_at_least(self, 1, "batch_size", "max_epochs", "patience")
 
 
 def mlp(n_in: int, hidden: Sequence[int], n_out: int, batch_norm: bool = True, dropout: float = 0.0) -> nn.Sequential:

@@ -59,7 +59,7 @@ from torch import nn
 
 from data_gen.dataset import Split
 from envs.capability import CapabilityWorld
-from learners.base import FitContext, Generator, Prediction
+from learners.base import FitContext, Generator, Prediction, require_at_least
 from learners.policies.networks import (
     ACTIVATIONS,
     MASKED_LOGIT,
@@ -123,12 +123,8 @@ class PolicyParams(RolloutParams):
             raise ValueError("head: 'per_action' needs features 'capability' or 'lookahead'")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        for name in ("total_timesteps", "eval_freq", "checkpoint_freq"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
-        for name in ("n_envs", "n_eval_episodes", "max_val_agents"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        require_at_least(self, 0, "total_timesteps", "eval_freq", "checkpoint_freq")
+        require_at_least(self, 1, "n_envs", "n_eval_episodes", "max_val_agents")
         if not 0.0 < self.learning_rate:
             raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
         if not 0.0 < self.gamma <= 1.0:

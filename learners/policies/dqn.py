@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from envs.capability import CapabilityWorld
-from learners.base import register
+from learners.base import register, require_at_least
 from learners.policies.base import PolicyParams, SB3PolicyGenerator
 
 
@@ -38,9 +38,7 @@ class DQNParams(PolicyParams):
             raise ValueError(f"total_timesteps: DQN needs > 0 steps, got {self.total_timesteps}")
         if self.head != "mlp":
             raise ValueError(f"head: DQN's Q-network is an MLP; expected 'mlp', got {self.head!r}")
-        for name in ("buffer_size", "batch_size", "train_freq", "target_update_interval"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        require_at_least(self, 1, "buffer_size", "batch_size", "train_freq", "target_update_interval")
 
 
 @register

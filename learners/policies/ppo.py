@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from envs.capability import CapabilityWorld
-from learners.base import FitContext, register
+from learners.base import FitContext, register, require_at_least
 from learners.policies.base import HeldOut, PolicyParams, SB3PolicyGenerator
 from learners.policies.bc import behaviour_clone
 
@@ -46,9 +46,7 @@ class MaskablePPOParams(PolicyParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("n_steps", "batch_size", "n_epochs", "bc_batch_size", "bc_label_agents"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        require_at_least(self, 1, "n_steps", "batch_size", "n_epochs", "bc_batch_size", "bc_label_agents")
         if self.bc_target not in ("set", "sequence"):
             raise ValueError(f"bc_target: expected 'set' or 'sequence', got {self.bc_target!r}")
         if self.bc_epochs < 0 or self.bc_value_coef < 0:

@@ -51,7 +51,7 @@ from torch import nn
 
 from envs.sequential import SequentialWorld
 from envs.sequential_env import CANDIDATE_CHANNELS, FlatGrid, candidates, observations
-from learners.base import FitContext, Generator, Prediction, register
+from learners.base import FitContext, Generator, Prediction, register, require_at_least
 from learners.policies.sequential_search import Nodes, beam_search
 from learners.policies.sequential_twostep import two_step_best
 from learners.torch_training import torch_threads
@@ -135,12 +135,8 @@ class SequentialPolicyParams(SequentialRolloutParams):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.hidden = tuple(int(h) for h in self.hidden)
-        for name in ("n_envs", "n_steps", "batch_size", "n_epochs", "bc_batch_size", "context_dim", "embed_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("total_timesteps", "bc_epochs", "eval_freq"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        require_at_least(self, 1, "n_envs", "n_steps", "batch_size", "n_epochs", "bc_batch_size", "context_dim", "embed_dim")
+        require_at_least(self, 0, "total_timesteps", "bc_epochs", "eval_freq")
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden: expected positive widths, got {self.hidden}")
         if self.total_timesteps == 0 and self.bc_epochs == 0:
@@ -149,9 +145,7 @@ class SequentialPolicyParams(SequentialRolloutParams):
             raise ValueError("gamma: in (0, 1]; val_fraction: in (0, 1); reward_scale: > 0")
         if self.expert not in ("lookahead1", "lookahead2"):
             raise ValueError(f"expert: expected 'lookahead1' or 'lookahead2', got {self.expert!r}")
-        for name in ("augment_agents", "dagger_iters", "dagger_epochs", "val_augment"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        require_at_least(self, 0, "augment_agents", "dagger_iters", "dagger_epochs", "val_augment")
         if (self.augment_agents or self.dagger_iters or self.expert_relabel) and not self.bc_epochs:
             raise ValueError("augment_agents, dagger_iters, expert_relabel: need bc_epochs > 0")
 

@@ -37,7 +37,7 @@ from torch import nn
 
 from envs.sequential import SequentialWorld
 from envs.sequential_env import OBS_CLIP, FlatGrid, candidates, scale_states
-from learners.base import FitContext, register
+from learners.base import FitContext, register, require_at_least
 from learners.policies.sequential import (
     MASKED_LOGIT,
     SequencePrediction,
@@ -79,9 +79,7 @@ class SequentialSeq2SeqParams(SequentialRolloutParams):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.hidden = tuple(int(h) for h in self.hidden)
-        for name in ("state_size", "embed_dim", "head_dim", "epochs", "batch_size", "eval_every", "select_width"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        require_at_least(self, 1, "state_size", "embed_dim", "head_dim", "epochs", "batch_size", "eval_every", "select_width")
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden: expected positive widths, got {self.hidden}")
         if not self.learning_rate > 0 or self.weight_decay < 0:
@@ -90,9 +88,7 @@ class SequentialSeq2SeqParams(SequentialRolloutParams):
             raise ValueError(f"val_fraction: must be in (0, 1), got {self.val_fraction}")
         if self.expert not in ("lookahead1", "lookahead2"):
             raise ValueError(f"expert: expected 'lookahead1' or 'lookahead2', got {self.expert!r}")
-        for name in ("augment_agents", "val_augment"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        require_at_least(self, 0, "augment_agents", "val_augment")
 
 
 def decoder_state(world: SequentialWorld, X: np.ndarray) -> np.ndarray:
