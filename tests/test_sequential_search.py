@@ -42,6 +42,33 @@ def test_exhaustive_beam_equals_exact(name):
     assert stats["expanded_per_agent"] > 100
 
 
+@pytest.mark.parametrize("name", ["german", "adult"])
+def test_scored_children_decide_as_the_world(name, monkeypatch):
+    """With candidate scores the beam decides acceptance by their sign outside a margin and applies
+    only the next beam's children; with an infinite margin every child is applied and decided by
+    ``world.accepts`` (the reference). Both searches give the same answers. The scores' error is
+    far inside the margin on the bundled worlds."""
+    import learners.policies.sequential_search as search
+    from envs.sequential_env import FlatGrid, candidates
+
+    world, X = default_world(name)
+    X = X[:25]
+    la = SequentialLookahead(depth=2, estimate=True).fit(None, None, sequential_context(world))
+    fast = la.predict_sequences(X, beam_width=6)
+    monkeypatch.setattr(search, "SCORE_MARGIN", np.inf)
+    ref = la.predict_sequences(X, beam_width=6)
+    np.testing.assert_array_equal(fast.sets, ref.sets)
+    np.testing.assert_array_equal(fast.values, ref.values)
+    np.testing.assert_array_equal(fast.cost, ref.cost)
+    grid = FlatGrid.of(world)
+    cand = candidates(world, grid, X, np.zeros((len(X), world.n_actions), bool))
+    i, k = np.nonzero(cand.mask)
+    tr = world.apply(X[i], grid.action[k], grid.value[k])
+    np.testing.assert_array_equal(tr.cost, cand.cost[i, k])  # the beam prices children by these
+    exact = world.score(tr.states)
+    assert (np.abs(exact - cand.score[i, k]) / np.maximum(1.0, np.abs(exact))).max() < search.SCORE_MARGIN / 20
+
+
 def test_beam_answers_are_the_worlds_and_width_helps():
     """Every found answer is accepted and priced by ``world.rollout``; a wider beam of the same
     ranking never answers dearer (its beam contains the narrower one's paths only up to ties, so

@@ -11,12 +11,22 @@ Per depth, for all agents' beam nodes at once:
 1. ``expand(nodes, cand)`` gives a key per (node, candidate) step (higher is better; ``-inf``: not
    taken) and optionally a new recurrent memory per node (the encoder-decoder's hidden state);
 2. each node's ``width`` best steps, plus (when the candidates carry classifier scores) its
-   cheapest step whose child the score calls accepted, are applied with ``world.apply`` (exact
-   transitions and step prices) and the children are decided by ``world.accepts`` (one classifier
-   call for all of them: validity never rests on an estimate);
+   cheapest step whose child the score calls accepted, become children, priced by the
+   candidates' step costs (the world's own transition rules, bit-equal to ``world.apply``'s);
 3. accepted children are completions: the cheapest per agent so far is kept; rejected children
    whose path already costs at least that are pruned (prices are >= 0, a longer path only costs
-   more); of the rest, the ``width`` best keys per agent form the next beam.
+   more); of the rest, the ``width`` best keys per agent form the next beam, and only these are
+   applied with ``world.apply`` (exact transitions).
+
+Which children are accepted: without candidate scores, every child is applied and decided by
+``world.accepts``. With them (the default), a child whose candidate score is farther than
+:data:`SCORE_MARGIN` (relative) from the decision boundary is decided by its sign, and only the
+children within the margin are applied and decided by ``world.accepts``: the incremental float32
+scores (exact ``world.score`` for other models) differ from ``world.score`` by < 1e-5 relative
+on the bundled worlds (100x below the margin; ``tests/test_sequential_search.py``), so this only
+saves applying and scoring the ``width`` x ``width`` children per agent. The returned answer's
+validity never rests on an estimate either way: the caller prices and decides it again with
+``world.rollout``.
 
 The answer is priced again by ``world.rollout`` (consequences and discounts in order), as every
 sequential answer is. An agent with no completion within ``max_steps`` gets its greedy fallback
@@ -32,6 +42,10 @@ import numpy as np
 
 from envs.sequential import SequentialWorld
 from envs.sequential_env import Candidates, FlatGrid, candidates
+
+#: Relative distance of a candidate's float32 decision score from 0 within which the beam decides
+#: acceptance by the world's classifier instead (see the module doc).
+SCORE_MARGIN = 1e-3
 
 
 @dataclass
@@ -96,17 +110,23 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
             break
         parts = [_expand_chunk(world, grid, expand, nodes, s, min(s + chunk, len(nodes.agent)), width,
                                score_children) for s in range(0, len(nodes.agent), chunk)]
-        rows, ks, keys = (np.concatenate(z) for z in zip(*parts, strict=True))
+        rows, ks, keys, step_cost, est = (np.concatenate(z) for z in zip(*parts, strict=True))
         # a node's free completion may also be among its top steps: each (node, step) once
         _, first = np.unique(rows * grid.size + ks, return_index=True)
-        rows, ks, keys = rows[first], ks[first], keys[first]
+        rows, ks, keys, step_cost, est = rows[first], ks[first], keys[first], step_cost[first], est[first]
         expanded += len(rows)
         if len(rows) == 0:
             break
         a, v = grid.action[ks], grid.value[ks]
-        tr = world.apply(nodes.states[rows], a, v)
-        cost = nodes.cost[rows] + np.where(tr.ok, tr.cost, np.inf)
-        accepted = tr.ok & world.accepts(tr.states)
+        cost = nodes.cost[rows] + step_cost  # candidates are allowed steps: finite, world-priced
+        applied = np.abs(est) <= SCORE_MARGIN * np.maximum(1.0, np.abs(est))  # est 0: not scored
+        states = np.empty((len(rows), X0.shape[1]))
+        accepted = est > 0
+        if applied.any():  # decided by the world's classifier
+            tr = world.apply(nodes.states[rows[applied]], a[applied], v[applied])
+            states[applied] = tr.states
+            accepted[applied] = tr.ok & world.accepts(tr.states)
+            cost[applied] = nodes.cost[rows[applied]] + np.where(tr.ok, tr.cost, np.inf)
         agent = nodes.agent[rows]
         cA, cV = path_A[rows], path_V[rows]
         cA[:, t], cV[:, t] = a, v
@@ -118,13 +138,16 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
             best[agent[win]] = cost[win]
             best_A[agent[win]], best_V[agent[win]] = cA[win], cV[win]
         # the next beam: rejected children cheaper than their agent's best completion so far
-        alive = np.flatnonzero(tr.ok & ~accepted & (cost < best[agent]))
+        alive = np.flatnonzero(~accepted & (cost < best[agent]))
         if len(alive) == 0 or t + 1 == T:
             break
         sel = alive[top_per_group(agent[alive], keys[alive], width)]
+        todo = sel[~applied[sel]]  # only the next beam's children are needed as states
+        if len(todo):
+            states[todo] = world.apply(nodes.states[rows[todo]], a[todo], v[todo]).states
         used = nodes.used[rows[sel]].copy()
         used[np.arange(len(sel)), a[sel]] = True
-        nodes = Nodes(agent[sel], tr.states[sel], used, nodes.steps[rows[sel]] + 1, cost[sel], keys[sel], ks[sel],
+        nodes = Nodes(agent[sel], states[sel], used, nodes.steps[rows[sel]] + 1, cost[sel], keys[sel], ks[sel],
                       None if nodes.memory is None else nodes.memory[rows[sel]])
         path_A, path_V = cA[sel], cV[sel]
     found = np.isfinite(best)
@@ -140,9 +163,10 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
 
 
 def _expand_chunk(world: SequentialWorld, grid: FlatGrid, expand: Expand, nodes: Nodes, s: int, e: int, width: int,
-                  score_children: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  score_children: bool) -> tuple[np.ndarray, ...]:
     """Nodes ``s:e``: their ``width`` best steps by key, plus each one's cheapest step whose child
-    the candidates' scores call accepted; as (node row, flat step, child key)."""
+    the candidates' scores call accepted; as (node row, flat step, child key, step cost, the
+    child's candidate score: 0 where not computed)."""
     part = nodes.take(np.arange(s, e))
     cand = candidates(world, grid, part.states, part.used, score=score_children)
     keys, mem = expand(part, cand)
@@ -158,4 +182,5 @@ def _expand_chunk(world: SequentialWorld, grid: FlatGrid, expand: Expand, nodes:
         acc = np.where(cand.accepted, cand.cost, np.inf)
         has = np.flatnonzero(np.isfinite(acc.min(1)))
         rows, ks = np.r_[rows, has], np.r_[ks, acc.argmin(1)[has]]
-    return rows + s, ks, keys[rows, ks]
+    est = cand.score[rows, ks] if score_children else np.zeros(len(rows))
+    return rows + s, ks, keys[rows, ks], cand.cost[rows, ks], est
