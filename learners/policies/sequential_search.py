@@ -24,12 +24,10 @@ Which children are accepted: without candidate scores, every child is applied an
 children within the margin are applied and decided by ``world.accepts``: the incremental float32
 scores (exact ``world.score`` for other models) differ from ``world.score`` by < 1e-5 relative
 on the bundled worlds (100x below the margin; ``tests/test_sequential_search.py``), so this only
-saves applying and scoring the ``width`` x ``width`` children per agent. The returned answer's
-validity never rests on an estimate either way: the caller prices and decides it again with
-``world.rollout``.
+saves applying and scoring the ``width`` x ``width`` children per agent.
 
-The answer is priced again by ``world.rollout`` (consequences and discounts in order), as every
-sequential answer is. An agent with no completion within ``max_steps`` gets its greedy fallback
+The answer is priced and decided again by ``world.rollout`` (consequences and discounts in order),
+as every sequential answer is: its validity never rests on an estimate. An agent with no completion within ``max_steps`` gets its greedy fallback
 (``fallback``: the policy's own rollout) or an empty, invalid answer: no recourse found.
 """
 
