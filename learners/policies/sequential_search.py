@@ -26,9 +26,10 @@ scores (exact ``world.score`` for other models) differ from ``world.score`` by <
 on the bundled worlds (100x below the margin; ``tests/test_sequential_search.py``), so this only
 saves applying and scoring the ``width`` x ``width`` children per agent.
 
-The answer is priced and decided again by ``world.rollout`` (consequences and discounts in order),
-as every sequential answer is: its validity never rests on an estimate. An agent with no completion within ``max_steps`` gets its greedy fallback
-(``fallback``: the policy's own rollout) or an empty, invalid answer: no recourse found.
+The answer is priced and decided again by ``world.rollout`` (consequences and discounts in
+order), as every sequential answer is: its validity never rests on an estimate. An agent with no
+completion within ``max_steps`` gets its greedy fallback (``fallback``: the policy's own rollout)
+or an empty, invalid answer: no recourse found.
 """
 
 from __future__ import annotations
@@ -117,14 +118,13 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
             break
         a, v = grid.action[ks], grid.value[ks]
         cost = nodes.cost[rows] + step_cost  # candidates are allowed steps: finite, world-priced
-        applied = np.abs(est) <= SCORE_MARGIN * np.maximum(1.0, np.abs(est))  # est 0: not scored
+        by_world = np.abs(est) <= SCORE_MARGIN * np.maximum(1.0, np.abs(est))  # est 0: not scored
         states = np.empty((len(rows), X0.shape[1]))
         accepted = est > 0
-        if applied.any():  # decided by the world's classifier
-            tr = world.apply(nodes.states[rows[applied]], a[applied], v[applied])
-            states[applied] = tr.states
-            accepted[applied] = tr.ok & world.accepts(tr.states)
-            cost[applied] = nodes.cost[rows[applied]] + np.where(tr.ok, tr.cost, np.inf)
+        if by_world.any():  # applied and judged by the world's classifier
+            tr = world.apply(nodes.states[rows[by_world]], a[by_world], v[by_world])
+            states[by_world] = tr.states
+            accepted[by_world] = tr.ok & world.accepts(tr.states)
         agent = nodes.agent[rows]
         cA, cV = path_A[rows], path_V[rows]
         cA[:, t], cV[:, t] = a, v
@@ -140,7 +140,7 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
         if len(alive) == 0 or t + 1 == T:
             break
         sel = alive[top_per_group(agent[alive], keys[alive], width)]
-        todo = sel[~applied[sel]]  # only the next beam's children are needed as states
+        todo = sel[~by_world[sel]]  # only the next beam's children are needed as states
         if len(todo):
             states[todo] = world.apply(nodes.states[rows[todo]], a[todo], v[todo]).states
         used = nodes.used[rows[sel]].copy()
