@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.configs:
         cfg = load_sequential_config(path)
         t1 = time.perf_counter()
-        run_dir = train_sequential(cfg, progress=False)
+        run_dir = train_sequential(cfg, progress=True)
         res = evaluate_sequential(run_dir)
         res["seconds"] = round(time.perf_counter() - t1, 1)
         figs = plots(res, out.with_suffix(""))

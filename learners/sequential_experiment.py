@@ -112,7 +112,8 @@ def train_sequential(cfg: SequentialExperimentConfig, progress: bool = True, log
                 log(f"  {spec.label} [seed {seed}]: already trained, skipped")
                 continue
             t1 = time.perf_counter()
-            model = build_generator(spec.method, spec.params).fit(train, None, sequential_context(world, seed))
+            ctx = sequential_context(world, seed, run_dir=run_dir, progress=progress)
+            model = build_generator(spec.method, spec.params).fit(train, None, ctx)
             model.save(out)
             seconds = time.perf_counter() - t1
             (out / "train_info.json").write_text(json.dumps({"train_seconds": seconds, "train_agents": len(train)}))

@@ -104,6 +104,8 @@ def test_sequential_config(tmp_path):
         build_generator("seq_lookahead", {"depth": 1, "estimate": True})
     with pytest.raises(ValueError, match="expert"):
         build_generator("seq_bc", {"expert": "oracle"})
+    with pytest.raises(ValueError, match="dagger_iters"):
+        build_generator("seq_bc", {"expert": "exact", "dagger_iters": 1})
     assert "seq_encoder_decoder" in {p.method for p in cfg.policies} and set(cfg.beam_policies) <= {
         p.label for p in cfg.policies}
     bad.write_text("name: x\nworld: adult\npolicies: [{method: seq_bc}]\nbeam_policies: [nope]\n")
@@ -223,3 +225,35 @@ def test_losses_to_a_reference():
     section = where_raw_policies_lose(res)
     assert section[0].endswith("the two-step lookahead:") and section[2].startswith("**policy seed0** against")
     assert where_raw_policies_lose({"models": {"policy seed0": res["models"]["policy seed0"]}}) == []
+
+
+def test_exact_expert_targets(labelled, tmp_path, monkeypatch):
+    """With ``expert="exact"`` the relabelled target of each agent is the cheaper of its label and
+    the exact grid reference's answer (priced by the world), the recombined agents get the exact
+    answers, and the labels are kept under the run dir: a second fit with another seed but the same
+    ``data_seed`` recombines the same agents and solves nothing again."""
+    from learners.policies.sequential import SequentialBCParams, expert_answers, expert_targets
+    from learners.sequential_experiment import exact_reference
+
+    world, lab = labelled
+    p = SequentialBCParams(expert="exact", expert_jobs=1)
+    answers = expert_answers(world, p, sequential_context(world, run_dir=tmp_path), 8, 64)
+    X, A, V = lab.X[:8], lab.actions[:8], lab.values[:8]
+    Xt, At, Vt, info = expert_targets(world, answers, X, A, V, relabel=True, augment=0, rng=np.random.default_rng(0))
+    exact = exact_reference(world, X)["cost"]
+    own = world.rollout(X, A, V).cost
+    np.testing.assert_allclose(world.rollout(Xt, At, Vt).cost, np.minimum(own, exact), rtol=1e-12)
+    assert info["relabelled_by_expert"] == int((exact < own - 1e-12).sum())
+
+    params = {"bc_epochs": 1, "expert": "exact", "expert_jobs": 1, "augment_agents": 4, "data_seed": 3}
+    first = build_generator("seq_bc", params).fit(lab, None, sequential_context(world, 0, run_dir=tmp_path))
+    assert first.fit_info_["bc"]["augmented_agents"] > 0
+    dirs = sorted((tmp_path / "expert_labels").iterdir())
+    from solvers.sequential import ExactSequenceSearch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the exact expert's labels should have been reused")
+    monkeypatch.setattr(ExactSequenceSearch, "_solve", refuse)
+    again = build_generator("seq_bc", params).fit(lab, None, sequential_context(world, 1, run_dir=tmp_path))
+    assert sorted((tmp_path / "expert_labels").iterdir()) == dirs
+    assert again.fit_info_["bc"]["augmented_agents"] == first.fit_info_["bc"]["augmented_agents"]

@@ -38,8 +38,12 @@ and ``config.json``; no pickles (the sb3 model is not saved: it is not needed to
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -98,8 +102,30 @@ class SequentialRolloutParams:
             raise ValueError("num_threads: must be >= 0; rollout_chunk: must be >= 1")
 
 
+#: Teachers of the imitation targets: the greedy lookaheads' rollouts, or the exact grid reference.
+EXPERTS = ("lookahead2", "lookahead1", "exact")
+
+
 @dataclass
-class SequentialPolicyParams(SequentialRolloutParams):
+class ExpertParams:
+    """Where the imitation targets come from (the BC policies and the encoder-decoder)."""
+
+    expert: str = "lookahead2"  # teacher of the extra targets below: one of EXPERTS ("exact": ExactSequenceSearch)
+    expert_relabel: bool = False  # target per training agent: the cheaper of its label and the expert's answer
+    augment_agents: int = 0  # extra training agents recombined from the training agents, labelled by the expert
+    expert_max_length: int = 3  # "exact": the longest sequence the exact expert searches
+    expert_jobs: int = 2  # "exact": processes labelling (chunks kept under the run dir: a rerun resumes)
+    data_seed: int | None = None  # seed of the model-selection split and the recombined agents (None: the fit's)
+
+    def check_expert(self) -> None:
+        if self.expert not in EXPERTS:
+            raise ValueError(f"expert: expected one of {EXPERTS}, got {self.expert!r}")
+        require_at_least(self, 0, "augment_agents")
+        require_at_least(self, 1, "expert_max_length", "expert_jobs")
+
+
+@dataclass
+class SequentialPolicyParams(SequentialRolloutParams, ExpertParams):
     """Hyperparameters of the learned sequential policies (MaskablePPO and BC)."""
 
     total_timesteps: int = 20_000  # environment steps of PPO (0: no RL)
@@ -126,9 +152,6 @@ class SequentialPolicyParams(SequentialRolloutParams):
     val_fraction: float = 0.1  # share of training agents held out for model selection
     keep_best: bool = True  # end with the held-out best weights (validity, mean cost)
     val_augment: int = 0  # extra model-selection agents recombined from the training agents (never trained on)
-    expert: str = "lookahead2"  # teacher of the extra BC data below: "lookahead2" or "lookahead1"
-    expert_relabel: bool = False  # BC target per training agent: the cheaper of its label and the expert's rollout
-    augment_agents: int = 0  # extra training agents recombined from the training agents, labelled by the expert
     dagger_iters: int = 0  # DAgger rounds: label the states the policy visits with the expert's step, retrain
     dagger_epochs: int = 20  # BC epochs on the aggregated data after each DAgger round
 
@@ -143,11 +166,12 @@ class SequentialPolicyParams(SequentialRolloutParams):
             raise ValueError("total_timesteps, bc_epochs: both 0, nothing would be trained")
         if not 0 < self.gamma <= 1 or not 0 < self.val_fraction < 1 or not self.reward_scale > 0:
             raise ValueError("gamma: in (0, 1]; val_fraction: in (0, 1); reward_scale: > 0")
-        if self.expert not in ("lookahead1", "lookahead2"):
-            raise ValueError(f"expert: expected 'lookahead1' or 'lookahead2', got {self.expert!r}")
-        require_at_least(self, 0, "augment_agents", "dagger_iters", "dagger_epochs", "val_augment")
+        self.check_expert()
+        require_at_least(self, 0, "dagger_iters", "dagger_epochs", "val_augment")
         if (self.augment_agents or self.dagger_iters or self.expert_relabel) and not self.bc_epochs:
             raise ValueError("augment_agents, dagger_iters, expert_relabel: need bc_epochs > 0")
+        if self.dagger_iters and self.expert == "exact":
+            raise ValueError("dagger_iters: DAgger needs a step expert ('lookahead1' or 'lookahead2'), not 'exact'")
 
 
 @dataclass
@@ -428,30 +452,60 @@ def heldout_split(world: SequentialWorld, X: np.ndarray, rows: np.ndarray, val: 
     return Xv, rows
 
 
-def expert_targets(world: SequentialWorld, expert: Any, X: np.ndarray, A: np.ndarray, V: np.ndarray, *,
-                   relabel: bool, augment: int, rng: np.random.Generator, max_steps: int, chunk: int
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
-    """Imitation targets from the sequencer's labels ``(X, A, V)`` and an ``expert`` chooser (the
-    greedy lookahead): with ``relabel`` each agent's target is the cheaper of its label and the
-    expert's rollout; ``augment`` adds that many agents recombined from ``X``
-    (:func:`recombined_agents`) with the expert's accepted rollouts as targets."""
+def expert_answers(world: SequentialWorld, p: ExpertParams, ctx: FitContext, max_steps: int, chunk: int
+                   ) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The teacher ``p.expert`` as a function of agents ``X`` -> (accepted, actions, values): the
+    greedy lookahead's batched rollouts, or the exact grid reference (``ExactSequenceSearch`` of
+    <= ``p.expert_max_length`` steps, about 0.4 s per German agent) labelling on ``p.expert_jobs``
+    processes through :func:`data_gen.sequence_labels.label_sequences`. Its chunks are kept under
+    ``ctx.run_dir/expert_labels/<key of the world, agents and length>``: an interrupted fit resumes
+    there, and another seed or model with the same agents (same ``data_seed``) reuses them."""
+    if p.expert != "exact":
+        choose = lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2)
+
+        def lookahead(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            r = rollout(world, choose, X, max_steps, chunk)
+            return r.accepted, r.sets, r.values
+        return lookahead
+
+    def exact(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        from data_gen.sequence_labels import label_sequences
+        from solvers.sequential import ExactSequenceSearch
+
+        X = np.ascontiguousarray(X, dtype=float)
+        key = hashlib.sha256(f"{world.fingerprint()}|{p.expert_max_length}|{X.shape}".encode() + X.tobytes())
+        with (contextlib.nullcontext(ctx.run_dir) if ctx.run_dir is not None else tempfile.TemporaryDirectory()) as root:
+            labels = label_sequences(world, X, Path(root) / "expert_labels" / key.hexdigest()[:16],
+                                     ExactSequenceSearch(max_length=p.expert_max_length), n_jobs=p.expert_jobs,
+                                     progress=ctx.progress)
+        return labels.ok, labels.actions, labels.values
+    return exact
+
+
+def expert_targets(world: SequentialWorld, answers: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+                   X: np.ndarray, A: np.ndarray, V: np.ndarray, *, relabel: bool, augment: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """Imitation targets from the sequencer's labels ``(X, A, V)`` and an expert's ``answers``
+    (:func:`expert_answers`): with ``relabel`` each agent's target is the cheaper of its label and
+    the expert's answer (both priced by the world); ``augment`` adds that many agents recombined
+    from ``X`` (:func:`recombined_agents`) with the expert's accepted answers as targets."""
     info: dict[str, int] = {}
     A, V = A.copy(), V.copy()
     if relabel:
-        r = rollout(world, expert, X, max_steps, chunk)
-        own = world.rollout(X, A, V).cost
-        better = r.accepted & (r.cost < own - 1e-12)
-        A, V = _pad_to(A, r.sets.shape[1]), _pad_to(V, r.sets.shape[1], np.nan)
-        A[better], V[better] = _pad_to(r.sets, A.shape[1])[better], _pad_to(r.values, A.shape[1], np.nan)[better]
+        ok, EA, EV = answers(X)
+        better = ok & (world.rollout(X, EA, EV).cost < world.rollout(X, A, V).cost - 1e-12)
+        w = max(A.shape[1], EA.shape[1])
+        A, V = _pad_to(A, w), _pad_to(V, w, np.nan)
+        A[better], V[better] = _pad_to(EA, w)[better], _pad_to(EV, w, np.nan)[better]
         info["relabelled_by_expert"] = int(better.sum())
     if augment:
         Xs = recombined_agents(world, X, augment, rng)
-        r = rollout(world, expert, Xs, max_steps, chunk)
-        w = max(A.shape[1], r.sets.shape[1])
-        X = np.concatenate([X, Xs[r.accepted]])
-        A = np.concatenate([_pad_to(A, w), _pad_to(r.sets[r.accepted], w)])
-        V = np.concatenate([_pad_to(V, w, np.nan), _pad_to(r.values[r.accepted], w, np.nan)])
-        info["augmented_agents"] = int(r.accepted.sum())
+        ok, EA, EV = answers(Xs)
+        w = max(A.shape[1], EA.shape[1])
+        X = np.concatenate([X, Xs[ok]])
+        A = np.concatenate([_pad_to(A, w), _pad_to(EA[ok], w)])
+        V = np.concatenate([_pad_to(V, w, np.nan), _pad_to(EV[ok], w, np.nan)])
+        info["augmented_agents"] = int(ok.sum())
     return X, A, V, info
 
 
@@ -558,7 +612,7 @@ class SequentialPolicy(_SequentialGenerator):
         t0 = time.perf_counter()
         X = world.validate(train.X, name="train.X")
         rows = np.flatnonzero(~world.accepts(X))
-        rng = np.random.default_rng(ctx.seed)
+        rng = np.random.default_rng(ctx.seed if p.data_seed is None else p.data_seed)
         Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng, p.val_augment, ctx.seed + 7919)
         if len(rows) == 0:
             raise ValueError("train: no rejected agent to learn from")
@@ -643,11 +697,10 @@ class SequentialPolicy(_SequentialGenerator):
         rows = rows[ok[rows]]
         X, A, V = labels.X[rows], labels.actions[rows].copy(), labels.values[rows].copy()
         info: dict[str, Any] = {"agents": int(len(rows))}
-        expert = lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2)
-        rng = np.random.default_rng(ctx.seed)
+        rng = np.random.default_rng(ctx.seed if p.data_seed is None else p.data_seed)
         t0 = time.perf_counter()
-        X, A, V, more = expert_targets(world, expert, X, A, V, relabel=p.expert_relabel, augment=p.augment_agents,
-                                       rng=rng, max_steps=T, chunk=p.rollout_chunk)
+        X, A, V, more = expert_targets(world, expert_answers(world, p, ctx, T, p.rollout_chunk), X, A, V,
+                                       relabel=p.expert_relabel, augment=p.augment_agents, rng=rng)
         info.update(more)
         info["expert_seconds"] = round(time.perf_counter() - t0, 2)
         obs, tgt, masks, ret = self._pairs(X, A, V)
@@ -660,6 +713,7 @@ class SequentialPolicy(_SequentialGenerator):
             k, _ = expert(Xb, used, steps, cand)
             seen.append((observations(world, Xb, used, steps, T, cand), k, cand.mask.copy()))
 
+        expert = lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2)
         for it in range(p.dagger_iters):
             t1 = time.perf_counter()
             seen.clear()
@@ -860,7 +914,9 @@ class SequentialLookahead(_SequentialGenerator):
         return expand
 
 
-def sequential_context(world: SequentialWorld, seed: int = 0, run_dir: Path | None = None) -> FitContext:
-    """The :class:`FitContext` of a sequential world (``world`` is what the policies read)."""
+def sequential_context(world: SequentialWorld, seed: int = 0, run_dir: Path | None = None,
+                       progress: bool = False) -> FitContext:
+    """The :class:`FitContext` of a sequential world (``world`` is what the policies read; ``run_dir``
+    keeps the exact expert's labels, ``progress`` shows their progress bar)."""
     return FitContext(world.n_features, world.n_actions, world.n_actions, action_names=world.action_names,
-                      seed=seed, run_dir=run_dir, progress=False, world=world)  # type: ignore[arg-type]
+                      seed=seed, run_dir=run_dir, progress=progress, world=world)  # type: ignore[arg-type]

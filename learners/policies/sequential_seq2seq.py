@@ -40,14 +40,15 @@ from envs.sequential_env import OBS_CLIP, FlatGrid, candidates, scale_states
 from learners.base import FitContext, register, require_at_least
 from learners.policies.sequential import (
     MASKED_LOGIT,
+    ExpertParams,
     SequencePrediction,
     SequentialRolloutParams,
     _finish,
     _mlp,
     _SequentialGenerator,
+    expert_answers,
     expert_targets,
     heldout_split,
-    lookahead_choose,
     masked_log_softmax,
 )
 from learners.policies.sequential_search import Nodes, beam_search
@@ -55,7 +56,7 @@ from learners.torch_training import torch_threads
 
 
 @dataclass
-class SequentialSeq2SeqParams(SequentialRolloutParams):
+class SequentialSeq2SeqParams(SequentialRolloutParams, ExpertParams):
     """Hyperparameters of the full-action encoder-decoder."""
 
     hidden: tuple[int, ...] = (128,)  # widths of the encoder MLP (x -> initial GRU state)
@@ -72,9 +73,6 @@ class SequentialSeq2SeqParams(SequentialRolloutParams):
     val_augment: int = 0  # extra model-selection agents recombined from the training agents (never trained on)
     select_width: int = 1  # beam width of the held-out decodes that select the epoch (1: the greedy decode)
     keep_best: bool = True  # end with the held-out best weights (validity, mean cost)
-    expert: str = "lookahead2"  # teacher of the extra targets below: "lookahead2" or "lookahead1"
-    expert_relabel: bool = False  # target per training agent: the cheaper of its label and the expert's rollout
-    augment_agents: int = 0  # extra training agents recombined from the training agents, labelled by the expert
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -86,9 +84,8 @@ class SequentialSeq2SeqParams(SequentialRolloutParams):
             raise ValueError("learning_rate: must be > 0; weight_decay: must be >= 0")
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction: must be in (0, 1), got {self.val_fraction}")
-        if self.expert not in ("lookahead1", "lookahead2"):
-            raise ValueError(f"expert: expected 'lookahead1' or 'lookahead2', got {self.expert!r}")
-        require_at_least(self, 0, "augment_agents", "val_augment")
+        self.check_expert()
+        require_at_least(self, 0, "val_augment")
 
 
 def decoder_state(world: SequentialWorld, X: np.ndarray) -> np.ndarray:
@@ -192,13 +189,12 @@ class SequentialEncoderDecoder(_SequentialGenerator):
         rows = np.flatnonzero(ok & ~world.accepts(X))
         if len(rows) < 2:
             raise ValueError(f"train: {len(rows)} rejected agents with a label; need at least 2")
-        rng = np.random.default_rng(ctx.seed)
+        rng = np.random.default_rng(ctx.seed if p.data_seed is None else p.data_seed)
         Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng, p.val_augment, ctx.seed + 7919)
         T = self._max_steps()
-        Xt, A, V, info = expert_targets(
-            world, lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2),
-            X[rows], train.actions[rows], train.values[rows], relabel=p.expert_relabel,
-            augment=p.augment_agents, rng=rng, max_steps=T, chunk=p.rollout_chunk)
+        Xt, A, V, info = expert_targets(world, expert_answers(world, p, ctx, T, p.rollout_chunk), X[rows],
+                                        train.actions[rows], train.values[rows], relabel=p.expert_relabel,
+                                        augment=p.augment_agents, rng=rng)
         torch.manual_seed(ctx.seed)
         with torch_threads(p.num_threads):
             self.net_ = self._build()
