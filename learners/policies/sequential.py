@@ -456,7 +456,7 @@ def expert_answers(world: SequentialWorld, p: ExpertParams, ctx: FitContext, max
                    ) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The teacher ``p.expert`` as a function of agents ``X`` -> (accepted, actions, values): the
     greedy lookahead's batched rollouts, or the exact grid reference (``ExactSequenceSearch`` of
-    <= ``p.expert_max_length`` steps, about 0.4 s per German agent) labelling on ``p.expert_jobs``
+    <= ``p.expert_max_length`` steps, 0.4-1 s per German agent on one core) labelling on ``p.expert_jobs``
     processes through :func:`data_gen.sequence_labels.label_sequences`. Its chunks are kept under
     ``ctx.run_dir/expert_labels/<key of the world, agents and length>``: an interrupted fit resumes
     there, and another seed or model with the same agents (same ``data_seed``) reuses them."""

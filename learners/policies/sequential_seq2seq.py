@@ -15,7 +15,7 @@ the way the capability world's full-action generator does, and every answer is t
 decided by the world.
 
 Training is teacher-forced cross-entropy on the sequencer's cheapest sequences (optionally with
-the greedy lookahead's sequences of recombined agents, :func:`expert_targets`); the held-out
+the greedy lookahead's or the exact reference's sequences of recombined agents, :func:`expert_targets`); the held-out
 share of the training agents (plus ``val_augment`` recombined agents) selects the epoch (validity,
 then mean cost of the greedy decode, or of the beam of width ``select_width``).
 Decoding: greedy (``beam_width`` 1: the raw rollout) or the verified beam search of
