@@ -123,6 +123,10 @@ class ExpertParams:
         require_at_least(self, 0, "augment_agents")
         require_at_least(self, 1, "expert_max_length", "expert_jobs")
 
+    def data_rng(self, fit_seed: int) -> np.random.Generator:
+        """The generator of the model-selection split and the recombined agents."""
+        return np.random.default_rng(fit_seed if self.data_seed is None else self.data_seed)
+
 
 @dataclass
 class SequentialPolicyParams(SequentialRolloutParams, ExpertParams):
@@ -612,7 +616,7 @@ class SequentialPolicy(_SequentialGenerator):
         t0 = time.perf_counter()
         X = world.validate(train.X, name="train.X")
         rows = np.flatnonzero(~world.accepts(X))
-        rng = np.random.default_rng(ctx.seed if p.data_seed is None else p.data_seed)
+        rng = p.data_rng(ctx.seed)
         Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng, p.val_augment, ctx.seed + 7919)
         if len(rows) == 0:
             raise ValueError("train: no rejected agent to learn from")
@@ -697,7 +701,7 @@ class SequentialPolicy(_SequentialGenerator):
         rows = rows[ok[rows]]
         X, A, V = labels.X[rows], labels.actions[rows].copy(), labels.values[rows].copy()
         info: dict[str, Any] = {"agents": int(len(rows))}
-        rng = np.random.default_rng(ctx.seed if p.data_seed is None else p.data_seed)
+        rng = p.data_rng(ctx.seed)
         t0 = time.perf_counter()
         X, A, V, more = expert_targets(world, expert_answers(world, p, ctx, T, p.rollout_chunk), X, A, V,
                                        relabel=p.expert_relabel, augment=p.augment_agents, rng=rng)
@@ -707,13 +711,13 @@ class SequentialPolicy(_SequentialGenerator):
         losses = self._fit_pairs(model, obs, tgt, masks, ret, p.bc_epochs, ctx.seed)
         info.update({"pairs": int(len(obs)), "epochs": p.bc_epochs, "final_loss": round(losses[-1], 5)})
         heldout(0, "bc")
+        expert = lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2)  # DAgger's
         seen: list[tuple[np.ndarray, ...]] = []
 
         def record(Xb: np.ndarray, used: np.ndarray, steps: np.ndarray, cand: Any) -> None:
             k, _ = expert(Xb, used, steps, cand)
             seen.append((observations(world, Xb, used, steps, T, cand), k, cand.mask.copy()))
 
-        expert = lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2)
         for it in range(p.dagger_iters):
             t1 = time.perf_counter()
             seen.clear()

@@ -189,7 +189,7 @@ class SequentialEncoderDecoder(_SequentialGenerator):
         rows = np.flatnonzero(ok & ~world.accepts(X))
         if len(rows) < 2:
             raise ValueError(f"train: {len(rows)} rejected agents with a label; need at least 2")
-        rng = np.random.default_rng(ctx.seed if p.data_seed is None else p.data_seed)
+        rng = p.data_rng(ctx.seed)
         Xv, rows = heldout_split(world, X, rows, val, p.val_fraction, rng, p.val_augment, ctx.seed + 7919)
         T = self._max_steps()
         Xt, A, V, info = expert_targets(world, expert_answers(world, p, ctx, T, p.rollout_chunk), X[rows],
