@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envs.sequential_env import default_world
+from envs.sequential_env import FlatGrid, default_world
 from learners.base import Generator, build_generator
 from learners.policies.sequential import SequentialLookahead, sequential_context
 from learners.policies.sequential_search import Nodes, beam_search, top_per_group
@@ -77,7 +77,7 @@ def test_beam_answers_are_the_worlds_and_width_helps():
     X = X[:30]
     la = SequentialLookahead(depth=2, estimate=True).fit(None, None, sequential_context(world))
     raw = la.predict_sequences(X)
-    costs = {}
+    costs, nodes = {}, {}
     for width in (2, 8):
         p = la.predict_sequences(X, beam_width=width)
         assert p.accepted.mean() >= raw.accepted.mean()
@@ -85,7 +85,13 @@ def test_beam_answers_are_the_worlds_and_width_helps():
         np.testing.assert_allclose(r.cost, p.cost)
         np.testing.assert_array_equal(r.ok & world.accepts(r.final), p.accepted)
         costs[width] = p.cost[p.accepted & raw.accepted].sum()
+        # the search's statistics: one root per agent, at most ``width`` nodes per later depth, and
+        # every node computes its whole grid of children
+        nodes[width] = p.search["nodes_per_agent"]
+        assert 1 <= nodes[width] <= 1 + width * (la._max_steps() - 1)
+        assert p.search["scored_per_agent"] == pytest.approx(nodes[width] * FlatGrid.of(world).size)
     assert costs[8] <= costs[2] + 1e-9
+    assert nodes[8] > nodes[2]
     with pytest.raises(ValueError, match="beam_width"):
         la.predict_sequences(X, beam_width=0)
 

@@ -44,7 +44,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -75,6 +75,7 @@ class SequencePrediction(Prediction):
     accepted: np.ndarray  # (B,) the classifier accepts the final state and every condition held
     seconds: float = 0.0  # wall time of the batched rollout
     cpu_seconds: float = 0.0  # CPU time of this process during it (not inflated by a busy machine)
+    search: dict[str, Any] = field(default_factory=dict)  # search statistics: states expanded, children scored
 
 
 def masked_log_softmax(logits: torch.Tensor, mask: np.ndarray) -> np.ndarray:
@@ -365,12 +366,14 @@ def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int |
     A, V = np.full((B, T), -1, np.int64), np.full((B, T), np.nan)
     conf = np.ones(B)
     active = ~world.accepts(Xc)
+    n_nodes = 0  # states whose children were computed
     for t in range(T):
         for s in range(0, B, chunk):
             idx = np.flatnonzero(active[s: s + chunk]) + s
             if len(idx) == 0:
                 continue
             cand = candidates(world, grid, Xc[idx], used[idx], score=need_scores)
+            n_nodes += len(idx)
             has = cand.mask.any(1)
             if not has.all():
                 active[idx[~has]] = False
@@ -388,7 +391,9 @@ def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int |
             active[idx] = ~world.accepts(Xc[idx])
         if not active.any():
             break
-    return _finish(world, X0, A, V, conf, t0, c0)
+    pred = _finish(world, X0, A, V, conf, t0, c0)
+    pred.search = {"nodes_per_agent": n_nodes / max(B, 1), "scored_per_agent": n_nodes * grid.size / max(B, 1)}
+    return pred
 
 
 def _net_chooser(world: SequentialWorld, net: SequentialScorer, max_steps: int) -> Any:
@@ -559,10 +564,12 @@ class _SequentialGenerator(Generator):
             r = self._greedy(Xm)
             return r.sets, r.values, r.accepted
 
-        A, V, _, _ = beam_search(self.world_, self._expand(), X0, width=width, max_steps=self._max_steps(),
-                                 chunk=self.params.rollout_chunk, score_children=self.scores_children,
-                                 memory=self._initial_memory(X0), fallback=fallback)
-        return _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0)
+        A, V, _, stats = beam_search(self.world_, self._expand(), X0, width=width, max_steps=self._max_steps(),
+                                     chunk=self.params.rollout_chunk, score_children=self.scores_children,
+                                     memory=self._initial_memory(X0), fallback=fallback)
+        pred = _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0)
+        pred.search = stats
+        return pred
 
     def _initial_memory(self, X: np.ndarray) -> np.ndarray | None:
         return None

@@ -88,7 +88,9 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
     """Beam search for every agent of ``X`` (see the module doc). ``score_children``: compute the
     candidates' classifier scores (the policy's features, and free completions); ``memory``: the
     ranker's initial memory per agent. Returns the chosen (B, T) actions and values (-1 / NaN
-    padded), whether each agent got a completion, and search statistics."""
+    padded), whether each agent got a completion, and search statistics per agent searched: nodes
+    expanded, children computed and scored (nodes x grid size), children kept as ranked steps or
+    free completions (``expanded_per_agent``)."""
     if width < 1:
         raise ValueError(f"width: must be >= 1, got {width}")
     X0 = world.validate(X, name="X")
@@ -103,10 +105,11 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
     best[start_ok] = 0.0  # already accepted: the empty sequence
     keep = ~start_ok
     nodes, path_A, path_V = nodes.take(np.flatnonzero(keep)), path_A[keep], path_V[keep]
-    expanded = 0
+    expanded = n_nodes = 0
     for t in range(T):
         if len(nodes.agent) == 0:
             break
+        n_nodes += len(nodes.agent)
         parts = [_expand_chunk(world, grid, expand, nodes, s, min(s + chunk, len(nodes.agent)), width,
                                score_children) for s in range(0, len(nodes.agent), chunk)]
         rows, ks, keys, step_cost, est = (np.concatenate(z) for z in zip(*parts, strict=True))
@@ -149,7 +152,10 @@ def beam_search(world: SequentialWorld, expand: Expand, X: np.ndarray, *, width:
                       None if nodes.memory is None else nodes.memory[rows[sel]])
         path_A, path_V = cA[sel], cV[sel]
     found = np.isfinite(best)
-    stats = {"expanded_per_agent": expanded / max(B, 1), "found": int(found.sum())}
+    # a node's expansion computes (and, with scores, classifies) its whole grid of children: the
+    # search's time is about proportional to scored_per_agent
+    stats = {"nodes_per_agent": n_nodes / max(B, 1), "scored_per_agent": n_nodes * grid.size / max(B, 1),
+             "expanded_per_agent": expanded / max(B, 1), "found": int(found.sum())}
     if fallback is not None and not found.all():
         miss = np.flatnonzero(~found)
         fA, fV, fok = fallback(X0[miss])
