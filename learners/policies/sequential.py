@@ -339,14 +339,15 @@ def _sb3_policy_class() -> type:
 
 # ---------------------------------------------------------------------------- batched rollouts
 def _finish(world: SequentialWorld, X0: np.ndarray, A: np.ndarray, V: np.ndarray, conf: np.ndarray,
-            t0: float, c0: float) -> SequencePrediction:
+            t0: float, c0: float, search: dict[str, Any]) -> SequencePrediction:
     """Price the chosen sequences by the world (``world.rollout``: consequences and discounts in
-    order) and decide validity by its classifier."""
+    order) and decide validity by its classifier; ``search``: the search's statistics."""
     width = max(int((A >= 0).sum(1).max(initial=0)), 1)
     A, V = A[:, :width], V[:, :width]
     r = world.rollout(X0, A, V)
     accepted = r.ok & world.accepts(r.final)
-    return SequencePrediction(A, conf, V, r.cost, accepted, time.perf_counter() - t0, time.process_time() - c0)
+    return SequencePrediction(A, conf, V, r.cost, accepted, time.perf_counter() - t0, time.process_time() - c0,
+                              search)
 
 
 def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int | None, chunk: int,
@@ -391,9 +392,8 @@ def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int |
             active[idx] = ~world.accepts(Xc[idx])
         if not active.any():
             break
-    pred = _finish(world, X0, A, V, conf, t0, c0)
-    pred.search = {"nodes_per_agent": n_nodes / max(B, 1), "scored_per_agent": n_nodes * grid.size / max(B, 1)}
-    return pred
+    return _finish(world, X0, A, V, conf, t0, c0,
+                   {"nodes_per_agent": n_nodes / max(B, 1), "scored_per_agent": n_nodes * grid.size / max(B, 1)})
 
 
 def _net_chooser(world: SequentialWorld, net: SequentialScorer, max_steps: int) -> Any:
@@ -567,9 +567,7 @@ class _SequentialGenerator(Generator):
         A, V, _, stats = beam_search(self.world_, self._expand(), X0, width=width, max_steps=self._max_steps(),
                                      chunk=self.params.rollout_chunk, score_children=self.scores_children,
                                      memory=self._initial_memory(X0), fallback=fallback)
-        pred = _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0)
-        pred.search = stats
-        return pred
+        return _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0, stats)
 
     def _initial_memory(self, X: np.ndarray) -> np.ndarray | None:
         return None

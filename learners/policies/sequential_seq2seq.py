@@ -315,9 +315,7 @@ class SequentialEncoderDecoder(_SequentialGenerator):
         A, V, _, stats = beam_search(self.world_, self._expand(), X0, width=1, max_steps=self._max_steps(),
                                      chunk=self.params.rollout_chunk, score_children=False,
                                      memory=self._initial_memory(X0))
-        pred = _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0)
-        pred.search = stats
-        return pred
+        return _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0, stats)
 
     def _chooser(self) -> Any:  # decoding goes through _greedy / _beam, not a per-step chooser
         raise NotImplementedError
