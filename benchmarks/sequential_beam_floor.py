@@ -40,7 +40,7 @@ from data_gen.sequence_labels import SequenceLabelSet  # noqa: E402
 from envs.sequential import SequentialWorld  # noqa: E402
 from envs.sequential_env import _mlp_tail  # noqa: E402
 from learners.base import Generator  # noqa: E402
-from learners.sequential_experiment import load_sequential_config  # noqa: E402
+from learners.sequential_experiment import load_sequential_config, versus  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -56,10 +56,9 @@ def _best_cpu(fn: Any, repeats: int) -> tuple[float, Any]:
     return best, out
 
 
-def _ratio(cost: np.ndarray, ok: np.ndarray, ref_cost: np.ndarray, ref_ok: np.ndarray) -> float:
-    """Summed cost over the agents where both answers are valid, divided by the reference's."""
-    both = ok & ref_ok
-    return float(cost[both].sum() / ref_cost[both].sum())
+def _valid_costs(pred: Any) -> dict[str, Any]:
+    """An answer's costs as :func:`versus` reads them (NaN where the answer is not valid)."""
+    return {"_costs": np.where(pred.accepted, pred.cost, np.nan)}
 
 
 def floor_ms(world: SequentialWorld, net: torch.nn.Module | None, rows: int, repeats: int,
@@ -114,7 +113,7 @@ def measure(run_dir: Path, model: str, seed: int, widths: list[int], baseline: s
         rows = int(round(scored * len(X)))
         fl = floor_ms(world, getattr(policy, "net_", None), rows, repeats)
         row = {"width": width, "cpu_ms_per_agent": 1e3 * cpu / len(X), "validity": float(pred.accepted.mean()),
-               "cost_to_baseline": _ratio(pred.cost, pred.accepted, ref.cost, ref.accepted),
+               "cost_to_baseline": versus(_valid_costs(pred), _valid_costs(ref)),
                "scored_per_agent": scored, "nodes_per_agent": pred.search.get("nodes_per_agent"),
                **{k: v / len(X) for k, v in fl.items()}}
         row["floor_ms_per_agent"] = sum(row.get(k, 0.0) for k in ("classifier_ms", "scorer_ms"))
