@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from data_gen.progress import progress_bar
+from envs.optional import require
 
 ChunkResult = dict[str, np.ndarray]
 ChunkTask = Callable[[Any, Any], ChunkResult]
@@ -126,10 +127,7 @@ def run_chunks(task: ChunkTask, shared: Any, chunks: Sequence[Any], work_dir: st
 
 def ray_init(compute: ComputeConfig) -> Any:
     """Connect to (or start) the Ray cluster of ``compute``; return the ``ray`` module."""
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - depends on the installed extras
-        raise ImportError("compute.backend: 'ray' needs the ray extra (pip install -e '.[ray]')") from None
+    ray = require("ray", "compute.backend: 'ray'")
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if compute.address is None:

@@ -29,14 +29,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
 from envs.capability import CapabilityWorld
-
-try:  # the "rl" extra; without it policies can still be loaded and served (weights.pt)
-    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
-except ImportError:  # pragma: no cover
-    MaskableActorCriticPolicy = None
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 MASKED_LOGIT = -1e8  # logit of a masked action (as sb3-contrib's MaskableCategorical)
@@ -199,33 +195,31 @@ class ActionScorerExtractor(nn.Module):
         return self.critic(f)
 
 
-if MaskableActorCriticPolicy is not None:
+class ActionScoringPolicy(MaskableActorCriticPolicy):
+    """MaskablePPO policy whose actor is a :class:`PerActionScorer` (needs CapabilityFeatures)."""
 
-    class ActionScoringPolicy(MaskableActorCriticPolicy):
-        """MaskablePPO policy whose actor is a :class:`PerActionScorer` (needs CapabilityFeatures)."""
+    def __init__(self, *args: Any, lookahead_prior: bool = True, **kwargs: Any):
+        self.lookahead_prior = lookahead_prior  # read by _build_mlp_extractor during __init__
+        super().__init__(*args, **kwargs)
 
-        def __init__(self, *args: Any, lookahead_prior: bool = True, **kwargs: Any):
-            self.lookahead_prior = lookahead_prior  # read by _build_mlp_extractor during __init__
-            super().__init__(*args, **kwargs)
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {**super()._get_constructor_parameters(), "lookahead_prior": self.lookahead_prior}
 
-        def _get_constructor_parameters(self) -> dict[str, Any]:
-            return {**super()._get_constructor_parameters(), "lookahead_prior": self.lookahead_prior}
+    def _build_mlp_extractor(self) -> None:
+        if not isinstance(self.features_extractor, CapabilityFeatures):
+            raise ValueError("head: 'per_action' needs features 'capability' or 'lookahead'")
+        arch = self.net_arch if isinstance(self.net_arch, dict) else {"pi": self.net_arch, "vf": self.net_arch}
+        act = next(k for k, v in ACTIVATIONS.items() if v is self.activation_fn)
+        self.mlp_extractor = ActionScorerExtractor(self.features_extractor, list(arch["pi"]), list(arch["vf"]), act,
+                                                   prior=self.lookahead_prior)
 
-        def _build_mlp_extractor(self) -> None:
-            if not isinstance(self.features_extractor, CapabilityFeatures):
-                raise ValueError("head: 'per_action' needs features 'capability' or 'lookahead'")
-            arch = self.net_arch if isinstance(self.net_arch, dict) else {"pi": self.net_arch, "vf": self.net_arch}
-            act = next(k for k, v in ACTIVATIONS.items() if v is self.activation_fn)
-            self.mlp_extractor = ActionScorerExtractor(self.features_extractor, list(arch["pi"]), list(arch["vf"]), act,
-                                                       prior=self.lookahead_prior)
-
-        def _build(self, lr_schedule: Any) -> None:
-            super()._build(lr_schedule)
-            self.action_net = nn.Identity()  # the scorer's output is already one logit per action
-            last = self.mlp_extractor.actor.mlp[-1]
-            nn.init.orthogonal_(last.weight, gain=0.01)  # small initial logits, as sb3's action_net
-            nn.init.zeros_(last.bias)
-            self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)
+        self.action_net = nn.Identity()  # the scorer's output is already one logit per action
+        last = self.mlp_extractor.actor.mlp[-1]
+        nn.init.orthogonal_(last.weight, gain=0.01)  # small initial logits, as sb3's action_net
+        nn.init.zeros_(last.bias)
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
 
 class LookaheadScorer(nn.Module):

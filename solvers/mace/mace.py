@@ -32,11 +32,10 @@ BACKENDS = ("milp", "z3")
 
 
 def _z3_backend():
-    """The z3 backend class, imported on use: z3-solver is the optional ``smt`` extra."""
-    try:
-        from solvers.mace.smt import Z3Backend
-    except ImportError as err:
-        raise ImportError(f"backend: 'z3' needs z3-solver (pip install 'recourse-gym[smt]'): {err}") from None
+    """The z3 backend class, imported on use: z3-solver is the optional ``smt`` extra (a missing
+    one raises :class:`envs.optional.MissingExtraError`)."""
+    from solvers.mace.smt import Z3Backend
+
     return Z3Backend
 
 

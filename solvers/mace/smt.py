@@ -21,10 +21,15 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import z3
 
 from envs.models import LinearModel, MLPModel, Tree, TreeEnsemble
+from envs.optional import require
 from solvers.mace.domain import Instance, Outcome, preactivation_bounds
+
+try:
+    import z3
+except ImportError:  # the smt extra: this module still imports; Z3Backend names the extra on use
+    z3 = None
 
 SMALL_DOMAIN = 64  # integer columns with at most this many values + 1 are encoded by enumeration
 
@@ -37,6 +42,8 @@ class Z3Backend:
     """The formula of one instance; ``minimize`` is Algorithm 1 over it."""
 
     def __init__(self, inst: Instance) -> None:
+        if z3 is None:
+            require("z3", "MACE backend: 'z3'")
         self.inst = inst
         self.s = z3.SolverFor("QF_LIRA")  # the logic of every formula here; faster than auto-detection
         self.s.set("random_seed", inst.seed)
