@@ -1,6 +1,10 @@
 """Evaluate a trained run on its held-out split: metrics.json, report.md and plots.
 
-    python evaluate.py runs/NAME [--no-plots]
+    python evaluate.py runs/NAME [--no-plots] [--filters all >10]
+
+Works on every kind of run train.py writes (synthetic, real-data tabular, sequential); it reads the
+run's config.yaml to tell which. Exit status: 0 done, 2 a problem with the input (one line on
+stderr names it: a missing or unfinished run directory, an untrained model), 130 interrupted.
 """
 
 import argparse
@@ -12,9 +16,12 @@ from learners.experiment import evaluate_run
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="a run directory written by train.py")
-    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    p.add_argument("--filters", nargs="+", default=None, help="evaluate only these filters of the run")
+    p.add_argument("--no-plots", action="store_true", help="synthetic runs: skip the PNG plots")
+    p.add_argument("--filters", nargs="+", default=None,
+                   help="synthetic runs: evaluate only these CFE-frequency filters of the run (default: all)")
     args = p.parse_args(argv)
+    from envs.optional import MissingExtraError
+
     try:
         from pathlib import Path
 
@@ -33,9 +40,12 @@ def main(argv=None) -> int:
             print(f"report: {Path(args.run_dir) / 'report.md'}")
             return 0
         evaluate_run(args.run_dir, plots=not args.no_plots, filters=args.filters)
-    except (ValueError, FileNotFoundError) as err:
-        print(err, file=sys.stderr)
+    except (ValueError, FileNotFoundError, MissingExtraError) as err:
+        print(f"evaluate.py: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("evaluate.py: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

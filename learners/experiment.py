@@ -3,12 +3,15 @@
 A run directory ``<output_dir>/<name>/`` holds ``config.yaml``, ``dataset.json`` (where the
 dataset is and its content hash), ``models/<model>/<filter>/seed<k>/`` (weights + config +
 training metrics) and, after evaluation, ``metrics.json``, ``report.md`` and ``plots/``.
-Training is resumable: a model whose directory is complete is not trained again.
+Training is resumable: a model whose directory is complete, and was trained on the same dataset
+with the same method, parameters and split (its ``training_key``), is not trained again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,20 @@ def train_model(cfg: ExperimentConfig, ds: Dataset, spec: MethodConfig, train: A
     return seconds
 
 
+def training_key(cfg: ExperimentConfig, ds: Dataset, spec: MethodConfig, rule: str, seed: int) -> str:
+    """What a trained model depends on (dataset content, method and params, augmentation, split), hashed:
+    a model directory is reused only when its key matches."""
+    what = {"dataset": ds.manifest["content_hash"], "model": spec.model_dump(mode="json"),
+            "augmentation": cfg.augmentation.model_dump(mode="json"),
+            "test_fraction": cfg.evaluation.test_fraction, "filter": rule, "seed": seed}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _trained_key(out: Path) -> str | None:
+    info = out / "train_info.json"
+    return json.loads(info.read_text()).get("key") if info.exists() else None
+
+
 def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) -> Path:
     """Build or reuse the dataset, then train every generator on every filter and seed."""
     t0 = time.perf_counter()
@@ -69,10 +86,15 @@ def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) ->
         for seed in cfg.seeds:
             for spec in cfg.generators + cfg.policies:  # a policy is a generator (greedy rollout)
                 out = model_dir(run_dir, spec, rule, seed)
+                key = training_key(cfg, ds, spec, rule, seed)
                 if (out / "config.json").exists():
-                    log(f"  {spec.label} [{rule}, seed {seed}]: already trained, skipped")
-                    continue
-                seconds = train_model(cfg, ds, spec, train, rule, seed, out, {"augmentation": aug_stats}, progress)
+                    if _trained_key(out) == key:
+                        log(f"  {spec.label} [{rule}, seed {seed}]: already trained, skipped")
+                        continue
+                    log(f"  {spec.label} [{rule}, seed {seed}]: the config or dataset changed, retraining")
+                    shutil.rmtree(out)
+                seconds = train_model(cfg, ds, spec, train, rule, seed, out,
+                                      {"augmentation": aug_stats, "key": key}, progress)
                 log(f"  {spec.label} [{rule}, seed {seed}]: trained on {len(train)} agents "
                     f"in {seconds:.1f}s")
     return run_dir

@@ -168,3 +168,20 @@ def write_report(run_dir: Path, results: dict[str, Any], arrays: dict[str, Any] 
         lines += ["## Plots", ""] + [f"![{n}](plots/{n})" for n in _plots(run_dir, arrays)]
     (run_dir / "report.md").write_text("\n".join(lines) + "\n")
     return table
+
+
+def headline(results: dict[str, Any]) -> list[str]:
+    """One line per model: exact-match accuracy on the held-out agents and time per agent, beside the
+    exact solvers' time measured in the same run (what the main job prints last)."""
+    timing = results.get("timing", {})
+    bnb, ilp = timing.get("exact_bnb_s_per_agent"), timing.get("cvxpy_ilp_s_per_agent")
+    exact = "; ".join(part for part in (
+        f"exact branch and bound {bnb * 1e6:,.1f} µs" if bnb else "",
+        f"CVXPY ILP {ilp * 1e3:,.1f} ms" if ilp else "") if part)
+    lines = []
+    for key, r in results["models"].items():
+        m = r["seeds"][0]
+        lines.append(f"{key}: optimal action set on {r['accuracy_mean']:.1%} of {r['test_agents']:,} held-out agents, "
+                     f"valid on {m['validity']['value']:.1%}, {m['inference_s_per_agent'] * 1e6:,.1f} µs per agent"
+                     + (f" (exact solvers per agent, same run: {exact})" if exact else ""))
+    return lines

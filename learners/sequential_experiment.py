@@ -184,12 +184,20 @@ def policy_metrics(world: SequentialWorld, X: np.ndarray, pred: SequencePredicti
     }
 
 
+def run_labels(run_dir: str | Path) -> dict[str, Any]:
+    """The run's ``labels.json`` (where its labelled agents and world are), or a clear error."""
+    path = Path(run_dir) / "labels.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing (an unfinished sequential run: run train.py on its config first)")
+    return json.loads(path.read_text())
+
+
 def evaluate_sequential(run_dir: str | Path, log=print, repeats: int = 3) -> dict[str, Any]:
     """Evaluate every trained policy of a run on its held-out agents; writes metrics.json and report.md."""
     run_dir = Path(run_dir)
     cfg = parse_model(SequentialExperimentConfig, yaml.safe_load((run_dir / "config.yaml").read_text()),
                       str(run_dir / "config.yaml"))
-    info = json.loads((run_dir / "labels.json").read_text())
+    info = run_labels(run_dir)
     labels = SequenceLabelSet.load(info["path"])
     world = SequentialWorld.load(Path(info["path"]) / "world.json")
     test = np.arange(cfg.test_agents)

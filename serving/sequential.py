@@ -110,12 +110,12 @@ class SequentialService:
         from data_gen.loaders import load_data
         from envs.sequential import SequentialWorld
         from learners.base import Generator
-        from learners.sequential_experiment import SequentialExperimentConfig
+        from learners.sequential_experiment import SequentialExperimentConfig, run_labels
 
         try:
             cfg = parse_model(SequentialExperimentConfig, yaml.safe_load((self.run_dir / "config.yaml").read_text()),
                               str(self.run_dir / "config.yaml"))
-            info = json.loads((self.run_dir / "labels.json").read_text())
+            info = run_labels(self.run_dir)
             world = SequentialWorld.load(Path(info["path"]) / "world.json")
             seed = cfg.seeds[0]
             trained = [s.label for s in cfg.policies

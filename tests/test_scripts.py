@@ -1,6 +1,7 @@
 """Smoke tests: the scripts run end to end on tiny budgets."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,50 @@ def test_bad_config_is_a_clear_error(tmp_path):
     assert "Traceback" not in out.stderr
     missing = _run(str(ROOT / "evaluate.py"), str(tmp_path / "nowhere"), cwd=tmp_path)
     assert missing.returncode == 2 and "not a run directory" in missing.stderr
+
+
+def _one_line_error(out, script: str, *needles: str) -> None:
+    """Exit status 2 and a single stderr line that names the problem: no traceback."""
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2, out.stderr
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert all(n in lines[0] for n in needles), lines[0]
+
+
+def test_help_is_complete(tmp_path):
+    """Every script documents every option it takes, its exit codes, and runs without extras."""
+    for script, options in {"train.py": ["--no-eval", "--quiet", "config"],
+                            "evaluate.py": ["--no-plots", "--filters", "run_dir"],
+                            "serve.py": ["--model", "--port", "--batch-in", "--batch-out", "--ray",
+                                         "--fallback-budget-ms", "--max-batch"]}.items():
+        out = _run(str(ROOT / script), "--help", cwd=tmp_path)
+        assert out.returncode == 0 and out.stdout.startswith("usage:"), out.stderr
+        assert all(o in out.stdout for o in options), (script, out.stdout)
+    for script in ("train.py", "evaluate.py"):
+        assert "Exit status" in _run(str(ROOT / script), "--help", cwd=tmp_path).stdout
+
+
+def test_scripts_fail_politely(tmp_path):
+    """A missing run directory, a config typo and an untrained run: one line and exit status 2."""
+    nowhere = str(tmp_path / "nowhere")
+    _one_line_error(_run(str(ROOT / "train.py"), str(tmp_path / "missing.yaml"), cwd=tmp_path),
+                    "train.py", "missing.yaml", "does not exist")
+    _one_line_error(_run(str(ROOT / "evaluate.py"), nowhere, cwd=tmp_path), "evaluate.py", "not a run directory")
+    _one_line_error(_run(str(ROOT / "serve.py"), nowhere, cwd=tmp_path), "serve.py", "not a trained run directory")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("name: t\ngenerators:\n  - method: named_cfee\n")
+    out = _run(str(ROOT / "train.py"), str(typo), cwd=tmp_path)
+    assert out.returncode == 2 and "named_cfee" in out.stderr and "Traceback" not in out.stderr
+    cfg = _config(tmp_path)
+    assert _run(str(ROOT / "train.py"), str(cfg), "--no-eval", "--quiet", cwd=tmp_path).returncode == 0
+    run = tmp_path / "runs" / "tiny"
+    shutil.rmtree(run / "models")  # an interrupted or untrained run
+    _one_line_error(_run(str(ROOT / "evaluate.py"), str(run), cwd=tmp_path), "evaluate.py", "missing",
+                    "run train.py")
+    _one_line_error(_run(str(ROOT / "serve.py"), str(run), cwd=tmp_path), "serve.py", "not trained")
+    for kind in ("sequential_german", "german_forest"):  # unfinished runs of the other two families
+        d = tmp_path / kind
+        d.mkdir()
+        shutil.copy(ROOT / "configs" / f"{kind}.yaml", d / "config.yaml")
+        _one_line_error(_run(str(ROOT / "evaluate.py"), str(d), cwd=tmp_path), "evaluate.py", "missing")
+        _one_line_error(_run(str(ROOT / "serve.py"), str(d), cwd=tmp_path), "serve.py", "missing")

@@ -168,9 +168,24 @@ def test_flat_grid_sizes():
     assert np.isnan(g.value[g.offsets[w.action_id("Naturalize")]])
 
 
+def _skeleton(v):
+    """A JSON value with every float replaced by its type: the structure a model's weights fill."""
+    if isinstance(v, dict):
+        return {k: _skeleton(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_skeleton(x) for x in v]
+    return "float" if isinstance(v, float) else v
+
+
 @pytest.mark.parametrize("name,n", [("adult", 200), ("german", 197)])
 def test_default_worlds_regenerate(name, n, tmp_path):
-    """The stored default worlds are what data_gen builds (write them anew with RECOURSE_WRITE_ENV_DEFAULTS=1)."""
+    """The stored default worlds are what data_gen builds, up to the black box's last bits.
+
+    The sklearn MLP's weights differ in the last bits from one CPU/BLAS kernel to another, so the
+    shipped JSON is the source of truth and a rebuild is compared by behaviour, never by hash:
+    everything in the definition but the weights is equal, the two models agree on >= 99.5% of the
+    data set's rows, and >= 99% of the stored agents are agents the rebuild draws too (each still
+    rejected by the stored world). Write them anew with RECOURSE_WRITE_ENV_DEFAULTS=1."""
     from data_gen.sequential_worlds import build_sequential, rejected_agents
 
     built = build_sequential(name)
@@ -180,8 +195,16 @@ def test_default_worlds_regenerate(name, n, tmp_path):
     if os.environ.get("RECOURSE_WRITE_ENV_DEFAULTS"):
         save_default_world(DEFAULT_WORLDS_DIR / f"{name}.json", built.world, X)
     world, agents = default_world(name)
-    assert world.fingerprint() == built.world.fingerprint()
-    np.testing.assert_array_equal(agents, X)
+    stored, rebuilt = world.definition(), built.world.definition()
+    assert stored["model"]["kind"] == rebuilt["model"]["kind"]
+    assert {k: v for k, v in stored.items() if k != "model"} == {k: v for k, v in rebuilt.items() if k != "model"}
+    assert _skeleton(stored["model"]) == _skeleton(rebuilt["model"])  # same layers and sizes
+    rows = np.concatenate([built.data.X_train, built.data.X_test])
+    agree = (world.accepts(rows) == built.world.accepts(rows)).mean()
+    assert agree >= 0.995, f"stored and rebuilt models agree on {agree:.4f} of the rows"
+    assert agents.shape == X.shape and not world.accepts(agents).any()
+    shared = (agents[:, None, :] == X[None, :, :]).all(axis=2).any(axis=1).mean()
+    assert shared >= 0.99, f"{shared:.3f} of the stored agents are drawn by the rebuild"
 
 
 @pytest.mark.parametrize("name", ["adult", "german"])
