@@ -122,3 +122,14 @@ def test_main_job_runs_on_a_base_install(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "MCf [all]: optimal action set on" in out.stdout and "exact branch and bound" in out.stdout
     assert "next:" in out.stdout and "python serve.py" in out.stdout
+
+
+def test_readme_python_runs_on_a_base_install(tmp_path):
+    """Every Python block of the README's quick starts runs as written, without extras."""
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text("utf-8"), re.S)
+    assert len(blocks) >= 2
+    for code in blocks:
+        out = _base_python(tmp_path, "-c", code)
+        assert out.returncode == 0, code + out.stderr
