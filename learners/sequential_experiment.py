@@ -26,7 +26,8 @@ from data_gen.sequence_labels import SequenceLabelSet, build_sequence_dataset
 from envs.sequential import SequentialWorld
 from learners.base import Generator, build_generator
 from learners.config import MethodConfig
-from learners.policies.sequential import SequencePrediction, sequential_context
+from learners.policies.sequential import sequential_context
+from learners.policies.sequential_rollout import SequencePrediction
 
 
 class SequentialExperimentConfig(StrictModel):

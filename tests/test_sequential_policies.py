@@ -10,7 +10,8 @@ import pytest
 
 from envs.sequential_env import FlatGrid, candidates, default_world
 from learners.base import Generator, build_generator
-from learners.policies.sequential import SequentialLookahead, lookahead_choose, sequential_context
+from learners.policies.sequential import SequentialLookahead, sequential_context
+from learners.policies.sequential_rollout import lookahead_choose
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +160,7 @@ def test_batched_rollout_equals_env_stepping(labelled):
     import torch
 
     from envs.sequential_env import SequentialEnv
-    from learners.policies.sequential import MASKED_LOGIT
+    from learners.policies.sequential_rollout import MASKED_LOGIT
 
     world, lab = labelled
     model = build_generator("seq_bc", {"bc_epochs": 3, "augment_agents": 10, "dagger_iters": 1, "prior_scale": 5.0,
@@ -183,7 +184,7 @@ def test_batched_rollout_equals_env_stepping(labelled):
 
 
 def test_recombined_agents(labelled):
-    from learners.policies.sequential import recombined_agents
+    from learners.policies.sequential_experts import recombined_agents
 
     world, lab = labelled
     Y = recombined_agents(world, lab.X, 30, np.random.default_rng(0))
@@ -232,7 +233,8 @@ def test_exact_expert_targets(labelled, tmp_path, monkeypatch):
     the exact grid reference's answer (priced by the world), the recombined agents get the exact
     answers, and the labels are kept under the run dir: a second fit with another seed but the same
     ``data_seed`` recombines the same agents and solves nothing again."""
-    from learners.policies.sequential import SequentialBCParams, expert_answers, expert_targets
+    from learners.policies.sequential_experts import expert_answers, expert_targets
+    from learners.policies.sequential_params import SequentialBCParams
     from learners.sequential_experiment import exact_reference
 
     world, lab = labelled

@@ -48,14 +48,9 @@ from learners.policies.ppo import (
     MaskablePPOParams,
     MaskablePPOPolicy,
 )
-from learners.policies.sequential import (
-    SequencePrediction,
-    SequentialBC,
-    SequentialBCPPO,
-    SequentialLookahead,
-    SequentialPolicyParams,
-    SequentialPPO,
-)
+from learners.policies.sequential import SequentialBC, SequentialBCPPO, SequentialLookahead, SequentialPPO
+from learners.policies.sequential_params import SequentialPolicyParams
+from learners.policies.sequential_rollout import SequencePrediction
 from learners.policies.sequential_seq2seq import SequentialEncoderDecoder, SequentialSeq2SeqParams
 
 __all__ = [

@@ -32,19 +32,19 @@ that is accepted, else the step the sequencer takes here") rather than one outpu
 ``eval_freq`` PPO steps the greedy rollout runs on them and the weights with the best (validity,
 mean cost) are kept, the cloned weights included, so fine-tuning never ends worse than BC there.
 
+**Code**: the rollout and its result in :mod:`~learners.policies.sequential_rollout`, the network
+in :mod:`~learners.policies.sequential_net`, the imitation experts and training agents in
+:mod:`~learners.policies.sequential_experts`; this module holds the hyperparameters and the
+generators.
+
 **Persistence**: ``weights.pt`` (state_dict of the scorer, ``weights_only=True``), ``world.json``
 and ``config.json``; no pickles (the sb3 model is not saved: it is not needed to serve).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,255 +54,27 @@ import torch.nn.functional as F
 from torch import nn
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import CANDIDATE_CHANNELS, FlatGrid, candidates, observations
-from learners.base import FitContext, Generator, Prediction, register, require_at_least
+from envs.sequential_env import FlatGrid, candidates, observations
+from learners.base import FitContext, Generator, register
+from learners.policies.sequential_experts import expert_answers, expert_targets, heldout_split
+from learners.policies.sequential_net import SequentialScorer, net_chooser, sb3_policy_class
+from learners.policies.sequential_params import (
+    SequentialBCParams,
+    SequentialBCPPOParams,
+    SequentialLookaheadParams,
+    SequentialPolicyParams,
+    SequentialRolloutParams,
+)
+from learners.policies.sequential_rollout import (
+    MASKED_LOGIT,
+    SequencePrediction,
+    finish_prediction,
+    lookahead_choose,
+    masked_log_softmax,
+    rollout,
+)
 from learners.policies.sequential_search import Nodes, beam_search
-from learners.policies.sequential_twostep import two_step_best
 from learners.torch_training import torch_threads
-
-MASKED_LOGIT = -1e8
-_NO_ACCEPTED = 10.0  # relational feature of a candidate when no candidate is accepted
-_RELATIONAL = 4  # weightless relational features per candidate (see SequentialScorer._parts)
-
-
-# ---------------------------------------------------------------------------- results
-@dataclass
-class SequencePrediction(Prediction):
-    """Generated sequences: ``sets`` are the action ids in order (-1 padded), with their values."""
-
-    values: np.ndarray  # (B, L) raw values (NaN: no step / assign action)
-    cost: np.ndarray  # (B,) price of the sequence in the world (consequences and discounts in order)
-    accepted: np.ndarray  # (B,) the classifier accepts the final state and every condition held
-    seconds: float = 0.0  # wall time of the batched rollout
-    cpu_seconds: float = 0.0  # CPU time of this process during it (not inflated by a busy machine)
-    search: dict[str, Any] = field(default_factory=dict)  # search statistics: states expanded, children scored
-
-
-def masked_log_softmax(logits: torch.Tensor, mask: np.ndarray) -> np.ndarray:
-    """(B, K) float64 log-probabilities of the allowed candidates (``MASKED_LOGIT`` elsewhere)."""
-    logits = torch.where(torch.as_tensor(mask), logits, torch.tensor(MASKED_LOGIT))
-    return torch.log_softmax(logits, 1).double().numpy()
-
-
-# ---------------------------------------------------------------------------- hyperparameters
-@dataclass
-class SequentialRolloutParams:
-    """What serving any sequential policy needs."""
-
-    max_steps: int | None = None  # step budget per rollout; None: the number of actions
-    num_threads: int = 1  # torch intra-op threads in fit and predict
-    rollout_chunk: int = 1024  # agents (beam nodes) whose candidates are computed at once (bounds memory)
-    beam_width: int = 1  # 1: the raw greedy rollout; > 1: verified beam search of this width (sequential_search)
-
-    def __post_init__(self) -> None:
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps: must be >= 1 or None, got {self.max_steps}")
-        if self.beam_width < 1:
-            raise ValueError(f"beam_width: must be >= 1, got {self.beam_width}")
-        if self.num_threads < 0 or self.rollout_chunk < 1:
-            raise ValueError("num_threads: must be >= 0; rollout_chunk: must be >= 1")
-
-
-#: Teachers of the imitation targets: the greedy lookaheads' rollouts, or the exact grid reference.
-EXPERTS = ("lookahead2", "lookahead1", "exact")
-
-
-@dataclass
-class ExpertParams:
-    """Where the imitation targets come from (the BC policies and the encoder-decoder)."""
-
-    expert: str = "lookahead2"  # teacher of the extra targets below: one of EXPERTS ("exact": ExactSequenceSearch)
-    expert_relabel: bool = False  # target per training agent: the cheaper of its label and the expert's answer
-    augment_agents: int = 0  # extra training agents recombined from the training agents, labelled by the expert
-    expert_max_length: int = 3  # "exact": the longest sequence the exact expert searches
-    expert_jobs: int = 2  # "exact": processes labelling (chunks kept under the run dir: a rerun resumes)
-    data_seed: int | None = None  # seed of the model-selection split and the recombined agents (None: the fit's)
-
-    def check_expert(self) -> None:
-        if self.expert not in EXPERTS:
-            raise ValueError(f"expert: expected one of {EXPERTS}, got {self.expert!r}")
-        require_at_least(self, 0, "augment_agents")
-        require_at_least(self, 1, "expert_max_length", "expert_jobs")
-
-    def data_rng(self, fit_seed: int) -> np.random.Generator:
-        """The generator of the model-selection split and the recombined agents."""
-        return np.random.default_rng(fit_seed if self.data_seed is None else self.data_seed)
-
-
-@dataclass
-class SequentialPolicyParams(SequentialRolloutParams, ExpertParams):
-    """Hyperparameters of the learned sequential policies (MaskablePPO and BC)."""
-
-    total_timesteps: int = 20_000  # environment steps of PPO (0: no RL)
-    n_envs: int = 4  # parallel environments (DummyVecEnv)
-    learning_rate: float = 3e-4  # Adam learning rate of PPO
-    n_steps: int = 128  # rollout steps per environment between PPO updates
-    batch_size: int = 128  # PPO minibatch size
-    n_epochs: int = 4  # PPO epochs per update
-    gamma: float = 1.0  # discount of the return (1: the episode's total cost)
-    gae_lambda: float = 0.95  # GAE lambda
-    clip_range: float = 0.2  # PPO clipping
-    ent_coef: float = 0.01  # entropy bonus
-    vf_coef: float = 0.5  # value loss weight
-    reward_scale: float = 1.0  # rewards are -cost / this
-    hidden: tuple[int, ...] = (64, 64)  # widths of the shared candidate scorer and of the critic
-    context_dim: int = 32  # width of the agent-state encoding fed to the scorer
-    embed_dim: int = 8  # width of the learned action embedding
-    prior_scale: float = 0.0  # > 0: start the logits at the estimated two-step lookahead (see SequentialScorer)
-    bc_epochs: int = 0  # behaviour-cloning epochs on the sequencer's labels before RL (0: none)
-    bc_learning_rate: float = 1e-3  # Adam learning rate of behaviour cloning
-    bc_batch_size: int = 128  # (state, next step) pairs per BC minibatch
-    bc_any_order: bool = True  # BC target: any next label step that keeps the label valid and as cheap
-    eval_freq: int = 2_000  # PPO steps between held-out evaluations (0: only at the start and end)
-    val_fraction: float = 0.1  # share of training agents held out for model selection
-    keep_best: bool = True  # end with the held-out best weights (validity, mean cost)
-    val_augment: int = 0  # extra model-selection agents recombined from the training agents (never trained on)
-    dagger_iters: int = 0  # DAgger rounds: label the states the policy visits with the expert's step, retrain
-    dagger_epochs: int = 20  # BC epochs on the aggregated data after each DAgger round
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.hidden = tuple(int(h) for h in self.hidden)
-        require_at_least(self, 1, "n_envs", "n_steps", "batch_size", "n_epochs", "bc_batch_size", "context_dim", "embed_dim")
-        require_at_least(self, 0, "total_timesteps", "bc_epochs", "eval_freq")
-        if not self.hidden or min(self.hidden) < 1:
-            raise ValueError(f"hidden: expected positive widths, got {self.hidden}")
-        if self.total_timesteps == 0 and self.bc_epochs == 0:
-            raise ValueError("total_timesteps, bc_epochs: both 0, nothing would be trained")
-        if not 0 < self.gamma <= 1 or not 0 < self.val_fraction < 1 or not self.reward_scale > 0:
-            raise ValueError("gamma: in (0, 1]; val_fraction: in (0, 1); reward_scale: > 0")
-        self.check_expert()
-        require_at_least(self, 0, "dagger_iters", "dagger_epochs", "val_augment")
-        if (self.augment_agents or self.dagger_iters or self.expert_relabel) and not self.bc_epochs:
-            raise ValueError("augment_agents, dagger_iters, expert_relabel: need bc_epochs > 0")
-        if self.dagger_iters and self.expert == "exact":
-            raise ValueError("dagger_iters: DAgger needs a step expert ('lookahead1' or 'lookahead2'), not 'exact'")
-
-
-@dataclass
-class SequentialBCParams(SequentialPolicyParams):
-    """Behaviour cloning of the sequencer's labels only."""
-
-    total_timesteps: int = 0  # no RL
-    bc_epochs: int = 60  # behaviour-cloning epochs
-
-
-@dataclass
-class SequentialBCPPOParams(SequentialPolicyParams):
-    """Behaviour cloning, then MaskablePPO fine-tuning."""
-
-    bc_epochs: int = 60  # behaviour-cloning epochs
-    total_timesteps: int = 10_000  # PPO fine-tuning steps
-    learning_rate: float = 5e-5  # small: fine-tuning must not undo the clone
-    ent_coef: float = 0.0  # the clone is already near-deterministic
-    clip_range: float = 0.1  # conservative updates
-
-
-@dataclass
-class SequentialLookaheadParams(SequentialRolloutParams):
-    """The no-learning greedy lookahead."""
-
-    depth: int = 2  # 1: cheapest accepting step, else best score gain per cost; 2: cheapest <= 2-step completion
-    estimate: bool = False  # depth 2 from the candidates' estimated, pair-checked two-step costs (no search)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.depth not in (1, 2):
-            raise ValueError(f"depth: expected 1 or 2, got {self.depth}")
-        if self.estimate and self.depth != 2:
-            raise ValueError("estimate: only with depth 2")
-
-
-# ---------------------------------------------------------------------------- the network
-def _mlp(n_in: int, widths: tuple[int, ...], n_out: int | None) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for w in widths:
-        layers += [nn.Linear(n_in, w), nn.ReLU()]
-        n_in = w
-    if n_out is not None:
-        layers.append(nn.Linear(n_in, n_out))
-    return nn.Sequential(*layers)
-
-
-class SequentialScorer(nn.Module):
-    """Actor (one logit per (action, value) candidate) and critic on ``SequentialEnv``'s
-    observation with candidate features (see the module doc)."""
-
-    def __init__(self, n_features: int, n_actions: int, grid_action: list[int], grid_position: list[float],
-                 hidden: tuple[int, ...] = (64, 64), context_dim: int = 32, embed_dim: int = 8,
-                 prior_scale: float = 0.0):
-        super().__init__()
-        self.n_context = n_features + n_actions + 1
-        self.n_candidates = len(grid_action)
-        self.register_buffer("grid_action", torch.as_tensor(grid_action, dtype=torch.long))
-        self.register_buffer("grid_position", torch.as_tensor(grid_position, dtype=torch.float32))
-        self.context = _mlp(self.n_context, (context_dim,), None)
-        self.embed = nn.Embedding(n_actions, embed_dim)
-        n_in = CANDIDATE_CHANNELS + _RELATIONAL + embed_dim + 1 + context_dim
-        self.scorer = _mlp(n_in, hidden, 1)
-        self.critic = _mlp(self.n_context + 2, hidden, None)
-        self.latent_dim_pi, self.latent_dim_vf = self.n_candidates, hidden[-1]
-        last = self.scorer[-1]
-        nn.init.orthogonal_(last.weight, gain=0.01)
-        nn.init.zeros_(last.bias)
-        # a learned linear term on the relational features, added to the scorer's logit; with
-        # prior_scale > 0 it starts as the estimated two-step lookahead (-prior_scale x the gap to
-        # the cheapest pair-checked completion) and the network learns corrections (a residual policy)
-        self.prior = nn.Parameter(torch.tensor([0.0] * (_RELATIONAL - 1) + [-float(prior_scale)]))
-
-    def _parts(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ctx = obs[:, : self.n_context]
-        cand = obs[:, self.n_context:].reshape(len(obs), self.n_candidates, CANDIDATE_CHANNELS)
-        valid, logc, score, acc, has2, log2, chk = cand.unbind(-1)
-        big = torch.tensor(1e4, dtype=obs.dtype)
-        min_acc = torch.where(acc > 0.5, logc, big).min(1, keepdim=True).values
-        has_acc = min_acc < big
-        gap = torch.where(has_acc, (logc - min_acc).clamp(max=_NO_ACCEPTED), torch.full_like(logc, _NO_ACCEPTED))
-        best = torch.where(valid > 0.5, score, -big).max(1, keepdim=True).values
-        behind = torch.where(valid > 0.5, (best - score).clamp(max=_NO_ACCEPTED), torch.full_like(score, _NO_ACCEPTED))
-        min2 = torch.where(has2 > 0.5, log2, big).min(1, keepdim=True).values
-        gap2 = torch.where((has2 > 0.5) & (min2 < big), (log2 - min2).clamp(max=_NO_ACCEPTED),
-                           torch.full_like(log2, _NO_ACCEPTED))
-        min3 = torch.where(chk > 0.5, log2, big).min(1, keepdim=True).values
-        gap3 = torch.where((chk > 0.5) & (min3 < big), (log2 - min3).clamp(max=_NO_ACCEPTED),
-                           torch.full_like(log2, _NO_ACCEPTED))
-        summary = torch.cat([has_acc.float(), torch.where(has_acc, min_acc, torch.zeros_like(min_acc))], 1)
-        rel = torch.stack([gap, behind, gap2, gap3], -1)
-        return ctx, torch.cat([cand, rel], -1), summary
-
-    def forward_actor(self, obs: torch.Tensor) -> torch.Tensor:
-        """One logit per candidate: ``scorer([candidate features, action embedding, grid position,
-        state encoding])``, with the first layer split by input block (the same function as the
-        concatenation, cheaper: the embedding and position part is computed once per candidate,
-        the state part once per agent, only the 6 candidate features once per (agent, candidate))."""
-        ctx, cand, _ = self._parts(obs)
-        first = self.scorer[0]
-        W = first.weight
-        nc = cand.shape[-1]
-        static = torch.cat([self.embed(self.grid_action), self.grid_position[:, None]], 1)
-        ns = static.shape[1]
-        per_k = static @ W[:, nc: nc + ns].T + first.bias  # (K, H)
-        per_b = self.context(ctx) @ W[:, nc + ns:].T  # (B, H)
-        if torch.is_grad_enabled():
-            h = torch.relu(cand @ W[:, :nc].T + per_k[None] + per_b[:, None])
-            return self.scorer[2:](h).squeeze(-1) + cand[..., -_RELATIONAL:] @ self.prior
-        # inference: the same arithmetic in place (no (B, K, H) temporaries)
-        h = cand @ W[:, :nc].T
-        h += per_k[None]
-        h += per_b[:, None]
-        h.relu_()
-        for layer in self.scorer[2:]:
-            h = layer(h) if not isinstance(layer, nn.ReLU) else h.relu_()
-        out = h.squeeze(-1)
-        out += cand[..., -_RELATIONAL:] @ self.prior
-        return out
-
-    def forward_critic(self, obs: torch.Tensor) -> torch.Tensor:
-        ctx, _, summary = self._parts(obs)
-        return self.critic(torch.cat([ctx, summary], 1))
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.forward_actor(obs), self.forward_critic(obs)
 
 
 def _scorer_kwargs(world: SequentialWorld, p: SequentialPolicyParams) -> dict[str, Any]:
@@ -313,212 +85,6 @@ def _scorer_kwargs(world: SequentialWorld, p: SequentialPolicyParams) -> dict[st
             "embed_dim": p.embed_dim, "prior_scale": p.prior_scale}
 
 
-def _sb3_policy_class() -> type:
-    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
-
-    class SequentialActorCriticPolicy(MaskableActorCriticPolicy):
-        """MaskablePPO policy whose actor/critic are a :class:`SequentialScorer`."""
-
-        def __init__(self, *args: Any, scorer_kwargs: dict[str, Any] | None = None, **kwargs: Any):
-            self.scorer_kwargs = scorer_kwargs or {}
-            super().__init__(*args, **kwargs)
-
-        def _get_constructor_parameters(self) -> dict[str, Any]:
-            return {**super()._get_constructor_parameters(), "scorer_kwargs": self.scorer_kwargs}
-
-        def _build_mlp_extractor(self) -> None:
-            self.mlp_extractor = SequentialScorer(**self.scorer_kwargs)
-
-        def _build(self, lr_schedule: Any) -> None:
-            super()._build(lr_schedule)
-            self.action_net = nn.Identity()
-            self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
-
-    return SequentialActorCriticPolicy
-
-
-# ---------------------------------------------------------------------------- batched rollouts
-def _finish(world: SequentialWorld, X0: np.ndarray, A: np.ndarray, V: np.ndarray, conf: np.ndarray,
-            t0: float, c0: float, search: dict[str, Any]) -> SequencePrediction:
-    """Price the chosen sequences by the world (``world.rollout``: consequences and discounts in
-    order) and decide validity by its classifier; ``search``: the search's statistics."""
-    width = max(int((A >= 0).sum(1).max(initial=0)), 1)
-    A, V = A[:, :width], V[:, :width]
-    r = world.rollout(X0, A, V)
-    accepted = r.ok & world.accepts(r.final)
-    return SequencePrediction(A, conf, V, r.cost, accepted, time.perf_counter() - t0, time.process_time() - c0,
-                              search)
-
-
-def rollout(world: SequentialWorld, choose: Any, X: np.ndarray, max_steps: int | None, chunk: int,
-            need_scores: bool = True, record: Any = None) -> SequencePrediction:
-    """Greedy batched rollout: ``choose(X, used, steps, cand) -> (flat index, confidence)`` picks one
-    step for every active agent (all of them at once: one candidate computation and one ``choose``
-    call, i.e. one network forward, per step for the whole batch); an agent stops when accepted,
-    when no step is allowed, or after ``max_steps`` steps. ``record(X, used, steps, cand)``, when
-    given, sees every batch of states before its step is chosen (DAgger)."""
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    X0 = world.validate(X, name="X")
-    grid = FlatGrid.of(world)
-    B, T = len(X0), world.n_actions if max_steps is None else int(max_steps)
-    Xc = X0.copy()
-    used = np.zeros((B, world.n_actions), dtype=bool)
-    A, V = np.full((B, T), -1, np.int64), np.full((B, T), np.nan)
-    conf = np.ones(B)
-    active = ~world.accepts(Xc)
-    n_nodes = 0  # states whose children were computed
-    for t in range(T):
-        for s in range(0, B, chunk):
-            idx = np.flatnonzero(active[s: s + chunk]) + s
-            if len(idx) == 0:
-                continue
-            cand = candidates(world, grid, Xc[idx], used[idx], score=need_scores)
-            n_nodes += len(idx)
-            has = cand.mask.any(1)
-            if not has.all():
-                active[idx[~has]] = False
-                idx = idx[has]
-                cand = type(cand)(cand.mask[has], cand.cost[has], cand.score[has])
-                if len(idx) == 0:
-                    continue
-            if record is not None:
-                record(Xc[idx], used[idx], np.full(len(idx), t), cand)
-            k, p = choose(Xc[idx], used[idx], np.full(len(idx), t), cand)
-            a = grid.action[k]
-            Xc[idx] = world.apply(Xc[idx], a, grid.value[k]).states
-            used[idx, a] = True
-            A[idx, t], V[idx, t], conf[idx] = a, grid.value[k], conf[idx] * p
-            active[idx] = ~world.accepts(Xc[idx])
-        if not active.any():
-            break
-    return _finish(world, X0, A, V, conf, t0, c0,
-                   {"nodes_per_agent": n_nodes / max(B, 1), "scored_per_agent": n_nodes * grid.size / max(B, 1)})
-
-
-def _net_chooser(world: SequentialWorld, net: SequentialScorer, max_steps: int) -> Any:
-    def choose(X: np.ndarray, used: np.ndarray, steps: np.ndarray, cand: Any) -> tuple[np.ndarray, np.ndarray]:
-        obs = torch.as_tensor(observations(world, X, used, steps, max_steps, cand))
-        with torch.inference_mode():
-            logits = net.forward_actor(obs)
-        logits = torch.where(torch.as_tensor(cand.mask), logits, torch.tensor(MASKED_LOGIT))
-        probs = torch.softmax(logits, 1)
-        k = probs.argmax(1)
-        return k.numpy(), probs[torch.arange(len(k)), k].double().numpy()
-    return choose
-
-
-def _pad_to(a: np.ndarray, width: int, fill: float = -1) -> np.ndarray:
-    """Right-pad (or keep) the columns of a padded sequence array to ``width``."""
-    if a.shape[1] >= width:
-        return a
-    return np.concatenate([a, np.full((len(a), width - a.shape[1]), fill, dtype=a.dtype)], axis=1)
-
-
-def recombined_agents(world: SequentialWorld, X: np.ndarray, n: int, rng: np.random.Generator,
-                      swap: float = 0.3, max_rounds: int = 50) -> np.ndarray:
-    """``n`` new rejected agents recombined from the agents ``X``: each starts as a random row of
-    ``X`` and takes each raw feature (a one-hot group as a whole) from another random row with
-    probability ``swap``, so every value is one a real agent has; duplicates of a row of ``X``
-    and rows the classifier accepts are dropped (fewer than ``n`` if they run out)."""
-    X = world.validate(X, name="X")
-    seen = {r.tobytes() for r in X}
-    out: list[np.ndarray] = []
-    for _ in range(max_rounds):
-        m = max(2 * (n - len(out)), 16)
-        Y = X[rng.integers(len(X), size=m)].copy()
-        for r in range(len(world.raw_names)):
-            cols = np.flatnonzero(world.column_raw == r)
-            take = rng.random(m) < swap
-            Y[np.ix_(take, cols)] = X[rng.integers(len(X), size=int(take.sum()))][:, cols]
-        Y = Y[~world.accepts(Y)]
-        for y in Y:
-            if y.tobytes() not in seen:
-                seen.add(y.tobytes())
-                out.append(y)
-        if len(out) >= n:
-            break
-    return np.array(out[:n]).reshape(-1, X.shape[1])
-
-
-def heldout_split(world: SequentialWorld, X: np.ndarray, rows: np.ndarray, val: Any, fraction: float,
-                  rng: np.random.Generator, augment: int = 0, augment_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Model-selection agents and the training rows left: the rejected agents of ``val`` when given
-    (rows unchanged), else a random ``fraction`` (at least one) of ``rows`` of ``X`` taken out.
-    ``augment`` > 0 adds that many agents recombined from all rejected agents of ``X``
-    (:func:`recombined_agents`, own rng from ``augment_seed``): a larger selection set, never
-    trained on, when the real held-out agents are few."""
-    if val is not None:
-        Xv = world.validate(getattr(val, "X", val), name="val.X")
-        Xv = Xv[~world.accepts(Xv)]
-    else:
-        perm = rng.permutation(rows)
-        n_val = max(1, round(fraction * len(rows)))
-        Xv, rows = X[np.sort(perm[:n_val])], np.sort(perm[n_val:])
-    if augment:
-        Xv = np.concatenate([Xv, recombined_agents(world, X[~world.accepts(X)], augment,
-                                                   np.random.default_rng(augment_seed))])
-    return Xv, rows
-
-
-def expert_answers(world: SequentialWorld, p: ExpertParams, ctx: FitContext, max_steps: int, chunk: int
-                   ) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The teacher ``p.expert`` as a function of agents ``X`` -> (accepted, actions, values): the
-    greedy lookahead's batched rollouts, or the exact grid reference (``ExactSequenceSearch`` of
-    <= ``p.expert_max_length`` steps, 0.4-1 s per German agent on one core) labelling on ``p.expert_jobs``
-    processes through :func:`data_gen.sequence_labels.label_sequences`. Its chunks are kept under
-    ``ctx.run_dir/expert_labels/<key of the world, agents and length>``: an interrupted fit resumes
-    there, and another seed or model with the same agents (same ``data_seed``) reuses them."""
-    if p.expert != "exact":
-        choose = lookahead_choose(world, FlatGrid.of(world), 1 if p.expert == "lookahead1" else 2)
-
-        def lookahead(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            r = rollout(world, choose, X, max_steps, chunk)
-            return r.accepted, r.sets, r.values
-        return lookahead
-
-    def exact(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        from data_gen.sequence_labels import label_sequences
-        from solvers.sequential import ExactSequenceSearch
-
-        X = np.ascontiguousarray(X, dtype=float)
-        key = hashlib.sha256(f"{world.fingerprint()}|{p.expert_max_length}|{X.shape}".encode() + X.tobytes())
-        with (contextlib.nullcontext(ctx.run_dir) if ctx.run_dir is not None else tempfile.TemporaryDirectory()) as root:
-            labels = label_sequences(world, X, Path(root) / "expert_labels" / key.hexdigest()[:16],
-                                     ExactSequenceSearch(max_length=p.expert_max_length), n_jobs=p.expert_jobs,
-                                     progress=ctx.progress)
-        return labels.ok, labels.actions, labels.values
-    return exact
-
-
-def expert_targets(world: SequentialWorld, answers: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
-                   X: np.ndarray, A: np.ndarray, V: np.ndarray, *, relabel: bool, augment: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
-    """Imitation targets from the sequencer's labels ``(X, A, V)`` and an expert's ``answers``
-    (:func:`expert_answers`): with ``relabel`` each agent's target is the cheaper of its label and
-    the expert's answer (both priced by the world); ``augment`` adds that many agents recombined
-    from ``X`` (:func:`recombined_agents`) with the expert's accepted answers as targets."""
-    info: dict[str, int] = {}
-    A, V = A.copy(), V.copy()
-    if relabel:
-        ok, EA, EV = answers(X)
-        better = ok & (world.rollout(X, EA, EV).cost < world.rollout(X, A, V).cost - 1e-12)
-        w = max(A.shape[1], EA.shape[1])
-        A, V = _pad_to(A, w), _pad_to(V, w, np.nan)
-        A[better], V[better] = _pad_to(EA, w)[better], _pad_to(EV, w, np.nan)[better]
-        info["relabelled_by_expert"] = int(better.sum())
-    if augment:
-        Xs = recombined_agents(world, X, augment, rng)
-        ok, EA, EV = answers(Xs)
-        w = max(A.shape[1], EA.shape[1])
-        X = np.concatenate([X, Xs[ok]])
-        A = np.concatenate([_pad_to(A, w), _pad_to(EA[ok], w)])
-        V = np.concatenate([_pad_to(V, w, np.nan), _pad_to(EV[ok], w, np.nan)])
-        info["augmented_agents"] = int(ok.sum())
-    return X, A, V, info
-
-
-# ---------------------------------------------------------------------------- the generators
 class _SequentialGenerator(Generator):
     """Shared serving and persistence of the sequential policies."""
 
@@ -567,7 +133,7 @@ class _SequentialGenerator(Generator):
         A, V, _, stats = beam_search(self.world_, self._expand(), X0, width=width, max_steps=self._max_steps(),
                                      chunk=self.params.rollout_chunk, score_children=self.scores_children,
                                      memory=self._initial_memory(X0), fallback=fallback)
-        return _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0, stats)
+        return finish_prediction(self.world_, X0, A, V, np.ones(len(X0)), t0, c0, stats)
 
     def _initial_memory(self, X: np.ndarray) -> np.ndarray | None:
         return None
@@ -633,7 +199,7 @@ class SequentialPolicy(_SequentialGenerator):
             best: dict[str, Any] = {"score": None, "state": None}
 
             def heldout(step: int, phase: str) -> None:
-                r = rollout(world, _net_chooser(world, self.net_, self._max_steps()), Xv, self._max_steps(),
+                r = rollout(world, net_chooser(world, self.net_, self._max_steps()), Xv, self._max_steps(),
                             p.rollout_chunk)
                 rec = {"phase": phase, "step": step, "validity": float(r.accepted.mean()),
                        "mean_cost": float(r.cost[r.accepted].mean()) if r.accepted.any() else float("nan")}
@@ -682,7 +248,7 @@ class SequentialPolicy(_SequentialGenerator):
         env = make_vec_env(SequentialEnv, n_envs=p.n_envs, seed=seed, vec_env_cls=DummyVecEnv,
                            env_kwargs={"world": self.world_, "agents": X, "max_steps": p.max_steps,
                                        "reward_scale": p.reward_scale, "candidate_features": True})
-        return MaskablePPO(_sb3_policy_class(), env, learning_rate=p.learning_rate, n_steps=p.n_steps,
+        return MaskablePPO(sb3_policy_class(), env, learning_rate=p.learning_rate, n_steps=p.n_steps,
                            batch_size=p.batch_size, n_epochs=p.n_epochs, gamma=p.gamma, gae_lambda=p.gae_lambda,
                            clip_range=p.clip_range, ent_coef=p.ent_coef, vf_coef=p.vf_coef, seed=seed, device="cpu",
                            verbose=0, policy_kwargs={"scorer_kwargs": _scorer_kwargs(self.world_, p)})
@@ -728,7 +294,7 @@ class SequentialPolicy(_SequentialGenerator):
             seen.clear()
 
             with torch.no_grad():
-                rollout(world, _net_chooser(world, self.net_, T), X, T, p.rollout_chunk, record=record)
+                rollout(world, net_chooser(world, self.net_, T), X, T, p.rollout_chunk, record=record)
             o2, k2, m2 = (np.concatenate(z) for z in zip(*seen, strict=True))
             onehot = np.zeros(m2.shape, dtype=bool)
             onehot[np.arange(len(k2)), k2] = True
@@ -819,7 +385,7 @@ class SequentialPolicy(_SequentialGenerator):
 
     # ------------------------------------------------------------------ serving, persistence
     def _chooser(self) -> Any:
-        return _net_chooser(self.world_, self.net_, self._max_steps())
+        return net_chooser(self.world_, self.net_, self._max_steps())
 
     def _expand(self) -> Any:
         """Beam key: the path's summed log-probability under the policy."""
@@ -857,32 +423,6 @@ class SequentialBCPPO(SequentialPolicy):
 
     method = "seq_bc_ppo"
     Params = SequentialBCPPOParams
-
-
-# ---------------------------------------------------------------------------- no-learning baseline
-def lookahead_choose(world: SequentialWorld, grid: FlatGrid, depth: int, estimate: bool = False) -> Any:
-    """The greedy lookahead's step choice (see :class:`SequentialLookahead`)."""
-    def choose(X: np.ndarray, used: np.ndarray, steps: np.ndarray, cand: Any) -> tuple[np.ndarray, np.ndarray]:
-        B = len(X)
-        base = world.score(X)
-        acc_cost = np.where(cand.accepted, cand.cost, np.inf)
-        best = acc_cost.min(1)
-        pick = acc_cost.argmin(1)
-        if depth == 2 and estimate:
-            two = np.where(cand.two_step_checked, cand.two_step, np.inf)
-            better = two.min(1) < best
-            best, pick = np.where(better, two.min(1), best), np.where(better, two.argmin(1), pick)
-        elif depth == 2:  # every (rejected step, accepting step) pair, batched over agents
-            two, first = two_step_best(world, grid, X, used, cand, best)
-            better = first >= 0  # strictly cheaper than the one-step best
-            best, pick = np.where(better, two, best), np.where(better, first, pick)
-        # no completion within the horizon: the best gain of decision score per unit cost
-        with np.errstate(invalid="ignore", divide="ignore"):
-            gain = np.where(cand.mask, (cand.score - base[:, None]) / np.maximum(cand.cost, 1e-9), -np.inf)
-        fallback = ~np.isfinite(best)
-        pick[fallback] = gain[fallback].argmax(1)
-        return pick, np.ones(B)
-    return choose
 
 
 @register

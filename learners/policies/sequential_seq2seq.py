@@ -38,17 +38,14 @@ from torch import nn
 from envs.sequential import SequentialWorld
 from envs.sequential_env import OBS_CLIP, FlatGrid, candidates, scale_states
 from learners.base import FitContext, register, require_at_least
-from learners.policies.sequential import (
+from learners.policies.sequential import _SequentialGenerator
+from learners.policies.sequential_experts import expert_answers, expert_targets, heldout_split
+from learners.policies.sequential_net import mlp_layers
+from learners.policies.sequential_params import ExpertParams, SequentialRolloutParams
+from learners.policies.sequential_rollout import (
     MASKED_LOGIT,
-    ExpertParams,
     SequencePrediction,
-    SequentialRolloutParams,
-    _finish,
-    _mlp,
-    _SequentialGenerator,
-    expert_answers,
-    expert_targets,
-    heldout_split,
+    finish_prediction,
     masked_log_softmax,
 )
 from learners.policies.sequential_search import Nodes, beam_search
@@ -104,7 +101,7 @@ class SequenceEncoderDecoder(nn.Module):
         self.n_tokens = n_tokens = len(grid_action)
         self.register_buffer("grid_action", torch.as_tensor(grid_action, dtype=torch.long))
         self.register_buffer("grid_position", torch.as_tensor(grid_position, dtype=torch.float32))
-        self.encoder = _mlp(n_features, hidden, state_size)
+        self.encoder = mlp_layers(n_features, hidden, state_size)
         self.embed = nn.Embedding(n_tokens + 1, embed_dim)  # the last row is the start token
         self.cell = nn.GRUCell(n_features + 1 + n_actions + embed_dim, state_size)
         # factored output: a token's logit is an MLP of (GRU state, its action's embedding, its
@@ -315,7 +312,7 @@ class SequentialEncoderDecoder(_SequentialGenerator):
         A, V, _, stats = beam_search(self.world_, self._expand(), X0, width=1, max_steps=self._max_steps(),
                                      chunk=self.params.rollout_chunk, score_children=False,
                                      memory=self._initial_memory(X0))
-        return _finish(self.world_, X0, A, V, np.ones(len(X0)), t0, c0, stats)
+        return finish_prediction(self.world_, X0, A, V, np.ones(len(X0)), t0, c0, stats)
 
     def _chooser(self) -> Any:  # decoding goes through _greedy / _beam, not a per-step chooser
         raise NotImplementedError
