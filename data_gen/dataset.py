@@ -26,6 +26,7 @@ from data_gen.config import EXECUTION_FIELDS, DatasetConfig
 from data_gen.encodings import CfeVocabulary
 from data_gen.labelling import label_population
 from data_gen.splits import filter_mask, train_test_split
+from data_gen.statistics import dataset_statistics
 from data_gen.synthetic import make_world, sample_agents
 from envs.capability import CapabilityWorld
 from solvers.base import CoverLabels
@@ -206,8 +207,6 @@ def build_dataset(cfg: DatasetConfig, root: str | Path = "data_cache", name: str
              "status": status.astype(str)}
     table_path = out / "agents.parquet"
     _write_table(table_path, table)
-    from data_gen.stats import dataset_statistics
-
     manifest = {
         "name": name,
         "config": json.loads(cfg.model_dump_json()),

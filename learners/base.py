@@ -105,8 +105,6 @@ class Generator(ABC):
         if not (path / "config.json").exists():
             raise FileNotFoundError(f"model: {path} has no config.json (not a saved generator)")
         cfg = json.loads((path / "config.json").read_text())
-        import learners.registry  # noqa: F401  (so every method is known)
-
         klass = GENERATORS.get(cfg["method"]) if cls is Generator else cls
         if klass is None or klass.method != cfg["method"]:
             raise ValueError(f"{path}: saved method {cfg['method']!r} is not {getattr(cls, 'method', 'a known method')!r}")
@@ -125,8 +123,8 @@ def register(cls: type[Generator]) -> type[Generator]:
 
 
 def build_generator(method: str, params: dict[str, Any]) -> Generator:
-    import learners.registry  # noqa: F401  (imports every method module)
-
+    """A new generator of the registered ``method`` (every method module is imported with the
+    ``learners`` package: see ``learners/__init__.py``)."""
     if method not in GENERATORS:
         raise ValueError(f"method: unknown generator {method!r}; known: {sorted(GENERATORS)}")
     return GENERATORS[method](**params)

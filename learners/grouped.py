@@ -67,8 +67,6 @@ class GroupedParams:
     params: dict[str, Any] = field(default_factory=dict)  # hyperparameters of the wrapped generator
 
     def __post_init__(self) -> None:
-        import learners.registry  # noqa: F401  (so every method is known)
-
         inner = GENERATORS.get(self.method)
         if inner is None:
             raise ValueError(f"method: unknown generator {self.method!r}; known: {sorted(GENERATORS)}")

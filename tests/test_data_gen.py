@@ -14,7 +14,7 @@ from data_gen.encodings import (
     named_action,
 )
 from data_gen.splits import filter_mask, train_test_split
-from data_gen.stats import dataset_statistics, format_table
+from data_gen.statistics import dataset_statistics, format_table
 from data_gen.synthetic import make_world, sample_agents, threshold_variant
 from learners.config import parse_config
 from solvers.setcover_fast import FastSetCover

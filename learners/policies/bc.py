@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -34,8 +34,18 @@ from envs.capability import CapabilityWorld
 from learners.policies.base import HeldOut
 from learners.policies.networks import MASKED_LOGIT
 
-if TYPE_CHECKING:
-    from learners.policies.ppo import MaskablePPOParams
+
+class CloningParams(Protocol):
+    """What behaviour cloning reads of a policy's hyperparameters (``MaskablePPOParams`` has them all)."""
+
+    bc_epochs: int
+    bc_batch_size: int
+    bc_learning_rate: float
+    bc_label_agents: int
+    bc_target: str
+    bc_value_coef: float
+    gamma: float
+    keep_best: bool
 
 _MAX_PERMUTED = 6  # optimal_first_actions: longer remainders are not permuted (6! = 720 orders)
 
@@ -141,7 +151,7 @@ def expert_pairs(world: CapabilityWorld, X: np.ndarray, groups: np.ndarray | Non
 
 
 def behaviour_clone(model: Any, world: CapabilityWorld, X: np.ndarray, groups: np.ndarray | None,
-                    sets: np.ndarray, heldout: HeldOut, p: MaskablePPOParams, reward_scale: float, seed: int,
+                    sets: np.ndarray, heldout: HeldOut, p: CloningParams, reward_scale: float, seed: int,
                     progress: bool = False, method: str = "bc") -> dict[str, Any]:
     """Clone the exact labels of agents ``X`` (their optimal ``sets``) into the sb3 MaskablePPO
     ``model``, in place: supervised cross-entropy of the masked action logits on (state, next
