@@ -21,11 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal
 
 import numpy as np
 
-from envs.models import MLPModel, TreeEnsemble, WhiteBoxModel
+from envs.models import LinearModel, MLPModel, TreeEnsemble, WhiteBoxModel
 from envs.schema import FeatureSchema
 from solvers.mace.distance import RawFeature, deltas, mix
 
@@ -110,7 +111,8 @@ class Outcome:
     delta_min: float  # every counterfactual has distance >= delta_min
     calls: int  # oracle calls (SAT checks, or MILP solves)
     cells: dict[int, tuple[float, float]] = field(default_factory=dict)  # column -> the split cell chosen
-    why: str = ""  # why there is no point, where that is not a proof of infeasibility
+    why: str = ""  # why there is no point, where that is not a proof of infeasibility; or why not proven optimal
+    proof: str = ""  # how optimality was proven (empty: not proven)
 
 
 def preactivation_bounds(model: MLPModel, lower: np.ndarray, upper: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -126,6 +128,27 @@ def preactivation_bounds(model: MLPModel, lower: np.ndarray, upper: np.ndarray) 
         out.append((z_lo, z_hi))
         h_lo, h_hi = np.maximum(z_lo, 0.0), np.maximum(z_hi, 0.0)
     return out
+
+
+def exact_score(model: WhiteBoxModel, x: np.ndarray) -> Fraction | None:
+    """The white box's acceptance score at ``x`` in exact rational arithmetic (LR and MLP; None for trees).
+
+    Every float64 weight and input is a rational number, so this is the score without round-off:
+    a second reading of the witness that does not share numpy's (or the solver's) floating point.
+    """
+    xs = [Fraction(float(v)) for v in np.asarray(x, float).reshape(-1)]
+    if isinstance(model, MLPModel):
+        h = xs
+        layers = list(zip(model.weights, model.biases, strict=True))
+        for li, (W, b) in enumerate(layers):
+            Wf = [[Fraction(float(v)) for v in row] for row in W]
+            z = [sum((h[i] * Wf[i][k] for i in range(len(h)) if Wf[i][k]), Fraction(float(b[k])))
+                 for k in range(W.shape[1])]
+            h = z if li == len(layers) - 1 else [max(v, Fraction(0)) for v in z]
+        return h[0]
+    if isinstance(model, LinearModel):
+        return sum((xi * Fraction(float(w)) for xi, w in zip(xs, model.w, strict=True) if w), Fraction(float(model.b)))
+    return None
 
 
 def integral_columns(schema: FeatureSchema) -> np.ndarray:

@@ -25,8 +25,17 @@ from envs.recourse import Recourse
 from envs.tabular import TabularWorld
 from solvers.base import Solver
 from solvers.mace.distance import Norm, norm_weights, raw_features
-from solvers.mace.domain import Instance, Oracle, Outcome, descend, integral_columns, plausible_box, validate
-from solvers.mace.milp import MilpBackend
+from solvers.mace.domain import (
+    Instance,
+    Oracle,
+    Outcome,
+    descend,
+    exact_score,
+    integral_columns,
+    plausible_box,
+    validate,
+)
+from solvers.mace.milp import PROOF_ROUTES, MilpBackend, bound_slack
 
 BACKENDS = ("milp", "z3")
 
@@ -39,7 +48,8 @@ def _z3_backend():
     return Z3Backend
 
 
-_TIGHTEN = (1.0, 100.0, 10000.0)  # robust margin multipliers (and MILP tolerance divisors) of the point fallback
+_TIGHTEN = (1.0, 100.0, 10000.0)  # robust margin multipliers of the point fallback
+_PROOF_ROUNDS = 3  # proof re-solves per answer that may each replace it by a closer one
 
 
 class MACE(Solver):
@@ -50,7 +60,7 @@ class MACE(Solver):
 
     def __init__(self, backend: Literal["milp", "z3"] = "milp", norm: Norm = "one", rel_tol: float = 1e-3,
                  epsilon: float = 1e-7, n_diverse: int = 1, plausible: bool = True, time_limit: float = 60.0,
-                 margin: float = 1e-6, oracle: Oracle | None = None, seed: int = 0) -> None:
+                 margin: float = 1e-6, oracle: Oracle | None = None, seed: int = 0, exact_witness: bool = True) -> None:
         self.backend = backend  # "milp" (HiGHS, direct minimisation) or "z3" (SMT, Algorithm 1)
         self.norm = norm  # "zero", "one", "infty" or (alpha, beta, gamma) of Eq. 3
         self.rel_tol = rel_tol  # certified iff d - delta_min <= max(rel_tol * d, epsilon)
@@ -61,6 +71,7 @@ class MACE(Solver):
         self.margin = margin  # robust acceptance score >= margin (LR/MLP white boxes need it without an oracle)
         self.oracle = oracle  # the real model, X -> bool acceptance (e.g. envs.models.SklearnOracle)
         self.seed = seed  # solver random seed
+        self.exact_witness = exact_witness  # report the LR/MLP witness's score in exact rational arithmetic
 
     def _check_params(self) -> None:
         if self.backend not in BACKENDS:
@@ -112,9 +123,10 @@ class MACE(Solver):
         """Minimise within growing distance budgets D = 4^k / 1024 (k = 0..5), on the relaxed reading.
 
         The box of budget D holds every point with d <= D, so a box with no counterfactual, or whose
-        optimum lies above D, proves d* > min(D, its bound), as an UNSAT step of Algorithm 1 does;
-        the first box whose optimum lies within D holds the global optimum, and its bound is global.
-        A relaxed optimum that does not verify is replaced by the robust reading's in the same box.
+        optimum lies above D, suggests d* > min(D, its bound), as an UNSAT step of Algorithm 1 does;
+        the first box whose optimum lies within D holds the global optimum. A relaxed optimum that
+        does not verify is replaced by the robust reading's in the same box. HiGHS's "optimal" is
+        then only a claim: ``_prove`` turns it into a certificate or into ``optimal: false``.
         """
         floor, calls = 0.0, 0
         budgets = [4.0**k / 1024 for k in range(6)] if inst.weights[1] + inst.weights[2] > 0 else [1.0]
@@ -140,7 +152,7 @@ class MACE(Solver):
             for k in _TIGHTEN:
                 if x is not None or time.perf_counter() >= deadline:
                     break
-                rb = MilpBackend(inst, tol=1e-9 / k, budget=D, margin=inst.margin * k)
+                rb = MilpBackend(inst, budget=D, margin=inst.margin * k)
                 for prev in inst.previous:
                     rb.add_diversity(prev)
                 rob = rb.minimize(deadline - time.perf_counter())
@@ -152,8 +164,63 @@ class MACE(Solver):
                 why = ("time limit" if time.perf_counter() >= deadline else
                        f"points with score >= 0 exist but none verified, nor any with score >= {inst.margin * k:g}")
                 return Outcome(None, "unknown", floor, calls, why=why)
-            return Outcome(x, status, floor, calls)
+            return self._prove(inst, be, D, x, status, floor, calls, deadline)
         raise AssertionError("unreachable: the last budget is 1")
+
+    def _prove(self, inst: Instance, be: MilpBackend, D: float, x: np.ndarray, status: str, floor: float,
+               calls: int, deadline: float) -> Outcome:
+        """Turn HiGHS's "optimal" into a proof, or say why not (issue 34).
+
+        The proof re-solves by a second route (``MilpBackend.minimize(cut=...)``: objective bound
+        cut = d - tolerance(d) / 2, another seed, no presolve) on a box that holds every point with
+        distance <= cut. Infeasible proves delta_min = cut - slack, which certifies d. A point below
+        the cut means the first solve missed it: a verified one replaces the answer and is proven in
+        turn (at most ``_PROOF_ROUNDS`` times); otherwise, and on a time limit, the answer is not
+        flagged optimal, delta_min is the smaller of the two routes' dual bounds, and ``why`` says why.
+        """
+        if status != "optimal":
+            return Outcome(x, status, floor, calls, why="time limit before HiGHS closed the gap")
+        why = ""
+        for _ in range(_PROOF_ROUNDS):
+            d = float(inst.distance(x[None])[0])
+            cut = d - inst.tolerance(d) / 2
+            if cut <= 0:  # d <= epsilon / 2: nothing to prove below a non-negative distance
+                return Outcome(x, "optimal", 0.0, calls, proof="d <= epsilon / 2")
+            pb = be
+            if cut > D:  # this box holds only d <= D: prove on the box of budget d
+                pb = MilpBackend(inst, budget=min(1.0, d))
+                for prev in inst.previous:
+                    pb.add_diversity(prev)
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return Outcome(x, "feasible", floor, calls, why="time limit before the proof re-solve")
+            for route in range(len(PROOF_ROUTES)):
+                pr = pb.minimize(deadline - time.perf_counter(), cut=cut, route=route)
+                calls += 1
+                if pr.x is None or float(inst.distance(pr.x[None])[0]) < cut:
+                    break  # a clear answer: infeasible, a point below the cut, or a time limit
+                # HiGHS ignored the bound and returned a point above it: inconclusive, next route
+            else:
+                return Outcome(x, "feasible", min(floor, max(pr.delta_min, 0.0)), calls,
+                               why="every proof route returned a point above the cut (HiGHS ignored it)")
+            if pr.status == "infeasible":
+                lb = inst.round_bound(cut - bound_slack(cut))
+                return Outcome(x, "optimal", lb, calls, proof=f"no point below {cut:.9g} (second route infeasible)")
+            if pr.x is None:  # time limit, no point below the cut
+                return Outcome(x, "feasible", min(floor, max(pr.delta_min, 0.0)), calls,
+                               why="time limit in the proof re-solve")
+            y = self._validator(inst, pr.cells)(pr.x)
+            v = float(inst.distance(pr.x[None])[0])
+            floor = inst.round_bound(min(floor, max(pr.delta_min, 0.0)))
+            if y is None or float(inst.distance(y[None])[0]) >= d:
+                why = (f"the proof re-solve found a point of the relaxed reading at distance {v:.9g} below the "
+                       f"cut {cut:.9g} that does not verify as a counterfactual")
+                return Outcome(x, "feasible", floor, calls, why=why)
+            x = y  # the first solve missed a closer counterfactual; prove the new one
+            if pr.status != "optimal":
+                return Outcome(x, "feasible", floor, calls, why="time limit in the proof re-solve")
+            why = "the proof re-solve kept finding closer counterfactuals"
+        return Outcome(x, "feasible", floor, calls, why=why)
 
     def _search(self, inst: Instance) -> Outcome:
         """One search: z3 (Algorithm 1) or the MILP; the point it returns is verified."""
@@ -209,6 +276,14 @@ class MACE(Solver):
                 steps.append((r.name, int(v) if inst.integral[cols[0]] else float(v)))
         certified = out.status == "optimal" and inst.certified(d, delta_min)
         gap = (d - delta_min) / d if d > 0 else 0.0
-        return Recourse(tuple(steps), tuple(ids), cf, d, True, method, runtime=rt, optimal=certified,
-                        extra={**base, "distance": d, "delta_min": delta_min, "gap": gap, "sat_calls": out.calls,
-                               "counterfactual": cf.tolist()})
+        extra = {**base, "distance": d, "delta_min": delta_min, "gap": gap, "sat_calls": out.calls,
+                 "counterfactual": cf.tolist()}
+        if certified:
+            extra["proof"] = out.proof or ("z3: UNSAT at the bound (exact rationals)" if self.backend == "z3" else "")
+        else:
+            extra["reason"] = out.why or (f"gap {d - delta_min:.3g} above the tolerance {inst.tolerance(d):.3g}"
+                                          if out.status == "optimal" else f"search ended {out.status}")
+        exact = exact_score(inst.model, cf) if self.exact_witness else None
+        if exact is not None:  # the witness re-read in exact rational arithmetic (LR, MLP)
+            extra["witness_exact_score"] = float(exact)
+        return Recourse(tuple(steps), tuple(ids), cf, d, True, method, runtime=rt, optimal=certified, extra=extra)

@@ -2,8 +2,11 @@
 
 Same semantics as Algorithm 1 (paper §4.1): the optimum within the certificate's tolerance
 (HiGHS stops at a relative gap rel_tol or an absolute gap epsilon, both halved to leave room for
-the final clean-up), and the solver's dual bound, less its tolerance, as delta_min. The bound is
-taken on the relaxed reading (``domain``), so it bounds every true counterfactual.
+the final clean-up). HiGHS's word is not the certificate (issue 34): ``minimize(cut=...)`` re-solves
+by a second route (objective cut, another seed, no presolve) and only its infeasibility proves
+delta_min (``mace.py``). Tolerances are explicit (``FEAS_TOL``) and every bound is lowered by
+``bound_slack``. The bound is taken on the relaxed reading (``domain``), so it bounds every true
+counterfactual.
 
 Encodings (paper §4.2 distance and plausibility; the models of §4.1 as mixed-integer constraints):
 - tree / forest: the split-indicator formulation of Mišić (2020, "Optimization of tree ensembles"):
@@ -15,8 +18,9 @@ Encodings (paper §4.2 distance and plausibility; the models of §4.1 as mixed-i
   nodes the plausibility box can reach; accept iff sum_t sum_l (p1_l - p0_l) y_l / T >= margin
   (0 when relaxed); a single tree accepts iff its leaf does (the y of accepting leaves sum to 1).
 - logistic regression: w.x + b >= margin (0 when relaxed).
-- ReLU MLP: big-M per unstable neuron, with pre-activation bounds by interval arithmetic from the
-  plausibility box (stable neurons need no binary); final logit >= margin (0 when relaxed).
+- ReLU MLP: big-M per unstable neuron; pre-activation bounds by interval arithmetic on the box for
+  the first layer and by LP over the relaxed earlier layers for the others (stable neurons need
+  no binary); final logit >= margin (0 when relaxed).
 - distance: x = x^ + p - n (split deviations) for numeric features, delta = (p + n) / R; l0 by a
   change binary c with p + n <= R·c; binary columns and one-hot groups are linear
   (delta_g = 1 - x[column of the factual category]); linf by an epigraph variable.
@@ -34,7 +38,22 @@ from scipy.sparse import csc_matrix
 from envs.models import LinearModel, MLPModel, TreeEnsemble
 from solvers.mace.domain import Instance, Outcome, preactivation_bounds
 
-BOUND_SLACK = 1e-9  # HiGHS's dual bound is exact up to its tolerances; delta_min gives them back
+# HiGHS's tolerances, set explicitly (issue 34). The former 1e-9 lay below what HiGHS's simplex
+# attains on these rows (coefficients ~1e-4 on columns ranging to ~2e4 after the scaler is folded
+# in): on a German-MLP agent HiGHS then discarded the LP optimum of a node as "infeasible" and
+# reported "optimal" at d = 0.017632 with the valid d = 0.017427 in the box. At 1e-7 (HiGHS's own
+# primal default) it finds it; the returned point is cleaned and verified anyway, and a looser
+# feasibility tolerance only relaxes the MILP, which lowers the bound (the safe direction).
+FEAS_TOL = 1e-7
+BOUND_SLACK_ABS = 1e-9  # what the tolerances can hide of the objective: delta_min gives it back
+BOUND_SLACK_REL = 1e-6  # (dual feasibility 1e-7 on costs <= 1 / J, times |x| in the normalized units)
+LP_BOUND_PAD = 1e-6  # LP pre-activation bounds widened by this (times 1 + |bound|) before big-M uses them
+PROOF_ROUTES = ({"presolve": "off"}, {"presolve": "on"})  # second routes of the proof, tried in turn
+
+
+def bound_slack(bound: float) -> float:
+    """The amount subtracted from a HiGHS dual bound (or objective cut) before it becomes delta_min."""
+    return BOUND_SLACK_ABS + BOUND_SLACK_REL * abs(bound)
 
 
 class _Program:
@@ -69,7 +88,7 @@ class _Program:
         self.rhi.append(hi)
 
     def solve(self, time_limit: float, gaps: tuple[float, float], seed: int,
-              tol: float) -> tuple[str, np.ndarray | None, float]:
+              tol: float, options: dict | None = None) -> tuple[str, np.ndarray | None, float]:
         """(status, solution, dual bound); HiGHS stops at an absolute or a relative gap, whichever first."""
         n, m = len(self.lb), len(self.rlo)
         A = csc_matrix((np.asarray(self.va, float), (np.asarray(self.ri, np.int64), np.asarray(self.ci, np.int64))),
@@ -90,7 +109,8 @@ class _Program:
         h.silent()
         for k, v in {"time_limit": float(max(time_limit, 0.01)), "mip_abs_gap": gaps[0], "mip_rel_gap": gaps[1],
                      "random_seed": seed, "mip_feasibility_tolerance": tol,
-                     "primal_feasibility_tolerance": tol}.items():
+                     "primal_feasibility_tolerance": tol, "dual_feasibility_tolerance": tol,
+                     **(options or {})}.items():
             h.setOptionValue(k, v)
         h.passModel(lp)
         h.run()
@@ -104,6 +124,44 @@ class _Program:
         bound = float(info.mip_dual_bound) if np.isfinite(info.mip_dual_bound) else 0.0
         return ("feasible" if has_x else "unknown"), x, bound
 
+    def lp_range(self, exprs: list[tuple[list[int], np.ndarray, float]], tol: float) -> tuple[np.ndarray, np.ndarray]:
+        """(min, max) of each affine expression sum(v·x[i]) + c over the LP relaxation of the rows so far.
+
+        Used for the MLP's big-M: a neuron's pre-activation over the relaxed earlier layers (their
+        ReLUs as the triangle hull) and the box, much tighter than interval arithmetic. Each
+        bound is padded by ``LP_BOUND_PAD`` against the simplex's tolerance; an LP that does not
+        solve to optimality returns an infinite bound (the caller keeps its interval one).
+        """
+        n, m = len(self.lb), len(self.rlo)
+        A = csc_matrix((np.asarray(self.va, float), (np.asarray(self.ri, np.int64), np.asarray(self.ci, np.int64))),
+                       shape=(m, n))
+        A.sum_duplicates()
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n, m
+        lp.col_cost_ = np.zeros(n)
+        lp.col_lower_, lp.col_upper_ = np.asarray(self.lb, float), np.asarray(self.ub, float)
+        lp.row_lower_, lp.row_upper_ = np.asarray(self.rlo, float), np.asarray(self.rhi, float)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+        h = highspy.Highs()
+        h.silent()
+        for k, v in {"primal_feasibility_tolerance": tol, "dual_feasibility_tolerance": tol,
+                     "presolve": "off"}.items():
+            h.setOptionValue(k, v)
+        h.passModel(lp)
+        lo, hi = np.full(len(exprs), -math.inf), np.full(len(exprs), math.inf)
+        everything = np.arange(n, dtype=np.int32)
+        for e, (idx, vals, c) in enumerate(exprs):
+            for sense, out in ((1.0, lo), (-1.0, hi)):
+                cost = np.zeros(n)
+                np.add.at(cost, np.asarray(idx, np.int64), sense * np.asarray(vals, float))
+                h.changeColsCost(n, everything, cost)
+                h.run()
+                if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+                    v = sense * float(h.getInfo().objective_function_value) + c
+                    out[e] = v - sense * LP_BOUND_PAD * (1.0 + abs(v))
+        return lo, hi
+
 
 class MilpBackend:
     """Builds the MILP of one instance once; diversity clauses are added between runs.
@@ -112,11 +170,14 @@ class MilpBackend:
     certificate; a number is the robust reading score >= margin.
     """
 
-    def __init__(self, inst: Instance, tol: float = 1e-9, budget: float = 1.0, margin: float | None = None) -> None:
+    def __init__(self, inst: Instance, tol: float = FEAS_TOL, budget: float = 1.0, margin: float | None = None,
+                 lp_bounds: bool = True) -> None:
         if budget < 1.0:
             inst = _within(inst, budget)
         self.inst, self.tol, self.budget = inst, tol, budget
         self.margin = 0.0 if margin is None else float(margin)
+        self.lp_bounds = lp_bounds  # tighten the MLP's big-M by LP over the earlier layers (else interval only)
+        self.unstable = 0  # MLP neurons that needed a binary (the others are fixed on or off by their bounds)
         self.levels: dict[int, tuple[list[float], list[float], list[int]]] = {}  # column -> (U's, L's, w's)
         self.p = _Program()
         n = len(inst.x_hat)
@@ -276,11 +337,25 @@ class MilpBackend:
                 p.row([ch, below[-1]], [1.0, 1.0], 1.0)
 
     def _mlp(self, m: MLPModel) -> None:
+        """Big-M ReLUs. Layer 1's bounds are interval arithmetic on the box (exact for an affine map of
+        a box); every later layer's are the LP range over the relaxed earlier layers, intersected
+        with interval arithmetic from the previous layer's bounds."""
         inst, p = self.inst, self.p
         h_idx: list[int | None] = list(self.x)
-        bounds = preactivation_bounds(m, inst.lower, inst.upper)
-        for (W, bias), (z_lo, z_hi) in zip(zip(m.weights[:-1], m.biases[:-1], strict=True), bounds, strict=True):
+        h_lo, h_hi = np.asarray(inst.lower, float), np.asarray(inst.upper, float)
+        first = preactivation_bounds(m, inst.lower, inst.upper)[0]
+        for layer, (W, bias) in enumerate(zip(m.weights[:-1], m.biases[:-1], strict=True)):
             live = [i for i, v in enumerate(h_idx) if v is not None]
+            if layer == 0:
+                z_lo, z_hi = first
+            else:
+                Wp, Wn = np.maximum(W, 0), np.minimum(W, 0)
+                z_lo, z_hi = bias + h_lo @ Wp + h_hi @ Wn, bias + h_hi @ Wp + h_lo @ Wn
+                if self.lp_bounds:
+                    exprs = [([h_idx[i] for i in live], W[live, k], float(bias[k])) for k in range(W.shape[1])]
+                    l2, u2 = p.lp_range(exprs, self.tol)
+                    z_lo, z_hi = np.maximum(z_lo, l2), np.minimum(z_hi, u2)
+                    z_hi = np.maximum(z_hi, z_lo)  # padding keeps them ordered; guard round-off anyway
             new_idx: list[int | None] = []
             for k in range(W.shape[1]):
                 idx = [h_idx[i] for i in live]
@@ -292,12 +367,14 @@ class MilpBackend:
                 if z_lo[k] >= 0:  # always active: h = z
                     p.row([h, *idx], [1.0, *(-wk)], bias[k], bias[k])
                 else:
+                    self.unstable += 1
                     a = p.var(0.0, 1.0, integer=True)
                     p.row([h, *idx], [1.0, *(-wk)], bias[k])  # h >= z
                     p.row([h, *idx, a], [1.0, *(-wk), -z_lo[k]], hi=bias[k] - z_lo[k])  # h <= z - L(1 - a)
                     p.row([h, a], [1.0, -z_hi[k]], hi=0.0)  # h <= U a
                 new_idx.append(h)
             h_idx = new_idx
+            h_lo, h_hi = np.maximum(z_lo, 0.0), np.maximum(z_hi, 0.0)
         W, bias = m.weights[-1][:, 0], float(m.biases[-1][0])
         live = [i for i, v in enumerate(h_idx) if v is not None]
         self.p.row([h_idx[i] for i in live], W[live], self.margin - bias)
@@ -331,20 +408,30 @@ class MilpBackend:
                 terms.append(u)
         p.row(terms, np.ones(len(terms)), 1.0)  # no term at all: infeasible, as it should be
 
-    def minimize(self, time_limit: float) -> Outcome:
-        """Solve; the point comes with the split cells its binaries chose (``domain.clean`` snaps into them)."""
+    def minimize(self, time_limit: float, cut: float | None = None, route: int = 0) -> Outcome:
+        """Solve; the point comes with the split cells its binaries chose (``domain.clean`` snaps into them).
+
+        ``cut``: a proof route. HiGHS gets ``objective_bound = cut`` (it prunes every node whose
+        bound reaches the cut; no objective-parallel row, see below), another random seed and the
+        options of ``PROOF_ROUTES[route]`` (no presolve first), so a different search tree.
+        "infeasible" then proves that no point of the box has distance < cut (less ``bound_slack``);
+        a point below the cut, that the first solve missed it. HiGHS 1.x sometimes ignores the bound
+        and returns a point above it (seen without presolve); the caller then tries the next route.
+        """
         # No explicit row d <= budget: the box already holds every point with d <= budget, and HiGHS
         # 1.15 once returned a wrong optimum with that objective-parallel row (tests/test_mace.py).
         inst = self.inst
         gaps = (inst.epsilon / 2, inst.rel_tol / 2)  # half: the clean-up and a repair may cost a little
-        status, sol, bound = self.p.solve(time_limit, gaps, inst.seed, self.tol)
+        opts = None if cut is None else {"objective_bound": float(cut), **PROOF_ROUTES[route % len(PROOF_ROUTES)]}
+        seed = inst.seed if cut is None else inst.seed + 7919 * (route + 1)
+        status, sol, bound = self.p.solve(time_limit, gaps, seed, self.tol, opts)
         if sol is None:
             return Outcome(None, status, bound, 1)  # type: ignore[arg-type]
         cells = {}
         for c, (us, ls, ws) in self.levels.items():
             k = int(sum(sol[w] > 0.5 for w in ws))  # levels crossed; the w's are monotone
             cells[c] = (ls[k - 1] if k else inst.lower[c], us[k] if k < len(us) else inst.upper[c])
-        return Outcome(sol[: len(inst.x_hat)], status, bound - BOUND_SLACK, 1, cells)  # type: ignore[arg-type]
+        return Outcome(sol[: len(inst.x_hat)], status, bound - bound_slack(bound), 1, cells)  # type: ignore[arg-type]
 
 
 def _within(inst: Instance, budget: float) -> Instance:
