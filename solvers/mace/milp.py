@@ -48,7 +48,7 @@ FEAS_TOL = 1e-7
 BOUND_SLACK_ABS = 1e-9  # what the tolerances can hide of the objective: delta_min gives it back
 BOUND_SLACK_REL = 1e-6  # (dual feasibility 1e-7 on costs <= 1 / J, times |x| in the normalized units)
 LP_BOUND_PAD = 1e-6  # LP pre-activation bounds widened by this (times 1 + |bound|) before big-M uses them
-PROOF_ROUTES = ({"presolve": "off"}, {"presolve": "on"})  # second routes of the proof, tried in turn
+PROOF_ROUTE = {"presolve": "off"}  # the proof's second route: no presolve (and another seed), a different tree
 
 
 def bound_slack(bound: float) -> float:
@@ -408,22 +408,21 @@ class MilpBackend:
                 terms.append(u)
         p.row(terms, np.ones(len(terms)), 1.0)  # no term at all: infeasible, as it should be
 
-    def minimize(self, time_limit: float, cut: float | None = None, route: int = 0) -> Outcome:
+    def minimize(self, time_limit: float, cut: float | None = None) -> Outcome:
         """Solve; the point comes with the split cells its binaries chose (``domain.clean`` snaps into them).
 
-        ``cut``: a proof route. HiGHS gets ``objective_bound = cut`` (it prunes every node whose
-        bound reaches the cut; no objective-parallel row, see below), another random seed and the
-        options of ``PROOF_ROUTES[route]`` (no presolve first), so a different search tree.
-        "infeasible" then proves that no point of the box has distance < cut (less ``bound_slack``);
-        a point below the cut, that the first solve missed it. HiGHS 1.x sometimes ignores the bound
-        and returns a point above it (seen without presolve); the caller then tries the next route.
+        ``cut``: the proof route. HiGHS gets ``objective_bound = cut`` (it prunes every node whose
+        bound reaches the cut; no objective-parallel row, see below), another random seed and no
+        presolve, so a different search tree. "infeasible", or "optimal" with a point above the cut
+        (HiGHS 1.15 reports a heuristic point the bound rejected), proves that no point of the box
+        has distance < cut (less ``bound_slack``); a point below the cut, that the first solve missed it.
         """
         # No explicit row d <= budget: the box already holds every point with d <= budget, and HiGHS
         # 1.15 once returned a wrong optimum with that objective-parallel row (tests/test_mace.py).
         inst = self.inst
         gaps = (inst.epsilon / 2, inst.rel_tol / 2)  # half: the clean-up and a repair may cost a little
-        opts = None if cut is None else {"objective_bound": float(cut), **PROOF_ROUTES[route % len(PROOF_ROUTES)]}
-        seed = inst.seed if cut is None else inst.seed + 7919 * (route + 1)
+        opts = None if cut is None else {"objective_bound": float(cut), **PROOF_ROUTE}
+        seed = inst.seed if cut is None else inst.seed + 7919
         status, sol, bound = self.p.solve(time_limit, gaps, seed, self.tol, opts)
         if sol is None:
             return Outcome(None, status, bound, 1)  # type: ignore[arg-type]
