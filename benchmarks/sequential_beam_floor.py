@@ -6,7 +6,7 @@ script runs a trained policy's beam at several widths on a run's held-out agents
 run's exhaustive two-step lookahead, and for each width times two matrix products alone on as
 many rows as the beam scored children:
 
-- the world classifier's later layers (``_mlp_tail``: every child's decision score, which the
+- the world classifier's later layers (``mlp_tail``: every child's decision score, which the
   policies read as a feature and the beam needs to find completions);
 - the policy network's scorer layers after its split first layer.
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from data_gen.sequence_labels import SequenceLabelSet  # noqa: E402
 from envs.sequential import SequentialWorld  # noqa: E402
-from envs.sequential_env import _mlp_tail  # noqa: E402
+from envs.sequential_candidates import mlp_tail  # noqa: E402
 from learners.base import Generator  # noqa: E402
 from learners.sequential_experiment import load_sequential_config, versus  # noqa: E402
 
@@ -72,7 +72,7 @@ def floor_ms(world: SequentialWorld, net: torch.nn.Module | None, rows: int, rep
     if weights is not None and getattr(world.model, "kind", "") == "mlp":
         pre = rng.normal(size=(rows, weights[0].shape[1])).astype(np.float32)
         out["classifier_ms"] = 1e3 * min(
-            _best_cpu(lambda b=b: [_mlp_tail(world.model, pre[s: s + b]) for s in range(0, rows, b)], repeats)[0]
+            _best_cpu(lambda b=b: [mlp_tail(world.model, pre[s: s + b]) for s in range(0, rows, b)], repeats)[0]
             for b in blocks)
     scorer = getattr(net, "scorer", None)
     if scorer is not None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envs.sequential_env import FlatGrid, default_world
+from envs.sequential_candidates import FlatGrid
+from envs.sequential_env import default_world
 
 ROOT = Path(__file__).resolve().parents[1]
 

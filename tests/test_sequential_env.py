@@ -10,17 +10,14 @@ import numpy as np
 import pytest
 
 import envs  # noqa: F401  (registers the environments)
-from envs.sequential_env import (
-    DEFAULT_WORLDS_DIR,
+from envs.sequential_candidates import (
     FlatGrid,
-    SequentialEnv,
     additive_pairs,
     candidates,
     candidates_dense,
-    default_world,
-    save_default_world,
     two_step_estimate,
 )
+from envs.sequential_env import DEFAULT_WORLDS_DIR, SequentialEnv, default_world, save_default_world
 
 
 @pytest.fixture(scope="module", params=["adult", "german"])

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from envs.sequential_env import FlatGrid, candidates, default_world
+from envs.sequential_candidates import FlatGrid, candidates
+from envs.sequential_env import default_world
 from learners.base import Generator, build_generator
 from learners.policies.sequential import SequentialLookahead, sequential_context
 from learners.policies.sequential_rollout import lookahead_choose

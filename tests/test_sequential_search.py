@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envs.sequential_env import FlatGrid, default_world
+from envs.sequential_candidates import FlatGrid
+from envs.sequential_env import default_world
 from learners.base import Generator, build_generator
 from learners.policies.sequential import SequentialLookahead, sequential_context
 from learners.policies.sequential_search import Nodes, beam_search, top_per_group
@@ -49,7 +50,7 @@ def test_scored_children_decide_as_the_world(name, monkeypatch):
     ``world.accepts`` (the reference). Both searches give the same answers. The scores' error is
     far inside the margin on the bundled worlds."""
     import learners.policies.sequential_search as search
-    from envs.sequential_env import FlatGrid, candidates
+    from envs.sequential_candidates import FlatGrid, candidates
 
     world, X = default_world(name)
     X = X[:25]

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import Candidates, FlatGrid, candidates, default_world
+from envs.sequential_candidates import Candidates, FlatGrid, candidates
+from envs.sequential_env import default_world
 from learners.policies.sequential_twostep import default_chunk, two_step_best
 
 

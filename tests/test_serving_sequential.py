@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 import learners.registry  # noqa: F401
 from data_gen.sequential_worlds import build_sequential, rejected_agents
-from envs.sequential_env import FlatGrid, candidates
+from envs.sequential_candidates import FlatGrid, candidates
 from learners.base import build_generator
 from learners.policies.sequential import sequential_context
 from serving.sequential import SequentialService, ServiceError, create_sequential_app, is_sequential_run

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import FlatGrid, candidates, observations
+from envs.sequential_candidates import FlatGrid, candidates, observations
 from learners.base import FitContext, Generator, register
 from learners.policies.sequential_experts import expert_answers, expert_targets, heldout_split
 from learners.policies.sequential_net import SequentialScorer, net_chooser, sb3_policy_class

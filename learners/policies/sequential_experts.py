@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import FlatGrid
+from envs.sequential_candidates import FlatGrid
 from learners.base import FitContext
 from learners.policies.sequential_params import ExpertParams
 from learners.policies.sequential_rollout import lookahead_choose, rollout

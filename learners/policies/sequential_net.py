@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import CANDIDATE_CHANNELS, observations
+from envs.sequential_candidates import CANDIDATE_CHANNELS, observations
 from learners.policies.sequential_rollout import MASKED_LOGIT
 
 _NO_ACCEPTED = 10.0  # relational feature of a candidate when no candidate is accepted

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import FlatGrid, candidates
+from envs.sequential_candidates import FlatGrid, candidates
 from learners.base import Prediction
 from learners.policies.sequential_twostep import two_step_best
 

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import Candidates, FlatGrid, candidates
+from envs.sequential_candidates import Candidates, FlatGrid, candidates
 
 #: Relative distance of a candidate's float32 decision score from 0 within which the beam decides
 #: acceptance by the world's classifier instead (see the module doc).

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import OBS_CLIP, FlatGrid, candidates, scale_states
+from envs.sequential_candidates import OBS_CLIP, FlatGrid, candidates, scale_states
 from learners.base import FitContext, register, require_at_least
 from learners.policies.sequential import _SequentialGenerator
 from learners.policies.sequential_experts import expert_answers, expert_targets, heldout_split

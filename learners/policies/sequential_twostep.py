@@ -5,8 +5,8 @@
 bound is applied and the second steps from its child are priced by the world. The (agent, first
 step) pairs of the whole batch are gathered at once and applied with one ``world.apply`` per
 chunk of pairs; the children's second steps are computed with the rules of
-:func:`envs.sequential_env.candidates` (``_grid_step`` per action, the MLP's incremental first
-layer, ``_mlp_tail``), but only the second steps that could still win are scored: the classifier
+:func:`envs.sequential_env.candidates` (``grid_step`` per action, the MLP's incremental first
+layer, ``mlp_tail``), but only the second steps that could still win are scored: the classifier
 pass over every child's K candidates is most of the cost, and a second step whose total is not
 below the agent's bound (or above a total the agent already reached) cannot be chosen. The
 answer is the per-agent loop's, tie rule included (``tests/test_sequential_twostep.py``).
@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from envs.sequential import SequentialWorld
-from envs.sequential_env import Candidates, FlatGrid, _dense, _grid_step, _mlp_tail
+from envs.sequential_candidates import Candidates, FlatGrid, dense_columns, grid_step, mlp_tail
 
 #: Bytes a chunk of pairs may take while its children's second steps are scored: per pair and
 #: candidate a float32 first-layer row of the MLP (``hidden`` x 4 bytes) and a few float64 (P, n)
-#: arrays of ``_grid_step``, so the default chunk is sized on both.
+#: arrays of ``grid_step``, so the default chunk is sized on both.
 CHUNK_BYTES = 50_000_000
 
 
@@ -43,8 +43,8 @@ def _pair_totals(world: SequentialWorld, Y: np.ndarray, used: np.ndarray, cost1:
     cost2`` over allowed, accepted second steps with that total ``< limit`` (inf: none).
 
     The same arithmetic as :func:`envs.sequential_env.candidates` on the rows it keeps (mask and
-    cost from ``_grid_step``; the score's first layer as the child's plus the changed columns in
-    the same order, the later layers by ``_mlp_tail``), so acceptance is decided as there."""
+    cost from ``grid_step``; the score's first layer as the child's plus the changed columns in
+    the same order, the later layers by ``mlp_tail``), so acceptance is decided as there."""
     P = len(Y)
     G = world.action_discounts(Y)
     mlp = _is_mlp(world)
@@ -53,7 +53,7 @@ def _pair_totals(world: SequentialWorld, Y: np.ndarray, used: np.ndarray, cost1:
         W0 = world.model.weights[0].astype(np.float32)
     rows, totals, parts = [], [], []
     for a in range(world.n_actions):
-        cols, Ycols, ok, c = _grid_step(world, a, Y, G[:, a])
+        cols, Ycols, ok, c = grid_step(world, a, Y, G[:, a])
         tot = cost1[:, None] + c  # the loop's cand.cost[i, ks][:, None] + c2.cost on allowed rows
         p, v = np.nonzero(ok & ~used[:, a][:, None] & (tot < limit[:, None]))
         if len(p) == 0:
@@ -67,7 +67,7 @@ def _pair_totals(world: SequentialWorld, Y: np.ndarray, used: np.ndarray, cost1:
                 h += pre[p]
             parts.append(h)
         else:
-            parts.append(world.score(_dense(Y[p][:, None, :], cols, Ycols[p, v][:, None, :])[:, 0]))
+            parts.append(world.score(dense_columns(Y[p][:, None, :], cols, Ycols[p, v][:, None, :])[:, 0]))
         rows.append(p)
         totals.append(tot[p, v])
     out = np.full(P, np.inf)
@@ -76,7 +76,7 @@ def _pair_totals(world: SequentialWorld, Y: np.ndarray, used: np.ndarray, cost1:
     p, tot = np.concatenate(rows), np.concatenate(totals)
     if mlp:  # one pass of the later layers for every kept second step of the chunk
         with np.errstate(invalid="ignore", over="ignore"):
-            score = _mlp_tail(world.model, np.concatenate(parts))
+            score = mlp_tail(world.model, np.concatenate(parts))
     else:
         score = np.concatenate(parts)
     acc = score > 0
