@@ -4,6 +4,7 @@
                               [--norms zero one infty] [--agents 10] [--z3-agents 3]
                               [--z3-timeout 120] [--rel-tol 1e-3] [--epsilon 1e-7]
     python benchmarks/mace.py --check-certificates [--agents 15] [--z3-agents 3] [--norms one]
+    python benchmarks/mace.py --audit [--agents 10] [--seeds 0 1] [--jobs 2]
 
 For every data set x model x norm, both backends explain the same seeded sample of negatively
 classified test agents: the MILP backend all ``--agents`` of them, z3 (Algorithm 1, far slower)
@@ -20,6 +21,13 @@ have one; "gap <= 1%" is the share of answers whose relative gap (d - delta_min)
 reference MACE(epsilon=1e-7, rel_tol=0), and counts the answers flagged optimal whose distance is
 more than 1% above the reference's (target: none), and any bound above the other's answer.
 Results: ``benchmarks/results/mace/certificates.{md,json}``.
+
+``--audit`` (issue 34) checks the certificates against every search the project has: per data set
+(Adult, German, COMPAS, Credit) x model x norm and MILP seed, GeCo, MD-PSO and a local search around
+MACE's answer look for valid points (accepted by the refitted sklearn model, every constraint held)
+below delta_min; an answer flagged optimal with one is unsound. Cells run in ``--jobs`` processes and
+are written to ``benchmarks/results/mace/audit/cells/`` as they finish (a rerun resumes); the table is
+``benchmarks/results/mace/audit.{md,json}``.
 """
 
 from __future__ import annotations
@@ -267,6 +275,184 @@ def table(cells: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------- audit (issue 34)
+
+AUDIT_DATASETS = ["adult", "german", "compas", "credit"]
+GECO_WEIGHTS = {"zero": (1.0, 0.0, 0.0), "one": (0.0, 1.0, 0.0), "infty": (0.0, 0.0, 1.0)}
+
+
+def _valid_rows(inst, oracle, X: np.ndarray) -> np.ndarray:
+    """Per row: a true counterfactual (the real sklearn model accepts it, every constraint holds)."""
+    X = np.atleast_2d(X)
+    lo, hi = inst.schema.bounds()
+    ok = np.all((X >= lo) & (X <= hi), axis=1) & np.all(~inst.integral | (X == np.round(X)), axis=1)
+    ok &= np.all((X >= inst.lower) & (X <= inst.upper), axis=1)  # immutable / monotone (the plausibility box)
+    for r in inst.raws:
+        if r.kind == "group":
+            cols = list(r.columns)
+            ok &= (X[:, cols].sum(axis=1) == 1) & np.all(np.isin(X[:, cols], (0.0, 1.0)), axis=1)
+    ok &= ~inst.schema.mutability_violations(inst.x_hat, X, tol=0.0)
+    if ok.any():
+        ok[ok] = np.asarray(oracle(X[ok]), bool).reshape(-1)
+    return ok
+
+
+def local_search(inst, oracle, cf: np.ndarray, rng: np.random.Generator, n_random: int = 400) -> np.ndarray:
+    """Candidate points around MACE's answer: each changed feature on a grid toward the agent (one and two
+    at a time), categorical changes undone, and random shrinks x^ + t (cf - x^) with small noise."""
+    xh = inst.x_hat
+    changed = [r for r in inst.raws if not np.array_equal(cf[list(r.columns)], xh[list(r.columns)])]
+    cands = []
+    grid = np.linspace(0.0, 1.0, 65)
+    for r in changed:
+        cols = list(r.columns)
+        if r.kind == "numeric":
+            C = np.repeat(cf[None], len(grid), axis=0)
+            C[:, cols[0]] = xh[cols[0]] + grid * (cf[cols[0]] - xh[cols[0]])
+        else:
+            C = cf[None].copy()
+            C[0, cols] = xh[cols]
+        cands.append(C)
+    num = [r.columns[0] for r in changed if r.kind == "numeric"]
+    for i, a in enumerate(num):
+        for b in num[i + 1:]:
+            g = np.linspace(0.9, 1.0, 11)
+            A, B = np.meshgrid(g, g)
+            C = np.repeat(cf[None], A.size, axis=0)
+            C[:, a] = xh[a] + A.ravel() * (cf[a] - xh[a])
+            C[:, b] = xh[b] + B.ravel() * (cf[b] - xh[b])
+            cands.append(C)
+    t = rng.uniform(0.95, 1.0, (n_random, 1))
+    span = np.array([inst.scale(c) for c in range(len(cf))])
+    noise = rng.normal(0, 1e-3, (n_random, len(cf))) * span * (cf != xh)
+    C = xh + t * (cf - xh) + noise
+    cands.append(C)
+    C = np.concatenate(cands)
+    C = np.where(inst.integral, np.round(C), C)
+    return np.clip(C, inst.lower, inst.upper)
+
+
+def _best_valid(inst, oracle, X: np.ndarray) -> tuple[float | None, np.ndarray | None]:
+    if not len(X):
+        return None, None
+    ok = _valid_rows(inst, oracle, np.asarray(X, float))
+    if not ok.any():
+        return None, None
+    d = inst.distance(np.asarray(X, float)[ok])
+    k = int(np.argmin(d))
+    return float(d[k]), np.asarray(X, float)[ok][k]
+
+
+def audit_cell(job: tuple) -> dict:
+    """One data set x model x norm: MACE per seed, then GeCo, MD-PSO and a local search look below delta_min."""
+    dataset, model, norm, args, path = job
+    import warnings
+
+    from solvers.geco import GeCo, Plaf
+    from solvers.pso import MDPSO
+    warnings.filterwarnings("ignore")
+    b, X, oracle = sample(dataset, model, args)
+    world = b.world
+    geco = GeCo(plaf=Plaf(), n_diverse=5, **dict(zip(("alpha", "beta", "gamma"), GECO_WEIGHTS[norm], strict=True)))
+    geco.fit(world, b.data.X_train)
+    pso = MDPSO().fit(world, b.data.X_train)
+    rng = np.random.default_rng(args.seed)
+    records = []
+    for i, x in enumerate(X):
+        found = {}
+        t = time.perf_counter()
+        points = {"geco": [r.final_state for r in geco.solve(world, x) if r.found and r.final_state is not None]}
+        t_geco = time.perf_counter() - t
+        points["md_pso"] = [r.final_state for r in pso.solve(world, x) if r.found and r.final_state is not None]
+        for seed in args.seeds:
+            solver = MACE(norm=norm, oracle=oracle, seed=seed, time_limit=args.milp_timeout)
+            t = time.perf_counter()
+            r = solver.solve(world, x)[0]
+            sec = time.perf_counter() - t
+            inst = solver._instance(world, x)
+            rec = {"agent": i, "seed": seed, "seconds": sec, "status": r.status, "optimal": bool(r.optimal),
+                   "distance": r.extra.get("distance"), "delta_min": r.extra.get("delta_min"),
+                   "proof": r.extra.get("proof"), "reason": r.extra.get("reason")}
+            if r.status == "ok":
+                cf = np.asarray(r.extra["counterfactual"], float)
+                rec["mace_valid"] = bool(_valid_rows(inst, oracle, cf)[0])
+                pts = dict(points)
+                pts["local"] = list(local_search(inst, oracle, cf, rng))
+                for name, P in pts.items():
+                    d, _ = _best_valid(inst, oracle, np.array(P)) if len(P) else (None, None)
+                    found[name] = d
+                    rec[f"{name}_best"] = d
+                below = {n: d for n, d in found.items() if d is not None and d < rec["delta_min"] - 1e-12}
+                rec["below_delta_min"] = sorted(below)
+                rec["unsound"] = bool(r.optimal and below)
+                rec["closer_than_mace"] = sorted(n for n, d in found.items() if d is not None and d < rec["distance"] - 1e-12)
+            rec["geco_seconds"] = t_geco
+            records.append(rec)
+    ok = [r for r in records if r["status"] == "ok"]
+    cell = {"dataset": dataset, "model": model, "norm": norm, "seeds": list(args.seeds), "agents": len(X),
+            "answers": len(records), "solved": len(ok), "flagged": sum(r["optimal"] for r in ok),
+            "unsound": sum(r["unsound"] for r in ok), "below_delta_min_unflagged": sum(
+                bool(r["below_delta_min"]) and not r["optimal"] for r in ok),
+            "mace_invalid": sum(not r.get("mace_valid", True) for r in ok),
+            "not_proven": sum(not r["optimal"] for r in ok),
+            "seconds_mean": float(np.mean([r["seconds"] for r in records])) if records else None,
+            "records": records, "load_average": os.getloadavg()[0],
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cell, indent=1, default=float))
+    os.replace(tmp, path)
+    print(f"audit {dataset}/{model}/{norm}: {cell['answers']} answers, flagged {cell['flagged']}, unsound "
+          f"{cell['unsound']}, {cell['seconds_mean']:.2f}s", flush=True)
+    return cell
+
+
+def audit_table(cells: list[dict]) -> str:
+    lines = ["# MACE certificate audit (issue 34)", "",
+             "Per agent and MILP seed: MACE (HiGHS, with the proof re-solve, real sklearn model as oracle); then "
+             "GeCo (k = 5, the norm's weights), MD-PSO (defaults) and a local search around MACE's answer (grids "
+             "toward the agent per changed feature and pairs, categorical changes undone, 400 random shrinks) "
+             "look for valid points (accepted by the real sklearn model, within every constraint) below "
+             "delta_min. Unsound: flagged optimal with such a point (target 0).", "",
+             "| data | model | norm | agents | answers (agents x seeds) | flagged optimal | unsound | "
+             "not proven | valid below delta_min (unflagged) | MACE invalid | MACE s (mean) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        lines.append(f"| {c['dataset']} | {c['model']} | {c['norm']} | {c['agents']} | {c['answers']} | {c['flagged']} "
+                     f"| {c['unsound']} | {c['not_proven']} | {c['below_delta_min_unflagged']} | {c['mace_invalid']} "
+                     f"| {fmt(c['seconds_mean'])} |")
+    tot = {k: sum(c[k] for c in cells) for k in ("agents", "answers", "flagged", "unsound", "not_proven", "mace_invalid")}
+    lines += ["", f"Total: {len(cells)} cells, {tot['agents']} agents, {tot['answers']} answers, {tot['flagged']} flagged "
+              f"optimal, {tot['unsound']} unsound, {tot['not_proven']} not proven, {tot['mace_invalid']} invalid."]
+    return "\n".join(lines) + "\n"
+
+
+def run_audit(args: argparse.Namespace) -> None:
+    from multiprocessing import Pool
+
+    out = Path(args.out) / "audit"
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for norm in args.norms:  # norms outermost: a partial run covers every data set and model
+        for dataset in args.datasets:
+            for model in args.models:
+                seeds = "-".join(map(str, args.seeds))
+                path = out / "cells" / f"{dataset}-{model}-{norm}-a{args.agents}-s{seeds}.json"
+                if not path.exists():
+                    jobs.append((dataset, model, norm, args, path))
+    if jobs:
+        with Pool(max(1, args.jobs)) as pool:
+            for _ in pool.imap_unordered(audit_cell, jobs):
+                pass
+    cells = [json.loads(f.read_text()) for f in sorted((out / "cells").glob("*.json"))]
+    order = {d: i for i, d in enumerate(AUDIT_DATASETS)}
+    cells.sort(key=lambda c: (order.get(c["dataset"], 9), ["tree", "forest", "lr", "mlp"].index(c["model"]),
+                              NORM_INDEX[c["norm"]]))
+    md = audit_table(cells)
+    (Path(args.out) / "audit.md").write_text(md)
+    (Path(args.out) / "audit.json").write_text(json.dumps(cells, indent=1, default=float))
+    print(md)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["adult", "credit"], help="tabular data sets")
@@ -281,11 +467,20 @@ def main(argv=None) -> None:
     p.add_argument("--check-certificates", action="store_true",
                    help="check the flag against the reference epsilon=1e-7, rel_tol=0 (norms default to one)")
     p.add_argument("--seed", type=int, default=0, help="world and sample seed")
+    p.add_argument("--audit", action="store_true",
+                   help="certificate audit: GeCo, MD-PSO and a local search look below delta_min (issue 34)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="--audit: MILP seeds per agent")
+    p.add_argument("--jobs", type=int, default=2, help="--audit: worker processes (cells in parallel)")
     p.add_argument("--model-kwargs", default="{}", help='JSON overrides of the model, e.g. {"max_depth": null}')
     p.add_argument("--out", default="benchmarks/results/mace", help="output directory")
     args = p.parse_args(argv)
     out = Path(args.out)
     (out / "cells").mkdir(parents=True, exist_ok=True)
+    if args.audit:
+        if "--datasets" not in (argv if argv is not None else sys.argv):
+            args.datasets = AUDIT_DATASETS
+        run_audit(args)
+        return
     if args.check_certificates:
         if "--norms" not in (argv if argv is not None else sys.argv):
             args.norms = ["one"]
