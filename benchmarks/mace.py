@@ -5,6 +5,8 @@
                               [--z3-timeout 120] [--rel-tol 1e-3] [--epsilon 1e-7]
     python benchmarks/mace.py --check-certificates [--agents 15] [--z3-agents 3] [--norms one]
     python benchmarks/mace.py --audit [--agents 10] [--seeds 0 1] [--jobs 2]
+    python benchmarks/mace.py --geco [--agents 50] [--models tree forest mlp] [--tag current]
+    python benchmarks/mace.py --before-after [--agents 5] [--norms one] [--before <git revision>]
 
 For every data set x model x norm, both backends explain the same seeded sample of negatively
 classified test agents: the MILP backend all ``--agents`` of them, z3 (Algorithm 1, far slower)
@@ -28,6 +30,10 @@ MACE's answer look for valid points (accepted by the refitted sklearn model, eve
 below delta_min; an answer flagged optimal with one is unsound. Cells run in ``--jobs`` processes and
 are written to ``benchmarks/results/mace/audit/cells/`` as they finish (a rerun resumes); the table is
 ``benchmarks/results/mace/audit.{md,json}``.
+
+``--geco`` measures GeCo's share of agents within 1% of MACE's certified l1 distance per data set x
+model (``geco_<tag>.{md,json}``); ``--before-after`` times MACE at an earlier git revision of
+``solvers/mace`` and now, alternating per agent in one run (``before_after_issue34.{md,json}``).
 """
 
 from __future__ import annotations
@@ -453,6 +459,149 @@ def run_audit(args: argparse.Namespace) -> None:
     print(md)
 
 
+# ------------------------------------------------------------------------------------------- GeCo vs MACE (issue 34)
+
+def geco_cell(job: tuple) -> dict:
+    """GeCo (defaults, PLAF = the schema's mutability) against MACE's certified l1 optimum on the same agents."""
+    dataset, model, args, path = job
+    import warnings
+
+    from solvers.geco import GeCo, Plaf
+    warnings.filterwarnings("ignore")
+    b, X, oracle = sample(dataset, model, args)
+    world = b.world
+    geco = GeCo(plaf=Plaf(), polish=not args.no_polish).fit(world, b.data.X_train)
+    records = []
+    for x in X:
+        r = MACE(norm="one", oracle=oracle, time_limit=args.milp_timeout).solve(world, x)[0]
+        t = time.perf_counter()
+        g = geco.solve(world, x)
+        sec = time.perf_counter() - t
+        pts = [q.final_state for q in g if q.found and q.final_state is not None]
+        ok = [p for p in pts if oracle(p[None])[0] and not world.schema.mutability_violations(x, p, tol=0.0)[0]]
+        dg = float(distance(world.schema, x, np.array(ok), "one").min()) if ok else None
+        records.append({"mace_status": r.status, "mace_optimal": bool(r.optimal), "mace_distance": r.extra.get("distance"),
+                        "geco_distance": dg, "geco_seconds": sec, "geco_status": g[0].status})
+    cert = [r for r in records if r["mace_optimal"] and r["mace_distance"] and r["mace_distance"] > 0]
+    within = [r for r in cert if r["geco_distance"] is not None and r["geco_distance"] <= 1.01 * r["mace_distance"]]
+    ratios = [r["geco_distance"] / r["mace_distance"] for r in cert if r["geco_distance"] is not None]
+    cell = {"dataset": dataset, "model": model, "agents": len(X), "certified": len(cert), "within_1pct": len(within),
+            "share": len(within) / len(cert) if cert else None, "worst_ratio": max(ratios) if ratios else None,
+            "geco_missing": sum(r["geco_distance"] is None for r in cert),
+            "geco_seconds_mean": float(np.mean([r["geco_seconds"] for r in records])),
+            "geco_seconds_max": float(np.max([r["geco_seconds"] for r in records])),
+            "geco_params": {k: v for k, v in vars(geco).items() if not k.endswith("_") and k != "plaf"},
+            "records": records, "load_average": os.getloadavg()[0],
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cell, indent=1, default=float))
+    os.replace(tmp, path)
+    print(f"geco {dataset}/{model}: {cell['within_1pct']}/{cell['certified']} within 1%, worst "
+          f"{fmt(cell['worst_ratio'], '.4f')}, {cell['geco_seconds_mean']:.3f}s", flush=True)
+    return cell
+
+
+def geco_table(cells: list[dict]) -> str:
+    lines = ["# GeCo against MACE's certified l1 optimum (issue 34)", "",
+             "GeCo with its defaults (PLAF = the schema's mutability, refinement on), on rejected test agents; "
+             "MACE (MILP, l1, real sklearn model as oracle) gives the certified distance. Within 1%: GeCo's "
+             "nearest valid answer (real model, every constraint) <= 1.01 x MACE's, over agents MACE certified. "
+             "Target: >= 95% per cell, <= 0.3 s mean.", "",
+             "| data | model | agents | MACE certified | GeCo within 1% | share | worst GeCo / MACE | GeCo none "
+             "| GeCo s (mean / max) |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        share = "-" if c["share"] is None else f"{100 * c['share']:.1f}%"
+        lines.append(f"| {c['dataset']} | {c['model']} | {c['agents']} | {c['certified']} | {c['within_1pct']} | {share} "
+                     f"| {fmt(c['worst_ratio'], '.4f')} | {c['geco_missing']} | {c['geco_seconds_mean']:.3f} / "
+                     f"{c['geco_seconds_max']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_geco(args: argparse.Namespace) -> None:
+    from multiprocessing import Pool
+
+    out = Path(args.out) / "geco"
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    models = [m for m in args.models if m != "lr"]
+    jobs = [(d, m, args, out / "cells" / f"{d}-{m}-a{args.agents}-s{args.seed}-{args.tag}.json")
+            for d in args.datasets for m in models]
+    jobs = [j for j in jobs if not j[3].exists()]
+    if jobs:
+        with Pool(max(1, args.jobs)) as pool:
+            for _ in pool.imap_unordered(geco_cell, jobs):
+                pass
+    cells = [json.loads(f.read_text()) for f in sorted((out / "cells").glob(f"*-a{args.agents}-s{args.seed}-{args.tag}.json"))]
+    order = {d: i for i, d in enumerate(AUDIT_DATASETS)}
+    cells.sort(key=lambda c: (order.get(c["dataset"], 9), ["tree", "forest", "lr", "mlp"].index(c["model"])))
+    md = geco_table(cells)
+    (Path(args.out) / f"geco_{args.tag}.md").write_text(md)
+    (Path(args.out) / f"geco_{args.tag}.json").write_text(json.dumps([{k: v for k, v in c.items() if k != "records"}
+                                                                      for c in cells], indent=1, default=float))
+    print(md)
+
+
+# ------------------------------------------------------------------------------------------- MACE time before / after
+
+def _load_revision(rev: str) -> type:
+    """The MACE class of solvers/mace at git revision ``rev``, imported as its own package (in a temp dir)."""
+    import importlib
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parent.parent
+    tmp = Path(tempfile.mkdtemp(prefix="mace_before_"))
+    pkg = tmp / f"mace_{rev[:8]}"
+    pkg.mkdir()
+    names = subprocess.run(["git", "ls-tree", "--name-only", rev, "solvers/mace/"], cwd=root, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name in names:
+        src = subprocess.run(["git", "show", f"{rev}:{name}"], cwd=root, check=True, capture_output=True, text=True).stdout
+        (pkg / Path(name).name).write_text(src.replace("solvers.mace.", f"{pkg.name}.").replace(
+            "from solvers.mace import", f"from {pkg.name} import"))
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module(f"{pkg.name}.mace").MACE
+
+
+def run_before_after(args: argparse.Namespace) -> None:
+    """MACE's seconds per explanation at ``--before`` and now, on the same agents, alternating per agent."""
+    import warnings
+    warnings.filterwarnings("ignore")
+    Before = _load_revision(args.before)
+    rows = []
+    for dataset in args.datasets:
+        for model in args.models:
+            for norm in args.norms:
+                b, X, oracle = sample(dataset, model, args)
+                sec = {"before": [], "after": []}
+                flags = {"before": 0, "after": 0}
+                for x in X:
+                    for name, cls in (("before", Before), ("after", MACE)):
+                        t = time.perf_counter()
+                        r = cls(norm=norm, oracle=oracle, time_limit=args.milp_timeout).solve(b.world, x)[0]
+                        sec[name].append(time.perf_counter() - t)
+                        flags[name] += bool(r.optimal)
+                row = {"dataset": dataset, "model": model, "norm": norm, "agents": len(X),
+                       "before_s": float(np.mean(sec["before"])), "after_s": float(np.mean(sec["after"])),
+                       "before_max_s": float(np.max(sec["before"])), "after_max_s": float(np.max(sec["after"])),
+                       "before_flagged": flags["before"], "after_flagged": flags["after"],
+                       "load_average": os.getloadavg()[0]}
+                rows.append(row)
+                print(f"{dataset}/{model}/{norm}: before {row['before_s']:.2f}s after {row['after_s']:.2f}s "
+                      f"({row['after_s'] / row['before_s']:.2f}x)", flush=True)
+    lines = ["# MACE seconds per explanation before and after issue 34 (same run, alternating per agent)", "",
+             f"Before: solvers/mace at {args.before}; after: the working tree. MILP, real sklearn model as oracle.", "",
+             "| data | model | norm | agents | before s (mean / max) | after s (mean / max) | after / before "
+             "| flagged before / after |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['dataset']} | {r['model']} | {r['norm']} | {r['agents']} | {r['before_s']:.2f} / "
+                     f"{r['before_max_s']:.2f} | {r['after_s']:.2f} / {r['after_max_s']:.2f} | "
+                     f"{r['after_s'] / r['before_s']:.2f}x | {r['before_flagged']} / {r['after_flagged']} |")
+    md = "\n".join(lines) + "\n"
+    (Path(args.out) / "before_after_issue34.md").write_text(md)
+    (Path(args.out) / "before_after_issue34.json").write_text(json.dumps(rows, indent=1))
+    print(md)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", nargs="+", default=["adult", "credit"], help="tabular data sets")
@@ -470,12 +619,27 @@ def main(argv=None) -> None:
     p.add_argument("--audit", action="store_true",
                    help="certificate audit: GeCo, MD-PSO and a local search look below delta_min (issue 34)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="--audit: MILP seeds per agent")
-    p.add_argument("--jobs", type=int, default=2, help="--audit: worker processes (cells in parallel)")
+    p.add_argument("--jobs", type=int, default=2, help="--audit, --geco: worker processes (cells in parallel)")
+    p.add_argument("--geco", action="store_true", help="GeCo's share within 1%% of MACE's certified l1 distance")
+    p.add_argument("--no-polish", action="store_true", help="--geco: GeCo without its two-feature polish")
+    p.add_argument("--tag", default="current", help="--geco: name of the result files (geco_<tag>.md)")
+    p.add_argument("--before-after", action="store_true", help="MACE time per explanation at --before and now")
+    p.add_argument("--before", default="a3570b6ecc9f4627f85bf822868c96cf93aa9e54",
+                   help="--before-after: the git revision of solvers/mace to compare with")
     p.add_argument("--model-kwargs", default="{}", help='JSON overrides of the model, e.g. {"max_depth": null}')
     p.add_argument("--out", default="benchmarks/results/mace", help="output directory")
     args = p.parse_args(argv)
     out = Path(args.out)
     (out / "cells").mkdir(parents=True, exist_ok=True)
+    if args.geco or args.before_after or args.audit:
+        if "--datasets" not in (argv if argv is not None else sys.argv):
+            args.datasets = AUDIT_DATASETS
+    if args.geco:
+        run_geco(args)
+        return
+    if args.before_after:
+        run_before_after(args)
+        return
     if args.audit:
         if "--datasets" not in (argv if argv is not None else sys.argv):
             args.datasets = AUDIT_DATASETS

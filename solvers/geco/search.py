@@ -16,8 +16,10 @@ Beyond the paper, ``refine`` (on by default) finishes with a black-box line sear
 numeric feature of the answers, between the agent's value and the answer's, in batched rounds:
 it finds the decision boundary between data values (the paper's active domain is coarse on
 amounts), may leave that domain on numeric columns (never the schema's range, integrality or a
-PLAF rule), and is the paper's ``selectiveMutate`` idea made exhaustive. ``refine=False`` is the
-paper's algorithm.
+PLAF rule), and is the paper's ``selectiveMutate`` idea made exhaustive. ``polish`` (on by default,
+with ``refine``; issue 34) then searches the plane of every pair of numeric features: one on a grid
+of levels, the other bisected to the decision boundary, which meets the optima that trade two
+features (an MLP's boundary, integer steps). ``refine=False`` is the paper's algorithm.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class GeCo(Solver):
                  max_generations: int = 100, mutate_top: int | None = None,
                  representation: Representation = "delta", partial_eval: bool = True,
                  refine: bool = True, refine_deltas: int = 20, refine_samples: int = 16, refine_rounds: int = 40,
-                 threshold: float = 0.5,
+                 threshold: float = 0.5, polish: bool = True, polish_splits: int = 16, polish_rounds: int = 24,
                  max_cells: int = 1 << 24, seed: int = 0) -> None:
         self.plaf = plaf  # PLAF program; None: the world's Appendix A.1 program (Adult, Credit), else none
         self.n_diverse = n_diverse  # k: counterfactuals returned, and the stopping rule's top-k
@@ -82,6 +84,9 @@ class GeCo(Solver):
         self.refine_samples = refine_samples  # probes per changed feature and refinement round
         self.refine_rounds = refine_rounds  # refinement rounds at most (one model call each)
         self.threshold = threshold  # counterfactual iff P(accept) > threshold
+        self.polish = polish  # two-feature boundary search after the refinement (``polished``; needs refine)
+        self.polish_splits = polish_splits  # levels of the first feature of each pair in the polish
+        self.polish_rounds = polish_rounds  # bisection rounds of the polish (one batched call each)
         self.max_cells = max_cells  # rows x columns per black-box call at most (memory bound)
         self.seed = seed  # random seed of the search
 
@@ -89,7 +94,7 @@ class GeCo(Solver):
 
     def _check_params(self) -> None:
         for name in ("n_diverse", "population_size", "m_init", "m_mut", "max_generations", "refine_deltas",
-                     "refine_samples", "refine_rounds"):
+                     "refine_samples", "refine_rounds", "polish_splits", "polish_rounds"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if self.mutate_top is not None and int(self.mutate_top) < 1:
@@ -164,7 +169,7 @@ class _Run:
         self.pop_class = REPRESENTATIONS[geco.representation]
         self.groups = agent.mutable_groups()
         self.generations = self.explored = self.refine_rounds = 0
-        self.seconds = {"mutate": 0.0, "crossover": 0.0, "cascade": 0.0, "select": 0.0, "refine": 0.0}
+        self.seconds = {"mutate": 0.0, "crossover": 0.0, "cascade": 0.0, "select": 0.0, "refine": 0.0, "polish": 0.0}
 
     def _timed(self, part: str, t0: float) -> None:
         self.seconds[part] += time.perf_counter() - t0
@@ -357,6 +362,12 @@ class _Run:
             seeds = self.ascent()
             X = np.vstack([self.refined(np.vstack([X[heads], seeds])), np.delete(X, heads, axis=0)])
             self._timed("refine", t0)
+        if self.p.refine and self.p.polish and len(X):
+            t0 = time.perf_counter()
+            P = self.polished(X)
+            if len(P):
+                X = np.vstack([self.refined(P), X])
+            self._timed("polish", t0)
         _, first = row_ids(X)
         X = X[np.sort(first)]
         X = X[np.argsort(self.distance(X), kind="stable")]
@@ -369,6 +380,105 @@ class _Run:
             raise AssertionError(f"GeCo produced a counterfactual breaking {self.agent.rules.broken(X[bad > 0][:1])}")
         keep = np.flatnonzero(proba > self.p.threshold)  # a specialised model may round the other way
         return X[keep], proba[keep], self.distance(X)[keep]
+
+    def polished(self, X: np.ndarray, bases: int = 1) -> np.ndarray:
+        """Line searches toward the decision boundary in the plane of two numeric features.
+
+        Beyond the paper (issue 34). From x, and from the ``bases`` nearest answers with their
+        numeric changes undone (their categorical changes kept): for every ordered pair (i, j) of
+        ordered single-column groups and every direction the schema's mutability allows, feature i
+        is set to ``polish_splits`` levels between x_i and the largest change the best distance
+        affords (every integer step where there are that few), and feature j is bisected
+        (``polish_rounds`` batched black-box calls in all) for the nearest value the model accepts
+        (integer columns round away from x). On a boundary where the optimum trades two features (an
+        MLP's, or an integer step of one of them), coordinate moves toward x stop one step short of
+        the trade; this search meets it. Returns the best valid point of each base that beats the
+        answers (the caller line-searches them once more).
+        """
+        a, sp = self.agent, self.agent.space
+        prog, schema = sp.program, sp.program.schema
+        dist = self.distance(X)
+        order = np.argsort(dist, kind="stable")
+        best = float(dist[order[0]])
+        cols = [int(prog.group_cols[g][0]) for g in self.groups if self._ordered(g)]
+        if not cols or best <= 0:
+            return np.zeros((0, len(a.x)))
+        lo, hi = schema.bounds()
+        integer = {c: bool(schema.features[c].integer or schema.features[c].kind == "ordinal") for c in cols}
+        w = a.weights[1] + a.weights[2]  # cost per unit normalized change of one feature (l1 and linf terms)
+        dirs = []  # (column, sign, room): allowed directions and the raw change the best distance affords
+        for c in cols:
+            f, span = schema.features[c], float(hi[c] - lo[c])
+            if not (np.isfinite(span) and span > 0):
+                continue
+            for sgn in (1.0, -1.0):
+                if (f.mutability == "increase" and sgn < 0) or (f.mutability == "decrease" and sgn > 0):
+                    continue
+                room = (hi[c] - a.x[c]) if sgn > 0 else (a.x[c] - lo[c])
+                room = min(room, best / w * span) if w > 0 else room
+                if room > 0:
+                    dirs.append((c, sgn, float(room)))
+        if not dirs:
+            return np.zeros((0, len(a.x)))
+        m = int(self.p.polish_splits)
+        base_rows = [a.x.copy()]
+        for i in order[:bases]:
+            r = X[i].copy()
+            r[cols] = a.x[cols]
+            base_rows.append(r)
+        B0 = np.unique(np.array(base_rows), axis=0)
+        rows, jcol, jsgn, jtop = [], [], [], []
+        for ci, si, ri in dirs:
+            if integer[ci] and ri <= m:
+                lv = np.arange(0.0, np.floor(ri + 1e-9) + 1.0)
+            else:
+                lv = np.linspace(0.0, ri, m + 1)
+                lv = np.unique(np.round(lv)) if integer[ci] else lv
+            for cj, sj, rj in dirs:
+                if cj == ci:
+                    continue
+                for B in B0:
+                    R = np.repeat(B[None], len(lv), axis=0)
+                    R[:, ci] = a.x[ci] + si * lv
+                    rows.append(R)
+                    jcol.append(np.full(len(lv), cj))
+                    jsgn.append(np.full(len(lv), sj))
+                    jtop.append(np.full(len(lv), rj))
+        if not rows:
+            return np.zeros((0, len(a.x)))
+        R, jc, js, hi_s = np.vstack(rows), np.concatenate(jcol), np.concatenate(jsgn), np.concatenate(jtop)
+        is_int = np.array([integer[c] for c in jc])
+        n = np.arange(len(R))
+
+        def points(step: np.ndarray) -> np.ndarray:
+            P = R.copy()
+            step = np.where(is_int, np.ceil(step - 1e-9), step)
+            P[n, jc] = np.clip(a.x[jc] + js * step, lo[jc], hi[jc])
+            return P
+
+        def valid(P: np.ndarray) -> np.ndarray:
+            ok = a.rules.violations(P) == 0
+            if ok.any():
+                ok[ok] = self.model.predict_proba(P[ok]) > self.p.threshold
+            return ok
+
+        keep = valid(points(hi_s)) & (self.distance(points(np.zeros(len(R)))) < best)
+        self.refine_rounds += 1
+        R, jc, js, hi_s, is_int, n = R[keep], jc[keep], js[keep], hi_s[keep], is_int[keep], np.arange(int(keep.sum()))
+        if not len(R):
+            return np.zeros((0, len(a.x)))
+        lo_s = np.zeros(len(R))
+        for _ in range(int(self.p.polish_rounds)):
+            mid = (lo_s + hi_s) / 2
+            ok = valid(points(mid))
+            self.refine_rounds += 1
+            hi_s, lo_s = np.where(ok, mid, hi_s), np.where(ok, lo_s, mid)
+            if np.all(hi_s - lo_s <= np.where(is_int, 0.5, 0.0)):
+                break
+        P = points(hi_s)
+        d = self.distance(P)
+        k = int(np.argmin(d))
+        return P[k][None] if d[k] < best - 1e-15 else np.zeros((0, len(a.x)))
 
     def ascent(self, beam: int = 16, depth: int = 6, keep: int = 5) -> np.ndarray:
         """Counterfactuals built from x by small moves: a beam search that adds one group's move at a
