@@ -39,6 +39,7 @@ model (``geco_<tag>.{md,json}``); ``--before-after`` times MACE at an earlier gi
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -362,6 +363,7 @@ def audit_cell(job: tuple) -> dict:
     geco = GeCo(plaf=Plaf(), n_diverse=5, **dict(zip(("alpha", "beta", "gamma"), GECO_WEIGHTS[norm], strict=True)))
     geco.fit(world, b.data.X_train)
     pso = MDPSO().fit(world, b.data.X_train)
+    Mace = _load_revision(args.mace_rev) if args.mace_rev else MACE
     rng = np.random.default_rng(args.seed)
     records = []
     for i, x in enumerate(X):
@@ -371,7 +373,7 @@ def audit_cell(job: tuple) -> dict:
         t_geco = time.perf_counter() - t
         points["md_pso"] = [r.final_state for r in pso.solve(world, x) if r.found and r.final_state is not None]
         for seed in args.seeds:
-            solver = MACE(norm=norm, oracle=oracle, seed=seed, time_limit=args.milp_timeout)
+            solver = Mace(norm=norm, oracle=oracle, seed=seed, time_limit=args.milp_timeout)
             t = time.perf_counter()
             r = solver.solve(world, x)[0]
             sec = time.perf_counter() - t
@@ -435,7 +437,8 @@ def audit_table(cells: list[dict]) -> str:
 def run_audit(args: argparse.Namespace) -> None:
     from multiprocessing import Pool
 
-    out = Path(args.out) / "audit"
+    name = "audit" if not args.mace_rev else f"audit_{args.mace_rev[:8]}"
+    out = Path(args.out) / name
     (out / "cells").mkdir(parents=True, exist_ok=True)
     jobs = []
     for norm in args.norms:  # norms outermost: a partial run covers every data set and model
@@ -454,8 +457,10 @@ def run_audit(args: argparse.Namespace) -> None:
     cells.sort(key=lambda c: (order.get(c["dataset"], 9), ["tree", "forest", "lr", "mlp"].index(c["model"]),
                               NORM_INDEX[c["norm"]]))
     md = audit_table(cells)
-    (Path(args.out) / "audit.md").write_text(md)
-    (Path(args.out) / "audit.json").write_text(json.dumps(cells, indent=1, default=float))
+    if args.mace_rev:
+        md = md.replace("(issue 34)", f"(issue 34), MACE at revision {args.mace_rev}", 1)
+    (Path(args.out) / f"{name}.md").write_text(md)
+    (Path(args.out) / f"{name}.json").write_text(json.dumps(cells, indent=1, default=float))
     print(md)
 
 
@@ -542,6 +547,7 @@ def run_geco(args: argparse.Namespace) -> None:
 
 # ------------------------------------------------------------------------------------------- MACE time before / after
 
+@functools.cache
 def _load_revision(rev: str) -> type:
     """The MACE class of solvers/mace at git revision ``rev``, imported as its own package (in a temp dir)."""
     import importlib
@@ -619,6 +625,8 @@ def main(argv=None) -> None:
     p.add_argument("--audit", action="store_true",
                    help="certificate audit: GeCo, MD-PSO and a local search look below delta_min (issue 34)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="--audit: MILP seeds per agent")
+    p.add_argument("--mace-rev", default=None,
+                   help="--audit: audit MACE as it was at this git revision (audit_<rev>.md), e.g. before issue 34")
     p.add_argument("--jobs", type=int, default=2, help="--audit, --geco: worker processes (cells in parallel)")
     p.add_argument("--geco", action="store_true", help="GeCo's share within 1%% of MACE's certified l1 distance")
     p.add_argument("--no-polish", action="store_true", help="--geco: GeCo without its two-feature polish")

@@ -211,6 +211,12 @@ class MACE(Solver):
             v = float(inst.distance(pr.x[None])[0])
             floor = inst.round_bound(min(floor, max(pr.delta_min, 0.0)))
             if y is None or float(inst.distance(y[None])[0]) >= d:
+                # A relaxed point below the cut that is no counterfactual (a boundary point): both routes'
+                # dual bounds still bound every counterfactual, and may certify d on their own.
+                if pr.status == "optimal" and inst.certified(d, floor):
+                    return Outcome(x, "optimal", floor, calls,
+                                   proof=f"both routes' dual bounds >= {floor:.9g} (the second's optimum {v:.9g} "
+                                         "is a boundary point of the relaxed reading)")
                 why = (f"the proof re-solve found a point of the relaxed reading at distance {v:.9g} below the "
                        f"cut {cut:.9g} that does not verify as a counterfactual")
                 return Outcome(x, "feasible", floor, calls, why=why)
