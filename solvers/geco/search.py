@@ -388,9 +388,9 @@ class _Run:
         numeric changes undone (their categorical changes kept): for every ordered pair (i, j) of
         ordered single-column groups and every direction the schema's mutability allows, feature i
         is set to ``polish_splits`` levels between x_i and the largest change the best distance
-        affords (every integer step where there are that few), and feature j is bisected
-        (``polish_rounds`` batched black-box calls in all) for the nearest value the model accepts
-        (integer columns round away from x). On a boundary where the optimum trades two features (an
+        affords (every integer step where there are that few), and feature j is scanned (16 fractions
+        of its room) and then bisected (``polish_rounds`` batched black-box calls) for the nearest
+        value the model accepts (integer columns round away from x). On a boundary where the optimum trades two features (an
         MLP's, or an integer step of one of them), coordinate moves toward x stop one step short of
         the trade; this search meets it. Returns the best valid point of each base that beats the
         answers (the caller line-searches them once more).
@@ -462,12 +462,27 @@ class _Run:
                 ok[ok] = self.model.predict_proba(P[ok]) > self.p.threshold
             return ok
 
-        keep = valid(points(hi_s)) & (self.distance(points(np.zeros(len(R)))) < best)
-        self.refine_rounds += 1
-        R, jc, js, hi_s, is_int, n = R[keep], jc[keep], js[keep], hi_s[keep], is_int[keep], np.arange(int(keep.sum()))
+        cheap = self.distance(points(np.zeros(len(R)))) < best  # the level alone leaves room to gain
+        R, jc, js, hi_s, is_int = R[cheap], jc[cheap], js[cheap], hi_s[cheap], is_int[cheap]
+        n = np.arange(len(R))
+        # A coarse scan along j (even and geometric fractions of its room) brackets the nearest valid
+        # step; validity need not hold beyond it (a tree accepts on an interval).
+        fr = np.unique(np.concatenate([np.linspace(0.0, 1.0, 9), np.exp2(-np.arange(1.0, 9.0))]))
+        found = np.full(len(R), np.nan)
+        below = np.zeros(len(R))
+        for f in fr[1:]:
+            todo = np.isnan(found)
+            if not todo.any():
+                break
+            ok = valid(points(f * hi_s)) & todo
+            self.refine_rounds += 1
+            found[ok] = f * hi_s[ok]
+            below[todo & ~ok] = f * hi_s[todo & ~ok]
+        keep = ~np.isnan(found)
+        R, jc, js, is_int = R[keep], jc[keep], js[keep], is_int[keep]
+        hi_s, lo_s, n = found[keep], below[keep], np.arange(int(keep.sum()))
         if not len(R):
             return np.zeros((0, len(a.x)))
-        lo_s = np.zeros(len(R))
         for _ in range(int(self.p.polish_rounds)):
             mid = (lo_s + hi_s) / 2
             ok = valid(points(mid))
@@ -490,10 +505,12 @@ class _Run:
         a, sp = self.agent, self.agent.space
         prog, m = sp.program, int(self.p.refine_samples)
         moves = []  # (columns, (n, |columns|) values) per group
+        edges = self.edges() if self.p.polish else {}
         for g in self.groups:
             cols = prog.group_cols[g]
             if self._ordered(g):
-                vals = np.concatenate([self._local(g, side) for side in (-1.0, 1.0)])[:, None]
+                vals = np.concatenate([self._local(g, side) for side in (-1.0, 1.0)] + [edges.get(g, np.zeros(0))])
+                vals = np.unique(vals)[:, None]
             else:
                 opts = a.options(g)
                 vals = sp.values[opts[np.argsort(a.entry_cost(opts), kind="stable")][:m], :len(cols)]
@@ -682,6 +699,89 @@ class _Run:
                 T[:, cols] = np.tile(vals, (len(bases), 1))
                 out.append(T)
         return out
+
+    def edges(self, base: np.ndarray | None = None, grid: int = 128, per_side: int = 6,
+              rounds: int = 20) -> dict[int, np.ndarray]:
+        """Per ordered group: the values just past the nearest places where P(accept) changes on its
+        line through ``base`` (default x; the other features at base's values), ``per_side`` on each
+        side of base's value; only groups base leaves at x's value.
+
+        Beyond the paper (issue 34; with ``polish``). One batched call scans every line on a grid (the
+        data's values and an even grid, ``grid`` of each at most); each change of P between neighbours
+        is then bisected (``rounds`` batched calls) to the far side of the change. A forest's optimum
+        is a few such threshold crossings together, often between data values far from x; the beam
+        of ``ascent`` starts from these moves.
+        """
+        a, sp = self.agent, self.agent.space
+        schema = sp.program.schema
+        lo, hi = schema.bounds()
+        base = a.x if base is None else np.asarray(base, float)
+        lines = []  # (group, column, values sorted away from x)
+        for g in self.groups:
+            if not self._ordered(g):
+                continue
+            c = int(sp.program.group_cols[g][0])
+            if base[c] != a.x[c]:
+                continue
+            f = schema.features[c]
+            if not (np.isfinite(hi[c] - lo[c]) and hi[c] > lo[c]):
+                continue
+            data = np.unique(sp.values[a.options(g), 0])
+            if len(data) > grid:
+                data = data[np.linspace(0, len(data) - 1, grid).astype(int)]
+            ladder = (hi[c] - lo[c]) * np.exp2(-np.linspace(0.0, 24.0, grid // 2))  # dense near base and near 0
+            v = np.unique(np.concatenate([data, np.linspace(lo[c], hi[c], grid + 1), base[c] + ladder, base[c] - ladder,
+                                          lo[c] + ladder]))
+            v = v[(v >= lo[c]) & (v <= hi[c])]
+            if f.integer or f.kind == "ordinal":
+                v = np.unique(np.round(v))
+            for side in (-1.0, 1.0):
+                w = v[(v - a.x[c]) * side > 0]
+                if (f.mutability == "increase" and side < 0) or (f.mutability == "decrease" and side > 0) or not len(w):
+                    continue
+                lines.append((g, c, side, np.concatenate([[a.x[c]], w[np.argsort(np.abs(w - a.x[c]))]])))
+        if not lines:
+            return {}
+        rows = np.repeat(base[None], sum(len(w) for *_, w in lines), axis=0)
+        at = np.cumsum([0] + [len(w) for *_, w in lines])
+        for (_g, c, _side, w), s0 in zip(lines, at[:-1], strict=True):
+            rows[s0:s0 + len(w), c] = w
+        ok = a.rules.violations(rows) == 0
+        p = np.full(len(rows), np.nan)
+        p[ok] = self.model.predict_proba(rows[ok])
+        self.refine_rounds += 1
+        near, far, col, grp = [], [], [], []
+        for (g, c, _side, w), s0 in zip(lines, at[:-1], strict=True):
+            q = p[s0:s0 + len(w)]
+            change = np.flatnonzero(np.abs(np.diff(q)) > 1e-12)[:per_side]
+            near += list(w[change])
+            far += list(w[change + 1])
+            col += [c] * len(change)
+            grp += [g] * len(change)
+        if not near:
+            return {}
+        near, far, col = np.array(near), np.array(far), np.array(col)
+        integer = np.array([schema.features[c].integer or schema.features[c].kind == "ordinal" for c in col])
+        base = np.repeat(base[None], len(col), axis=0)
+        idx = np.arange(len(col))
+        base[idx, col] = near
+        p_near = self.model.predict_proba(base)
+        for _ in range(rounds):
+            mid = (near + far) / 2
+            mid = np.where(integer, np.where(far > near, np.ceil(mid), np.floor(mid)), mid)
+            open_ = (mid != far) & (mid != near)
+            if not open_.any():
+                break
+            T = base.copy()
+            T[idx, col] = mid
+            same = np.abs(self.model.predict_proba(T) - p_near) <= 1e-12
+            self.refine_rounds += 1
+            near = np.where(open_ & same, mid, near)
+            far = np.where(open_ & ~same, mid, far)
+        out: dict[int, list[float]] = {}
+        for g, v in zip(grp, far, strict=True):
+            out.setdefault(int(g), []).append(float(v))
+        return {g: np.unique(v) for g, v in out.items()}
 
     def _local(self, g: int, side: float) -> np.ndarray:
         """The data values of ordered group g on one side of x's value, at ranks 1, 2, 4, ... from it."""
