@@ -3,9 +3,13 @@
 ``MACE(backend="milp" | "z3")`` returns the nearest plausible counterfactual with a certificate:
 ``delta_min``, a lower bound on the distance of every counterfactual, conservative by construction
 (it is taken on the relaxed reading of ``domain.py``: sklearn's exact float32 splits, acceptance
-score >= 0). The answer is flagged optimal iff the search finished and
-``distance - delta_min <= max(rel_tol·distance, epsilon)``; every answer reports ``delta_min``,
-its ``distance`` and the relative ``gap`` (distance - delta_min) / distance. Optionally k diverse
+score >= 0). The answer is flagged optimal iff the search finished, the MILP backend's proof step
+held (issue 34: a second HiGHS route with the objective cut at d - tolerance / 2 finds nothing
+below it; ``extra["proof"]`` says how) and ``distance - delta_min <= max(rel_tol·distance,
+epsilon)``; otherwise ``extra["reason"]`` says why not and ``delta_min`` is the honest bound.
+Every answer reports ``delta_min``, its ``distance`` and the relative ``gap`` (distance -
+delta_min) / distance; LR and MLP answers also ``witness_exact_score``, the white box's score at
+the answer in exact rational arithmetic. Optionally k diverse
 counterfactuals come from successive runs with l0 diversity clauses (paper §4.2).
 
 Every counterfactual returned has been verified in numpy (the real model when an ``oracle`` is
