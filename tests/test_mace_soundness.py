@@ -103,3 +103,36 @@ def test_exact_witness_score(discrete_worlds, kind):
     for x in X[:5]:
         e = float(exact_score(world.model, x))
         assert abs(e - float(world.model.score(x[None])[0])) <= 1e-9 * (1 + abs(e))
+
+
+def _audit_args(tmp_path, **kw):
+    import argparse
+
+    return argparse.Namespace(**{"agents": 2, "seeds": [0], "seed": 0, "model_kwargs": "{}", "milp_timeout": 30.0,
+                                 "mace_rev": None, **kw})
+
+
+def test_audit_cell_finds_no_unsound_certificate(tmp_path):
+    from benchmarks.mace import audit_cell
+
+    cell = audit_cell(("german", "tree", "one", _audit_args(tmp_path), tmp_path / "cell.json"))
+    assert (tmp_path / "cell.json").exists() and cell["answers"] == 2
+    assert cell["unsound"] == 0 and cell["mace_invalid"] == 0
+    for r in cell["records"]:
+        assert r["optimal"] and r["proof"] and r["geco_best"] is not None and r["local_best"] is not None
+
+
+def test_audit_catches_a_planted_false_certificate(tmp_path, monkeypatch):
+    """A MACE whose delta_min is inflated past its own answer must be counted unsound."""
+    import benchmarks.mace as bm
+
+    class Inflated(bm.MACE):
+        def solve(self, world, x, **options):
+            out = super().solve(world, x, **options)
+            for r in out:
+                r.extra["delta_min"] = 1.5 * r.extra["distance"]
+            return out
+
+    monkeypatch.setattr(bm, "MACE", Inflated)
+    cell = bm.audit_cell(("german", "tree", "one", _audit_args(tmp_path), tmp_path / "cell.json"))
+    assert cell["unsound"] == cell["flagged"] == 2
