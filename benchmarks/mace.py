@@ -452,7 +452,9 @@ def run_audit(args: argparse.Namespace) -> None:
         with Pool(max(1, args.jobs)) as pool:
             for _ in pool.imap_unordered(audit_cell, jobs):
                 pass
-    cells = [json.loads(f.read_text()) for f in sorted((out / "cells").glob("*.json"))]
+    seeds = "-".join(map(str, args.seeds))
+    cells = [json.loads(f.read_text()) for f in sorted((out / "cells").glob(f"*-a{args.agents}-s{seeds}.json"))]
+    cells = [c for c in cells if c["dataset"] in args.datasets and c["model"] in args.models and c["norm"] in args.norms]
     order = {d: i for i, d in enumerate(AUDIT_DATASETS)}
     cells.sort(key=lambda c: (order.get(c["dataset"], 9), ["tree", "forest", "lr", "mlp"].index(c["model"]),
                               NORM_INDEX[c["norm"]]))
