@@ -136,3 +136,21 @@ def test_audit_catches_a_planted_false_certificate(tmp_path, monkeypatch):
     monkeypatch.setattr(bm, "MACE", Inflated)
     cell = bm.audit_cell(("german", "tree", "one", _audit_args(tmp_path), tmp_path / "cell.json"))
     assert cell["unsound"] == cell["flagged"] == 2
+
+
+def test_proof_time_limit_is_not_a_certificate(discrete_worlds, monkeypatch):
+    """When the proof re-solve runs out of time, the answer is not flagged and says why."""
+    world, X = discrete_worlds["mlp"]
+    original = MilpBackend.minimize
+
+    def slow_proof(self, time_limit, cut=None):
+        if cut is not None:
+            return Outcome(None, "unknown", 0.0, 1)  # what a time limit with no point looks like
+        return original(self, time_limit, cut)
+
+    monkeypatch.setattr(MilpBackend, "minimize", slow_proof)
+    x = _negatives(world, X, 3)[0]
+    r = MACE(norm="one").solve(world, x)[0]
+    assert r.status == "ok" and not r.optimal
+    assert "time limit" in r.extra["reason"] and "proof" not in r.extra
+    assert 0.0 <= r.extra["delta_min"] <= r.cost
