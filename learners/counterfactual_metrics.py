@@ -15,13 +15,18 @@ for all of them (PSO paper §IV-D for the set metrics, MACE §4.2 for the distan
   without that many is not covered, PSO §IV-D); **found**: at least one valid;
 - **changed**: raw features changed by the nearest valid counterfactual (and their mean);
 - **distance**: the nearest valid counterfactual's distance in MACE's normalization (norm ``norm``);
+  **distance_accepted**: the nearest counterfactual the model accepts, constraints ignored (what a
+  method that breaks constraints would claim);
 - **violations**: counterfactuals that break the schema (range, integrality, one-hot) or a PLAF
   rule (the schema's mutability and the world's constraint program);
 - **model_calls**, **seconds**, **cpu_seconds**: as the caller measured them (model calls: or as
   the method reported them); CPU seconds are the fairer clock on a shared machine.
 
-The set metrics are computed over the valid counterfactuals. ``summarize`` averages agents;
-``gap_summary`` compares a method's distances with a certified optimum (MACE's).
+The set metrics are computed over the valid counterfactuals. ``summarize`` averages agents (and
+counts the agents with a valid / an accepted answer); ``gap_summary`` and ``ratio_summary``
+compare a method's distances with a certified optimum (MACE's); ``dominates`` says whether one
+method's summary is at least as good as another's on every axis of issue 36 (validity, violations,
+distance ratio, seconds).
 """
 
 from __future__ import annotations
@@ -107,9 +112,11 @@ class CounterfactualScorer:
             "returned": len(X), "valid": int(ok.sum()), "validity": float(accepted.mean()) if len(X) else 0.0,
             "found": bool(ok.any()), "coverage": float(ok.sum() >= int(self.n_diverse)),
             "violations": int(bad.sum()), "seconds": seconds, "cpu_seconds": cpu_seconds, "model_calls": model_calls,
-            "distance": None, "changed": None, "changed_mean": None, "proximity": None, "proximity_cat": None,
+            "distance": None, "distance_accepted": None, "changed": None, "changed_mean": None, "proximity": None, "proximity_cat": None,
             "sparsity": None, "diversity": None, "norm_diversity": None,
         }
+        if accepted.any():
+            out["distance_accepted"] = float(mix(deltas(self.raws_, x, X[accepted]), self.weights_).min())
         if not len(V):
             return out
         D = deltas(self.raws_, x, V)
@@ -135,12 +142,16 @@ class CounterfactualScorer:
 
 
 _MEANS = ("validity", "found", "coverage", "distance", "changed", "changed_mean", "proximity", "proximity_cat",
-          "sparsity", "diversity", "norm_diversity", "model_calls", "seconds", "cpu_seconds", "returned", "valid")
+          "sparsity", "diversity", "norm_diversity", "model_calls", "model_rows", "seconds", "cpu_seconds", "returned",
+          "valid", "distance_accepted")
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Means over agents of every metric (agents without a value are left out of that mean)."""
-    out: dict[str, Any] = {"agents": len(rows), "violations": int(sum(r["violations"] for r in rows))}
+    out: dict[str, Any] = {"agents": len(rows), "violations": int(sum(r["violations"] for r in rows)),
+                           "valid_count": int(sum(bool(r.get("found")) for r in rows)),
+                           "accepted_count": int(sum(r.get("distance_accepted") is not None for r in rows))}
+    out["valid_share"] = out["valid_count"] / len(rows) if rows else None
     for key in _MEANS:
         vals = [float(r[key]) for r in rows if r.get(key) is not None]
         out[key] = float(np.mean(vals)) if vals else None
@@ -169,3 +180,29 @@ def gap_summary(distance: Sequence[float | None], reference: Sequence[float | No
             "gap_mean": float(gap.mean()),
             "gap_median": float(q[0]), "gap_p90": float(q[1]), "gap_p99": float(q[2]), "gap_max": float(q[3]),
             "worse_10pct": float(np.mean(gap > 0.10)), "better": float(np.mean(d < r - abs_tol))}
+
+
+def ratio_summary(distance: Sequence[float | None], reference: Sequence[float | None], *,
+                  rel_tol: float = 0.01) -> dict[str, Any]:
+    """Distance over a certified optimum, per agent where both exist: median, mean, p90 and the share
+    within ``rel_tol`` of it (``within``); ``compared``: agents with both distances."""
+    pairs = [(float(d), float(r)) for d, r in zip(distance, reference, strict=True) if d is not None and r is not None]
+    if not pairs:
+        return {"compared": 0, "ratio_median": None, "ratio_mean": None, "ratio_p90": None, "within": None}
+    d, r = np.array(pairs).T
+    ratio = np.where(r > 0, d / np.where(r > 0, r, 1.0), np.where(d > 0, np.inf, 1.0))
+    return {"compared": len(pairs), "ratio_median": float(np.median(ratio)), "ratio_mean": float(np.mean(ratio)),
+            "ratio_p90": float(np.quantile(ratio, 0.9)), "within": float(np.mean(d <= r * (1 + rel_tol) + 1e-12))}
+
+
+def dominates(ours: dict[str, Any], peer: dict[str, Any]) -> bool:
+    """Whether summary ``ours`` dominates summary ``peer`` (both from ``summarize`` + ``ratio_summary``):
+    at least as many agents with a valid answer, 0 constraint violations, a strictly smaller median
+    distance ratio (a peer without one counts as infinitely far) and no more seconds per agent."""
+    if ours.get("violations", 1) != 0 or ours.get("ratio_median") is None:
+        return False
+    peer_ratio = peer.get("ratio_median")
+    closer = peer_ratio is None or ours["ratio_median"] < peer_ratio
+    as_valid = (ours.get("valid_share") or 0.0) >= (peer.get("valid_share") or 0.0)
+    no_slower = ours.get("seconds") is not None and (peer.get("seconds") is None or ours["seconds"] <= peer["seconds"])
+    return bool(closer and as_valid and no_slower)
