@@ -8,7 +8,7 @@ from blackbox_worlds import RULES, SCHEMA, toy_data
 
 from envs.recourse import Recourse
 from envs.tabular import TabularWorld
-from learners.counterfactual_metrics import CounterfactualScorer, gap_summary, summarize
+from learners.counterfactual_metrics import CounterfactualScorer, dominates, gap_summary, ratio_summary, summarize
 from solvers.geco import Plaf
 
 
@@ -93,3 +93,37 @@ def test_errors():
         CounterfactualScorer(n_diverse=0).fit(world, toy_data())
     with pytest.raises(ValueError, match="data: expected 7 features"):
         CounterfactualScorer().fit(world, toy_data()[:, :3])
+
+
+def test_distance_accepted_ignores_constraints(scorer):
+    x = np.array(X0, float)
+    sex = [1, 1, 1, 2, 1, 0, 0]  # immutable sex changed: accepted by the model, not valid
+    m = scorer.score(x, answer(sex))
+    assert m["distance"] is None and m["distance_accepted"] == pytest.approx(1 / 5)  # a binary change, J = 5
+    m = scorer.score(x, answer(CF1, sex))
+    assert m["distance"] == pytest.approx(0.05) and m["distance_accepted"] == pytest.approx(0.05)
+    rows = [m, scorer.score(x, answer(sex)), scorer.score(x, [Recourse.none("test")])]
+    s = summarize(rows)
+    assert (s["valid_count"], s["accepted_count"], s["valid_share"]) == (1, 2, pytest.approx(1 / 3))
+    assert s["distance_accepted"] == pytest.approx((0.05 + 0.2) / 2)
+
+
+def test_ratio_summary():
+    r = ratio_summary([0.2, 0.1, None, 0.3], [0.1, 0.1, 0.1, None])  # ratios 2 and 1
+    assert r["compared"] == 2 and r["ratio_median"] == pytest.approx(1.5) and r["ratio_mean"] == pytest.approx(1.5)
+    assert r["ratio_p90"] == pytest.approx(1.9) and r["within"] == pytest.approx(0.5)
+    assert ratio_summary([0.0], [0.0])["ratio_median"] == 1.0  # the agent itself was optimal (d* = 0)
+    assert ratio_summary([None], [0.1]) == {"compared": 0, "ratio_median": None, "ratio_mean": None,
+                                            "ratio_p90": None, "within": None}
+
+
+def test_dominates():
+    ours = {"violations": 0, "ratio_median": 1.0, "valid_share": 1.0, "seconds": 0.1}
+    peer = {"violations": 3, "ratio_median": 2.0, "valid_share": 0.9, "seconds": 0.2}
+    assert dominates(ours, peer)
+    assert not dominates({**ours, "seconds": 0.3}, peer)  # slower
+    assert not dominates({**ours, "violations": 1}, peer)  # breaks a constraint
+    assert not dominates({**ours, "valid_share": 0.8}, peer)  # less valid
+    assert not dominates(ours, {**peer, "ratio_median": 1.0})  # not strictly closer
+    assert dominates(ours, {**peer, "ratio_median": None})  # a peer with no valid answer is infinitely far
+    assert not dominates({**ours, "ratio_median": None}, peer)
