@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--agents", type=int, default=50, help="rejected test agents per cell")
     p.add_argument("--diverse-agents", type=int, default=10, help="of those, asked for k = 5 diverse answers")
     p.add_argument("--label-agents", type=int, default=100, help="rejected training rows MACE labels for our generator")
-    p.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
+    p.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS), help="none: ours only")
     p.add_argument("--cfrl-steps", type=int, default=3000, help="CFRL's RL training steps (alibi's default: 100,000)")
     p.add_argument("--mace-time-limit", type=float, default=60.0)
     p.add_argument("--method-budget", type=float, default=240.0,

@@ -8,7 +8,13 @@ from blackbox_worlds import RULES, SCHEMA, toy_data
 
 from envs.recourse import Recourse
 from envs.tabular import TabularWorld
-from learners.counterfactual_metrics import CounterfactualScorer, dominates, gap_summary, ratio_summary, summarize
+from learners.counterfactual_metrics import (
+    CounterfactualScorer,
+    dominates,
+    gap_summary,
+    ratio_summary,
+    summarize,
+)
 from solvers.geco import Plaf
 
 
