@@ -43,7 +43,7 @@ def test_tiny_cell_and_resume(tmp_path, capsys):
     cells = list((tmp_path / "peers" / "cells").glob("*.json"))
     assert len(cells) == 1
     cell = json.loads(cells[0].read_text())
-    assert cell["agents"] == 3 and set(cell["summary"]) == {"mace", "geco", "md_pso", "generator"}
+    assert cell["agents"] == 3 and set(cell["summary"]) == {"mace", "geco", "md_pso", "generator", "served"}
     mace = cell["summary"]["mace"]
     assert mace["valid_count"] == 3 and mace["violations"] == 0 and mace["ratio_median"] == pytest.approx(1.0)
     assert cell["summary"]["generator"]["violations"] == 0  # projected and verified by construction
