@@ -42,6 +42,7 @@ def main(work: Path) -> None:
     spec = json.loads((work / "spec.json").read_text())
     z = np.load(work / "inputs.npz")
     sp, seed = spec["space"], int(spec["seed"])
+    torch.set_num_threads(int(spec.get("threads", 1)))  # small nets: extra threads only spin on a shared machine
     torch.manual_seed(seed)
     np.random.seed(seed)
 
