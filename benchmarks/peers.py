@@ -398,31 +398,43 @@ def run_cell(dataset: str, model: str, args: argparse.Namespace) -> dict[str, An
             if errs:
                 cell["errors"][f"{name}_k{k}"] = {"agents": len(errs), "first": errs[0]}
             log(name, f"k={k}", summarize(out_rows)["seconds"])
+    cell["records"], cell["diverse_records"] = rows, div
     if "cfrl" in args.peers:
-        py = alibi_python(Path(args.alibi_venv), make=not args.no_make_venv)
-        if py is None:
-            cell["errors"]["cfrl"] = f"no alibi venv at {args.alibi_venv}"
-        else:
-            res = run_cfrl(py, world, space, data, model, args.seed, agents, args.cfrl_steps)
-            if "error" in res:
-                cell["errors"]["cfrl"] = res["error"]
-            else:
-                cell["training"]["cfrl"] = {k: res[k] for k in ("train_seconds", "ae_seconds", "rl_seconds",
-                                                                "steps", "disagreements", "checked_rows",
-                                                                "versions", "train_model_calls")}
-                c_rows = []
-                for i, x in enumerate(agents):
-                    cf = np.asarray(res["CF"][i], float)
-                    sec = res["seconds"][i]
-                    c_rows.append(scorer1.score(x, [recourse(x, cf, "cfrl", sec)], seconds=sec,
-                                                cpu_seconds=res["cpu_seconds"][i], model_calls=res["model_calls"][i]))
-                rows["cfrl"] = c_rows
-                log("cfrl", summarize(c_rows)["seconds"], "disagreements", res["disagreements"])
-    cell["records"] = rows
-    cell["diverse_records"] = div
+        add_cfrl(cell, world, data, agents, args)
     finish(cell)
     cell["load_average"] = os.getloadavg()[0]
     cell["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return cell
+
+
+def add_cfrl(cell: dict[str, Any], world: TabularWorld, data: Any, agents: np.ndarray,
+             args: argparse.Namespace) -> dict[str, Any]:
+    """CFRL's answers for the cell's agents (run in the alibi venv), scored like ours; an error is recorded."""
+    space = RawSpace(world)
+    scorer1 = CounterfactualScorer(n_diverse=1, plaf=Plaf()).fit(world, data.X_train)
+    model = cell["model"]
+    rows = cell["records"]
+    py = alibi_python(Path(args.alibi_venv), make=not args.no_make_venv)
+    if py is None:
+        cell["errors"]["cfrl"] = f"no alibi venv at {args.alibi_venv}"
+        return cell
+    cell["errors"].pop("cfrl", None)
+    res = run_cfrl(py, world, space, data, model, args.seed, agents, args.cfrl_steps)
+    if "error" in res:
+        cell["errors"]["cfrl"] = res["error"]
+        return cell
+    cell["training"]["cfrl"] = {k: res[k] for k in ("train_seconds", "ae_seconds", "rl_seconds", "steps",
+                                                    "disagreements", "checked_rows", "versions",
+                                                    "train_model_calls")}
+    c_rows = []
+    for i, x in enumerate(agents):
+        cf = np.asarray(res["CF"][i], float)
+        sec = res["seconds"][i]
+        c_rows.append(scorer1.score(x, [recourse(x, cf, "cfrl", sec)], seconds=sec,
+                                    cpu_seconds=res["cpu_seconds"][i], model_calls=res["model_calls"][i]))
+    rows["cfrl"] = c_rows
+    print(f"[{cell['dataset']}/{model}] cfrl", summarize(c_rows)["seconds"], "disagreements", res["disagreements"],
+          flush=True)
     return cell
 
 
@@ -446,8 +458,9 @@ def finish(cell: dict[str, Any]) -> dict[str, Any]:
     if "generator" in rows and "geco" in rows:
         rows["served"] = served(rows["generator"], rows["geco"])
     ref = [m["distance"] for m in rows["mace"]]
-    cell["summary"] = {n: {**summarize(r), **ratio_summary([m["distance"] for m in r], ref),
-                           "accepted_ratio": ratio_summary([m["distance_accepted"] for m in r], ref)}
+    # agents are asked in order: a method stopped by its time budget answered the first len(r) of them
+    cell["summary"] = {n: {**summarize(r), **ratio_summary([m["distance"] for m in r], ref[:len(r)]),
+                           "accepted_ratio": ratio_summary([m["distance_accepted"] for m in r], ref[:len(r)])}
                        for n, r in rows.items()}
     cell["diversity"] = {n: summarize(r) for n, r in cell["diverse_records"].items()}
     cell["dominance"] = dominance(cell["summary"])
@@ -568,7 +581,12 @@ def main(argv: list[str] | None = None) -> None:
         for model in args.models:
             path = out / "cells" / f"{dataset}-{model}-{tag}.json"
             if path.exists() and not args.force:
-                cells.append(finish(json.loads(path.read_text())))
+                cell = json.loads(path.read_text())
+                if "cfrl" in args.peers and "cfrl" not in cell["records"] and not args.no_make_venv:
+                    b = build(dataset, model, seed=args.seed)  # a cell finished without CFRL: add it
+                    add_cfrl(cell, b.world, b.data, sample(b.world, b.data.X_test, args.agents, args.seed), args)
+                    save(finish(cell), path)
+                cells.append(finish(cell))
                 continue
             cells.append(save(run_cell(dataset, model, args), path))
     command = "python benchmarks/peers.py " + " ".join(argv if argv is not None else sys.argv[1:])
