@@ -479,6 +479,7 @@ def dominance(summary: dict[str, dict]) -> dict[str, dict]:
         g, c = summary["generator"], summary["cfrl"]
         out["generator_vs_cfrl"] = {
             "higher_validity": (g["valid_share"] or 0) > (c["valid_share"] or 0),
+            "at_least_as_valid": (g["valid_share"] or 0) >= (c["valid_share"] or 0),
             "closer": g["ratio_median"] is not None and (c["ratio_median"] is None or g["ratio_median"] < c["ratio_median"]),
             "no_slower": g["seconds"] is not None and c["seconds"] is not None and g["seconds"] <= c["seconds"]}
     return out
