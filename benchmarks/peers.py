@@ -497,6 +497,9 @@ NAMES = {"mace": "MACE (certified)", "geco": "GeCo", "md_pso": "MD-PSO", "genera
          "cfrl": "alibi CFRL"}
 
 
+SHORT = {"mace": "MACE", "geco": "GeCo", "md_pso": "MD-PSO", "generator": "generator", "served": "served"}
+
+
 def report(cells: list[dict], command: str) -> str:
     out = ["# Peers side by side: DiCE and alibi's CounterfactualRL (`benchmarks/peers.py`)", "",
            f"Command: `{command}`. Seed 0; the same rejected test agents, the same model and the same "
@@ -510,6 +513,22 @@ def report(cells: list[dict], command: str) -> str:
            "**s/agent** = wall seconds per agent, one agent per call (2 shared CPU cores; load average in the "
            "JSON); **calls** = model calls (rows) per agent (MACE reads the white box: 0); "
            "**train s** = training time of the amortized methods (ours: MACE labels + fit).", ""]
+    out += ["## Overview", "", "Per cell: each peer, and our generator and GeCo for reference. Dominated by: our methods "
+            "that are at least as valid, break no constraint, are strictly closer (median ratio) and no slower "
+            "(mean s/agent).", "",
+            "| data | model | agents | method | valid | viol. | ratio median | s/agent | calls | dominated by |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    for c in cells:
+        for name in ("generator", "geco", *PEERS):
+            s = c["summary"].get(name)
+            if s is None:
+                continue
+            dom = c["dominance"].get(name)
+            who = "" if dom is None else (", ".join(SHORT[o] for o in dom["dominated_by"]) or "**none**")
+            out.append(f"| {c['dataset']} | {c['model']} | {c['agents']} | {NAMES[name]} | {s['valid_count']}/"
+                       f"{s['agents']} | {s['violations']} | {fmt(s['ratio_median'], '.2f')} | "
+                       f"{fmt(s['seconds'], '.4f')} | {fmt(s['model_calls'], '.1f')} | {who} |")
+    out.append("")
     for c in cells:
         out += [f"## {c['dataset']} × {c['model']} ({c['agents']} agents; test accuracy "
                 f"{fmt(c['test_accuracy'])})", "",
