@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     p.add_argument("--tol", type=float, default=0.01,
                    help="audit: MACE runs where the interval's relative width exceeds this (default 0.01)")
     p.add_argument("--time-limit", type=float, default=None, help="audit: MACE seconds per agent (default: the run's)")
+    p.add_argument("--mace-rel-tol", type=float, default=None,
+                   help="audit: MACE's certificate tolerance (default: the run's; --tol suffices for the audit)")
     p.add_argument("--workers", type=int, default=None, help="audit: MACE processes (default: the run's compute)")
     p.add_argument("--chunk-size", type=int, default=25, help="audit: agents per resumable MACE chunk")
     p.add_argument("--generator", default=None,
@@ -87,12 +89,13 @@ def _audit(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--audit: {run_dir} has no config.yaml (not a run directory)")
     if not is_tabular_run(run_dir):
         raise ValueError(f"--audit: {run_dir} is not a real-data tabular run (audits need a tabular world)")
-    if not 0 <= args.tol < 1:
-        raise ValueError(f"--tol: must be in [0, 1), got {args.tol}")
+    for name, v in (("--tol", args.tol), ("--mace-rel-tol", args.mace_rel_tol)):
+        if v is not None and not 0 <= v < 1:
+            raise ValueError(f"{name}: must be in [0, 1), got {v}")
     from evaluation.audit import audit_run
 
     out = audit_run(run_dir, args.groups, sample=args.sample, seed=args.seed, tol=args.tol,
-                    time_limit=args.time_limit, n_workers=args.workers, chunk_size=args.chunk_size,
+                    time_limit=args.time_limit, mace_rel_tol=args.mace_rel_tol, n_workers=args.workers, chunk_size=args.chunk_size,
                     generator=args.generator)
     for attr, a in out["attributes"].items():
         for g, c in a["compared_to_reference"].items():

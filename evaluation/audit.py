@@ -158,8 +158,9 @@ def audit_agents(world: TabularWorld, X: np.ndarray, *, mace: Any, generator: Ta
         gen_found = np.isfinite(gd)
         better = gen_found & (gd < upper) & ~proven
         upper[better], cf[better], upper_by[better] = gd[better], rec.CF[better], "generator"
-    width = upper - lower
-    need = ~proven & ~(np.isfinite(upper) & (width <= tol * upper + 1e-12))
+    with np.errstate(invalid="ignore"):  # inf - inf where nothing is known yet
+        settled = np.isfinite(upper) & (upper - lower <= tol * upper + 1e-12)
+    need = ~proven & ~settled
     todo = np.flatnonzero(need)
     mace_seconds = np.zeros(n)
     if len(todo):
@@ -354,7 +355,8 @@ def _labels_cache(run: Any, tol: float) -> dict[bytes, tuple[float, float, np.nd
 
 
 def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = None, seed: int = 0,
-              tol: float = 0.01, time_limit: float | None = None, n_workers: int | None = None,
+              tol: float = 0.01, time_limit: float | None = None, mace_rel_tol: float | None = None,
+              n_workers: int | None = None,
               chunk_size: int = 25, generator: str | None = None, n_boot: int = 2000, plots: bool = True,
               progress: bool = True) -> dict[str, Any]:
     """Audit a tabular run: audit.json, audit.md and plots in the run directory; returns the summary.
@@ -362,7 +364,8 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
     ``groups``: attributes to compare (raw feature names, e.g. sex race); ``sample``: audit a seeded
     sample of that many rejected test agents (None: all); ``seed``: of the sample and the bootstrap;
     ``tol``: relative interval width below which MACE is skipped; ``time_limit``: MACE's seconds per
-    agent (None: the run's); ``n_workers``: processes for MACE's chunks (None: the run's compute
+    agent (None: the run's); ``mace_rel_tol``: MACE's certificate tolerance (None: the run's; the
+    audit's ``tol`` is enough for intervals of that width, and a looser one lets HiGHS stop sooner); ``n_workers``: processes for MACE's chunks (None: the run's compute
     block); ``chunk_size``: agents per resumable chunk; ``generator``: which of the run's generators
     gives upper bounds (None: the served one, "none": no generator); ``n_boot``: bootstrap replicates.
     """
@@ -397,6 +400,8 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
     params = dict(run.mace_params)
     if time_limit is not None:
         params["time_limit"] = float(time_limit)
+    if mace_rel_tol is not None:
+        params["rel_tol"] = float(mace_rel_tol)
     mace = MACE(**params)
     compute = t.compute if n_workers is None else t.compute.model_copy(update={"n_workers": int(n_workers)})
     key = hashlib.sha256(X.tobytes() + json.dumps([params, gen_name, tol], sort_keys=True).encode()).hexdigest()[:12]
