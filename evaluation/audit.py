@@ -339,6 +339,15 @@ def _group_columns(world: TabularWorld, attr: str) -> tuple[str, list[int]]:
     raise ValueError(f"--groups: the run's world has no feature {attr!r} (its features: {', '.join(raws)})")
 
 
+def _group_labels(world: TabularWorld, name: str, values: np.ndarray) -> np.ndarray:
+    """Decoded values of a raw feature as readable group names (a coded binary's labels: 1 -> African-American)."""
+    f = next(f for f in world.encoder.raw_features if f.name == name)
+    if f.kind != "categorical" and f.labels and len(f.labels) == len(f.levels):
+        names = {str(lv): str(lb) for lv, lb in zip(f.levels, f.labels, strict=True)}
+        return np.array([names.get(str(v), str(v)) for v in values])
+    return np.asarray(values).astype(str)
+
+
 def _labels_cache(run: Any, tol: float) -> dict[bytes, tuple[float, float, np.ndarray | None, bool]]:
     """The run's MACE labels as certificates: rows already certified within ``tol``, or proven without recourse."""
     labels = run.labels()
@@ -390,7 +399,7 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
     if sample is not None and sample < n_rejected:
         X = X_all[np.sort(np.random.default_rng(seed).permutation(n_rejected)[:sample])]
     raw = world.encoder.decode(X)
-    labels = {a: raw[name].astype(str).to_numpy() for a, (name, _) in cols.items()}
+    labels = {a: _group_labels(world, name, raw[name].to_numpy()) for a, (name, _) in cols.items()}
     gen = None
     gen_name = generator or next(iter(run.generators))
     if gen_name != "none":

@@ -23,7 +23,7 @@ def clean(obj: Any) -> Any:
     return obj
 
 
-def _iv(v: list[float] | None, fmt: str = ".4f") -> str:
+def _iv(v: list[float] | None, fmt: str = ".4g") -> str:
     if v is None:
         return "-"
     lo, hi = (("∞" if x is None or not math.isfinite(x) else format(x, fmt)) for x in v)
