@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -183,11 +184,13 @@ class DiceModel:
 class DicePeer:
     """dice-ml with one of its model-agnostic methods (random, genetic, kdtree)."""
 
-    def __init__(self, method: str, world: TabularWorld, space: RawSpace, X_train: np.ndarray, seed: int) -> None:
+    def __init__(self, method: str, world: TabularWorld, space: RawSpace, X_train: np.ndarray, seed: int,
+                 timeout: float = 60.0) -> None:
         import dice_ml
         import pandas as pd
 
         self.method, self.space, self.seed = method, space, seed
+        self.timeout = timeout  # seconds per agent (DiCE genetic can loop for minutes on one agent): then no answer
         frame = self.frame(space.to_raw(X_train))
         frame["accepted"] = world.accepts(X_train).astype(int)  # DiCE's outcome: the model's decision
         cont = [n for n, num in zip(space.names, space.numeric, strict=True) if num]
@@ -228,6 +231,12 @@ class DicePeer:
         calls0, rows0 = self.model.calls, self.model.rows
         extra: dict[str, Any] = {}
         kw = {"random_seed": self.seed} if self.method == "random" else {}
+
+        def expired(*_: Any) -> None:
+            raise TimeoutError(f"no answer within {self.timeout:g} s")
+
+        old = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, self.timeout)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -238,6 +247,9 @@ class DicePeer:
             rows = (self.model.encode(cf) if cf is not None and len(cf) else np.zeros((0, self.space.D)))
         except Exception as err:  # noqa: BLE001 (DiCE raises bare Exceptions when it finds nothing)
             rows, extra["error"] = np.zeros((0, self.space.D)), f"{type(err).__name__}: {str(err)[:200]}"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
         extra.update(model_calls=self.model.calls - calls0, model_rows=self.model.rows - rows0)
         return rows, extra
 
@@ -372,7 +384,7 @@ def run_cell(dataset: str, model: str, args: argparse.Namespace) -> dict[str, An
             continue
         try:
             t0 = time.perf_counter()
-            peer = DicePeer(method, world, space, D, args.seed)
+            peer = DicePeer(method, world, space, D, args.seed, timeout=args.call_timeout)
             cell["training"][name] = {"setup_seconds": time.perf_counter() - t0}
         except ImportError as err:
             cell["errors"][name] = f"not installed: {err}"
@@ -585,6 +597,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mace-time-limit", type=float, default=60.0)
     p.add_argument("--method-budget", type=float, default=240.0,
                    help="seconds per peer method and k per cell; agents left after it are not asked (reported)")
+    p.add_argument("--call-timeout", type=float, default=30.0,
+                   help="seconds per DiCE call; past it the agent gets no answer (counted, not valid)")
     p.add_argument("--label-budget", type=float, default=240.0,
                    help="seconds of MACE labelling for our generator per cell (its training time)")
     p.add_argument("--alibi-venv", default=str(HERE / "peers" / ".alibi-venv"))
