@@ -6,7 +6,7 @@ missing), audit it with ``evaluate.py --audit`` and copy audit.{md,json} and the
                                [--sample N] [--workers 2] [--runs runs]
 
 Cells (data set, model, group attributes): adult_forest and adult_lr by sex and race, compas_mlp by
-Race and sex, credit_forest by sex (isMale; a seeded sample of 600 unless ``--sample`` says otherwise). Each run labels 120 rejected agents with MACE (time limit 10 s
+Race and sex, credit_forest by sex (isMale). Each run labels 120 rejected agents with MACE (time limit 10 s
 per agent) to train its generators; the audit itself covers the classifier's rejected test agents
 (all, or a seeded sample of ``--sample``). Everything resumes: trained runs are reused and the
 audit's MACE chunks are kept under ``<run>/audit/``.
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "audit"
 CELLS = {"adult_forest": ["sex", "race"], "adult_lr": ["sex", "race"], "compas_mlp": ["Race", "sex"],
          "credit_forest": ["sex"]}
-SAMPLES = {"credit_forest": 600}  # docs/audit.md: a seeded sample where the full audit did not fit the shared CPU
+SAMPLES: dict[str, int] = {}  # cell -> a seeded sample size where a full audit does not fit (docs/audit.md: none)
 
 
 def run_config(cell: str, runs: str) -> dict:
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS), help="cells to audit")
     p.add_argument("--sample", type=int, default=None,
-                   help="seeded sample of rejected test agents (default: all; credit_forest 600, as in docs/audit.md)")
+                   help="seeded sample of rejected test agents (default: all)")
     p.add_argument("--workers", type=int, default=2, help="MACE processes per audit")
     p.add_argument("--runs", default="runs", help="where the runs are trained")
     args = p.parse_args(argv)
