@@ -486,7 +486,8 @@ def dominance(summary: dict[str, dict]) -> dict[str, dict]:
         if peer not in summary:
             continue
         who = [ours for ours in OURS if ours in summary and dominates(summary[ours], summary[peer])]
-        out[peer] = {"dominated_by": who, "dominated": bool(who)}
+        strict = [ours for ours in who if dominates(summary[ours], summary[peer], strict_distance=True)]
+        out[peer] = {"dominated_by": who, "dominated": bool(who), "strictly_closer": strict}
     if "cfrl" in summary and "generator" in summary:
         g, c = summary["generator"], summary["cfrl"]
         out["generator_vs_cfrl"] = {
@@ -526,8 +527,9 @@ def report(cells: list[dict], command: str) -> str:
            "JSON); **calls** = model calls (rows) per agent (MACE reads the white box: 0); "
            "**train s** = training time of the amortized methods (ours: MACE labels + fit).", ""]
     out += ["## Overview", "", "Per cell: each peer, and our generator and GeCo for reference. Dominated by: our methods "
-            "that are at least as valid, break no constraint, are strictly closer (median ratio) and no slower "
-            "(mean s/agent).", "",
+            "that break no constraint and are no worse on validity, median distance ratio and mean s/agent, and "
+            "strictly better on one of them (Pareto); (=): as close in median (both at MACE's optimum), not "
+            "strictly closer.", "",
             "| data | model | agents | method | valid | viol. | ratio median | s/agent | calls | dominated by |",
             "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
     for c in cells:
@@ -536,7 +538,8 @@ def report(cells: list[dict], command: str) -> str:
             if s is None:
                 continue
             dom = c["dominance"].get(name)
-            who = "" if dom is None else (", ".join(SHORT[o] for o in dom["dominated_by"]) or "**none**")
+            who = "" if dom is None else (", ".join(SHORT[o] + ("" if o in dom.get("strictly_closer", ()) else " (=)")
+                                                     for o in dom["dominated_by"]) or "**none**")
             out.append(f"| {c['dataset']} | {c['model']} | {c['agents']} | {NAMES[name]} | {s['valid_count']}/"
                        f"{s['agents']} | {s['violations']} | {fmt(s['ratio_median'], '.2f')} | "
                        f"{fmt(s['seconds'], '.4f')} | {fmt(s['model_calls'], '.1f')} | {who} |")

@@ -195,14 +195,21 @@ def ratio_summary(distance: Sequence[float | None], reference: Sequence[float | 
             "ratio_p90": float(np.quantile(ratio, 0.9)), "within": float(np.mean(d <= r * (1 + rel_tol) + 1e-12))}
 
 
-def dominates(ours: dict[str, Any], peer: dict[str, Any]) -> bool:
-    """Whether summary ``ours`` dominates summary ``peer`` (both from ``summarize`` + ``ratio_summary``):
-    at least as many agents with a valid answer, 0 constraint violations, a strictly smaller median
-    distance ratio (a peer without one counts as infinitely far) and no more seconds per agent."""
-    if ours.get("violations", 1) != 0 or ours.get("ratio_median") is None:
+def dominates(ours: dict[str, Any], peer: dict[str, Any], *, strict_distance: bool = False) -> bool:
+    """Whether summary ``ours`` dominates summary ``peer`` (both from ``summarize`` + ``ratio_summary``), Pareto:
+    0 constraint violations, no worse on each of the share of agents with a valid answer, the median distance
+    ratio (a peer without one counts as infinitely far) and the mean seconds per agent, and strictly better on
+    at least one. ``strict_distance``: the median ratio must be strictly smaller (impossible against a peer
+    whose median answer is already optimal, ratio 1)."""
+    if ours.get("violations", 1) != 0 or ours.get("ratio_median") is None or ours.get("seconds") is None:
         return False
-    peer_ratio = peer.get("ratio_median")
-    closer = peer_ratio is None or ours["ratio_median"] < peer_ratio
-    as_valid = (ours.get("valid_share") or 0.0) >= (peer.get("valid_share") or 0.0)
-    no_slower = ours.get("seconds") is not None and (peer.get("seconds") is None or ours["seconds"] <= peer["seconds"])
-    return bool(closer and as_valid and no_slower)
+    inf = float("inf")
+    o_valid, p_valid = ours.get("valid_share") or 0.0, peer.get("valid_share") or 0.0
+    o_ratio = ours["ratio_median"]
+    p_ratio = inf if peer.get("ratio_median") is None else peer["ratio_median"]
+    o_sec, p_sec = ours["seconds"], inf if peer.get("seconds") is None else peer["seconds"]
+    if o_valid < p_valid or o_ratio > p_ratio or o_sec > p_sec:
+        return False
+    if strict_distance:
+        return o_ratio < p_ratio
+    return o_valid > p_valid or o_ratio < p_ratio or o_sec < p_sec

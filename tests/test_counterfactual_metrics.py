@@ -130,6 +130,9 @@ def test_dominates():
     assert not dominates({**ours, "seconds": 0.3}, peer)  # slower
     assert not dominates({**ours, "violations": 1}, peer)  # breaks a constraint
     assert not dominates({**ours, "valid_share": 0.8}, peer)  # less valid
-    assert not dominates(ours, {**peer, "ratio_median": 1.0})  # not strictly closer
+    assert dominates(ours, {**peer, "ratio_median": 1.0})  # as close, more valid and faster: Pareto-better
+    assert not dominates(ours, {**peer, "ratio_median": 1.0}, strict_distance=True)  # but not strictly closer
+    assert dominates(ours, peer, strict_distance=True)
+    assert not dominates(ours, {**ours})  # equal on every axis: no domination
     assert dominates(ours, {**peer, "ratio_median": None})  # a peer with no valid answer is infinitely far
     assert not dominates({**ours, "ratio_median": None}, peer)
