@@ -2,8 +2,8 @@
 amortized generator, on the same agents, models and constraints.
 
     python benchmarks/peers.py [--datasets adult german compas credit] [--models forest mlp]
-                               [--agents 50] [--diverse-agents 10] [--label-agents 100]
-                               [--peers dice_random dice_genetic dice_kdtree cfrl] [--cfrl-steps 3000]
+                               [--agents 50] [--diverse-agents 5] [--label-agents 150]
+                               [--peers dice_random dice_genetic dice_kdtree cfrl] [--cfrl-steps 2000]
                                [--alibi-venv benchmarks/peers/.alibi-venv] [--seed 0]
 
 One command reruns everything: the alibi venv is made first when missing
@@ -593,16 +593,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--datasets", nargs="+", default=["adult", "german", "compas", "credit"])
     p.add_argument("--models", nargs="+", default=["forest", "mlp"])
     p.add_argument("--agents", type=int, default=50, help="rejected test agents per cell")
-    p.add_argument("--diverse-agents", type=int, default=10, help="of those, asked for k = 5 diverse answers")
-    p.add_argument("--label-agents", type=int, default=100, help="rejected training rows MACE labels for our generator")
+    p.add_argument("--diverse-agents", type=int, default=5, help="of those, asked for k = 5 diverse answers")
+    p.add_argument("--label-agents", type=int, default=150, help="rejected training rows MACE labels for our generator")
     p.add_argument("--peers", nargs="*", default=list(PEERS), choices=list(PEERS), help="none: ours only")
-    p.add_argument("--cfrl-steps", type=int, default=3000, help="CFRL's RL training steps (alibi's default: 100,000)")
+    p.add_argument("--cfrl-steps", type=int, default=2000, help="CFRL's RL training steps (alibi's default: 100,000)")
     p.add_argument("--mace-time-limit", type=float, default=60.0)
-    p.add_argument("--method-budget", type=float, default=240.0,
+    p.add_argument("--method-budget", type=float, default=100.0,
                    help="seconds per peer method and k per cell; agents left after it are not asked (reported)")
     p.add_argument("--call-timeout", type=float, default=30.0,
                    help="seconds per DiCE call; past it the agent gets no answer (counted, not valid)")
-    p.add_argument("--label-budget", type=float, default=240.0,
+    p.add_argument("--label-budget", type=float, default=150.0,
                    help="seconds of MACE labelling for our generator per cell (its training time)")
     p.add_argument("--alibi-venv", default=str(HERE / "peers" / ".alibi-venv"))
     p.add_argument("--no-make-venv", action="store_true", help="do not create the alibi venv when it is missing")
