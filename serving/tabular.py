@@ -40,6 +40,7 @@ import numpy as np
 
 from serving.fallback import BackgroundCache
 from serving.records import RecordCodec, RecordError
+from serving.rounding import round_answers
 from serving.service import InputError, ServiceError
 
 log = logging.getLogger("recourse_gym.serve")
@@ -58,6 +59,8 @@ def _lower_priority() -> None:
 # GeCo and MACE run here, one job at a time (HiGHS and numpy release the GIL; the event loop stays free).
 _SOLVER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabular-fallback", initializer=_lower_priority)
 SWITCH_INTERVAL_S = 0.0001  # GIL hand-over interval while a fallback runs beside requests (Python's default: 5 ms)
+MAX_RESTARTS = 5  # fallback processes started again after one died; beyond, the fallback runs in the server
+PROCESS_STOP_S = 3.0  # a shutdown waits this long for the fallback process to end after SIGTERM, then kills it
 MAX_QUEUED = 512  # fallback jobs waiting at most; beyond, a record is answered "unknown" without queueing
 CACHE_SIZE = 50_000
 METHODS = ("generator", "geco", "mace")
@@ -71,9 +74,9 @@ def _process_init(payload: bytes) -> None:
     """Fallback process start: lower priority, then the pickled service state (world, GeCo, codec...)."""
     import pickle
 
-    try:
-        os.nice(FALLBACK_NICE)
-    except OSError:
+    try:  # absolute: the pool is started from the fallback thread, already at FALLBACK_NICE (os.nice adds)
+        os.setpriority(os.PRIO_PROCESS, 0, max(FALLBACK_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
+    except (AttributeError, OSError):
         pass
     _PROCESS_STATE.update(pickle.loads(payload))
     _PROCESS_STATE["jobs"] = BackgroundCache(_SOLVER_THREAD, 1_000)  # the process's own GeCo cache
@@ -85,6 +88,25 @@ def _process_call(name: str, *args: Any) -> Any:
     solver.__dict__.update(_PROCESS_STATE)
     solver.fallback_process = False  # in here, solve in place
     return getattr(solver, name)(*args)
+
+
+def stop_pool(pool: Any, timeout_s: float = PROCESS_STOP_S) -> None:
+    """Stop a process pool now: cancel its queue, SIGTERM its processes, SIGKILL those still alive after
+    ``timeout_s``, and reap them (so that the multiprocessing resource tracker, which lives as long as a
+    process holds its pipe, ends too)."""
+    if pool is None:
+        return
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass
@@ -153,6 +175,8 @@ class TabularService:
         self.fallback_process = bool(fallback_process)
         self._pool: Any = None
         self._pool_lock = threading.Lock()
+        self.restarts = 0  # fallback processes started again after one died
+        self._closed = False
         # The fallback thread shares the GIL with the request threads: by default a waiting thread
         # gets it back only every 5 ms, which a generator answer (~10 GIL hand-overs) pays each time.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
@@ -378,15 +402,21 @@ class TabularService:
         return fut
 
     def close(self) -> None:
-        """Drop the fallback jobs still queued (the running one finishes): for a shutdown or a test's end."""
+        """Drop the fallback jobs still queued and stop the fallback process (SIGTERM, then SIGKILL after
+        :data:`PROCESS_STOP_S`): for a shutdown or a test's end. A job running in the server process finishes."""
         with self._lock:
             futures = list(self._futures)
         for f in futures:
             f.cancel()
         with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool, self._pool, self._closed = self._pool, None, True
+        stop_pool(pool)
+
+    def fallback_pids(self) -> list[int]:
+        """The process ids of the fallback process (empty before its first use, or without one)."""
+        with self._pool_lock:
+            procs = getattr(self._pool, "_processes", None) or {}
+            return [p.pid for p in list(procs.values()) if p.pid is not None]
 
     def _wait(self, fut: Any, t_end: float) -> Any:
         if fut is None:
@@ -399,7 +429,27 @@ class TabularService:
         """``self.<name>(*args)`` in the fallback process (started on first use), or here."""
         if not self.fallback_process:
             return getattr(self, name)(*args)
+        for _ in range(MAX_RESTARTS + 2):
+            pool = self._fallback_pool()
+            if pool is None:  # closed (shutting down), or past the restart limit
+                break
+            try:
+                return pool.submit(_process_call, name, *args).result()  # blocks this worker thread only
+            except Exception as err:
+                from concurrent.futures.process import BrokenProcessPool
+
+                if not isinstance(err, BrokenProcessPool):
+                    raise
+                self._replace_pool(pool, err)
+        if self._closed:
+            raise RuntimeError("the service is shut down")
+        return getattr(self, name)(*args)
+
+    def _fallback_pool(self) -> Any:
+        """The fallback process pool, started on first use; None once closed or past :data:`MAX_RESTARTS`."""
         with self._pool_lock:
+            if self._closed or not self.fallback_process:
+                return None
             if self._pool is None:
                 import multiprocessing
                 import pickle
@@ -408,18 +458,25 @@ class TabularService:
                 state = {k: getattr(self, k) for k in ("world", "geco", "codec", "mace_params", "max_diverse")}
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_process_init, initargs=(pickle.dumps(state),))
-            pool = self._pool
-        try:
-            return pool.submit(_process_call, name, *args).result()  # blocks this worker thread only
-        except Exception as err:  # a broken pool: answer in this process rather than not at all
-            from concurrent.futures.process import BrokenProcessPool
+            return self._pool
 
-            if not isinstance(err, BrokenProcessPool):
-                raise
-            log.error("fallback process died (%s); solving in the server process from now on", err)
-            with self._pool_lock:
-                self._pool, self.fallback_process = None, False
-            return getattr(self, name)(*args)
+    def _replace_pool(self, pool: Any, err: Exception) -> None:
+        """A fallback process died: start another (at most :data:`MAX_RESTARTS` times), or solve here."""
+        with self._pool_lock:
+            if self._pool is not pool:  # another thread replaced it already
+                return
+            self._pool = None
+            if self._closed:
+                return
+            if self.restarts < MAX_RESTARTS:
+                self.restarts += 1
+                log.error("fallback process died (%s); starting a new one (restart %d of %d)", err or "killed",
+                          self.restarts, MAX_RESTARTS)
+            else:
+                self.fallback_process = False
+                log.error("fallback process died (%s) after %d restarts; solving in the server process from now on",
+                          err or "killed", MAX_RESTARTS)
+        stop_pool(pool)
 
     def _geco_answers(self, x: np.ndarray) -> list[tuple[np.ndarray, float, str]]:
         """GeCo's verified counterfactuals for one record, nearest first (cached by record)."""
@@ -489,6 +546,7 @@ class TabularService:
 
     def records(self, X: np.ndarray, answers: list[Answer], t0: float | None = None) -> list[dict[str, Any]]:
         """JSON-ready answers (the HTTP rows and the offline file rows); ``latency_ms`` from ``t0``."""
+        answers = round_answers(self, X, answers)  # values a person can act on (serving/rounding.py)
         codec = self.codec
         out = []
         for x, a in zip(X, answers, strict=True):
