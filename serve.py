@@ -4,6 +4,11 @@ A tabular run (a real data set: its config.yaml has a ``tabular:`` section) take
 
     python serve.py runs/adult_forest [--model NAME] [--fallback-budget-ms 50] [--max-diverse 5]
     python serve.py runs/adult_forest --batch-in people.csv --batch-out answers.csv [--n-diverse 0]
+    python serve.py runs/adult_forest --batch-in people.parquet --batch-out answers.parquet --ray auto
+
+Big batches over HTTP: POST /recommend/batch answers up to --max-batch records, 250 at a time off
+the event loop; POST /jobs takes the same body as a background job (GET /jobs/{id} for progress and
+pages of answers). SIGTERM / SIGINT stop the server and its fallback process within seconds.
 
 Its answers are the generator's, verified against the model and the schema, with GeCo then MACE
 as the fallback chain within the budget ("unknown" past it; the answer is cached when it lands).
@@ -24,12 +29,14 @@ import logging
 import sys
 
 from data_gen.compute import ComputeConfig
+from envs.optional import MissingExtraError
 from serving.batch import recommend_file, recommend_parquet
 from serving.sequential import is_sequential_run
 from serving.service import InputError, RecommendationService, ServiceError
 from serving.tabular import is_tabular_run
 
 SERVER_BUDGET_MS = 50.0
+GRACE_S = 2  # seconds a shutdown waits for open requests
 
 
 def main(argv=None) -> int:
@@ -48,10 +55,13 @@ def main(argv=None) -> int:
                                                     "optional group)")
     p.add_argument("--batch-out", default=None, help="offline: where to write the answers (.csv or .parquet)")
     p.add_argument("--ray", default=None, metavar="ADDRESS",
-                   help="offline, Parquet in and out: one Ray task per chunk of the input's row groups, on the "
-                        "cluster at ADDRESS ('auto', 'ray://host:port', or 'local' to start one here)")
+                   help="offline batch files only (--batch-in/--batch-out, Parquet in and out; capability-world and "
+                        "tabular runs, not sequential ones): one Ray task per chunk of the input's row groups, each "
+                        "worker loading the run once, resumable from --work-dir, on the cluster at ADDRESS ('auto', "
+                        "'ray://host:port', or 'local' to start one here). The HTTP server never uses Ray. "
+                        "Needs the ray extra: pip install -e '.[ray]'")
     p.add_argument("--ray-workers", type=int, default=2, help="CPUs of a Ray instance started with --ray local")
-    p.add_argument("--chunk-size", type=int, default=50_000, help="agents per chunk with --ray")
+    p.add_argument("--chunk-size", type=int, default=50_000, help="agents (records) per chunk with --ray")
     p.add_argument("--work-dir", default=None,
                    help="finished chunks with --ray (a rerun resumes from them; default: BATCH_OUT.chunks)")
     p.add_argument("--max-diverse", type=int, default=5, help="tabular: most alternatives a request may ask for")
@@ -77,10 +87,8 @@ def main(argv=None) -> int:
         if args.batch_in:
             svc = RecommendationService(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
             if args.ray:
-                compute = ComputeConfig(backend="ray", address=None if args.ray == "local" else args.ray,
-                                        n_workers=args.ray_workers, chunk_size=args.chunk_size)
                 counts = recommend_parquet(svc, args.batch_in, args.batch_out,
-                                           args.work_dir or f"{args.batch_out}.chunks", compute=compute)
+                                           args.work_dir or f"{args.batch_out}.chunks", compute=_ray_compute(args))
             else:
                 counts = recommend_file(svc, args.batch_in, args.batch_out)
             print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
@@ -88,12 +96,24 @@ def main(argv=None) -> int:
         from serving.app import create_app  # FastAPI: the "serve" extra, not needed offline
 
         app = create_app(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
-    except (ServiceError, InputError, FileNotFoundError) as err:
+    except (ServiceError, InputError, FileNotFoundError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    return _run_server(app, args)
+
+
+def _ray_compute(args: argparse.Namespace) -> ComputeConfig:
+    """The Ray cluster of ``--ray`` (``local``: start one here with ``--ray-workers`` CPUs)."""
+    return ComputeConfig(backend="ray", address=None if args.ray == "local" else args.ray,
+                         n_workers=args.ray_workers, chunk_size=args.chunk_size)
+
+
+def _run_server(app: object, args: argparse.Namespace) -> int:
+    """uvicorn until SIGTERM / SIGINT; requests still open after GRACE_S are dropped, then the app's
+    shutdown stops its jobs and fallback process."""
     import uvicorn
 
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=GRACE_S)
     return 0
 
 
@@ -101,29 +121,27 @@ def _serve_tabular(args: argparse.Namespace, budget_s: float) -> int:
     """A tabular run: raw records over HTTP, or a CSV/Parquet of raw records offline."""
     from serving.tabular import TabularService
 
-    if args.ray:
-        print("error: --ray: chunked batches are for capability-world runs; a tabular run reads one file",
-              file=sys.stderr)
-        return 2
     try:
         if args.batch_in:
-            from serving.batch import recommend_raw_file
+            from serving.batch import recommend_raw_file, recommend_raw_parquet
 
             svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, max(args.max_diverse, args.n_diverse))
-            counts = recommend_raw_file(svc, args.batch_in, args.batch_out, args.n_diverse)
+            if args.ray:
+                counts = recommend_raw_parquet(svc, args.batch_in, args.batch_out,
+                                               args.work_dir or f"{args.batch_out}.chunks", compute=_ray_compute(args),
+                                               n_diverse=args.n_diverse)
+            else:
+                counts = recommend_raw_file(svc, args.batch_in, args.batch_out, args.n_diverse)
+                print(f"rates: {svc.stats()['rates']}")
             print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
-            print(f"rates: {svc.stats()['rates']}")
             return 0
         from serving.tabular_app import create_tabular_app
 
         app = create_tabular_app(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse)
-    except (ServiceError, InputError, FileNotFoundError) as err:
+    except (ServiceError, InputError, FileNotFoundError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    import uvicorn
-
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    return _run_server(app, args)
 
 
 def _serve_sequential(args: argparse.Namespace, budget_s: float) -> int:
@@ -136,13 +154,10 @@ def _serve_sequential(args: argparse.Namespace, budget_s: float) -> int:
         return 2
     try:
         app = create_sequential_app(args.run_dir, args.model, budget_s, args.max_batch, beam_width=args.beam_width)
-    except (ServiceError, InputError, FileNotFoundError) as err:
+    except (ServiceError, InputError, FileNotFoundError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    import uvicorn
-
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    return _run_server(app, args)
 
 
 if __name__ == "__main__":

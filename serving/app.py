@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from serving.page import add_page
 from serving.schemas import (
     ERRORS,
     INTERNAL,
@@ -63,7 +64,7 @@ def _message(e: dict[str, Any]) -> str:
         if loc[-1] == "x":  # min_length == max_length == n_features
             return f"expected {ctx.get('min_length', ctx.get('max_length'))} features, got {len(value)}"
         limit = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
-        what = ("agent" if loc[-1] == "agents" else "item") + ("" if limit == 1 else "s")
+        what = {"agents": "agent", "records": "record"}.get(str(loc[-1]), "item") + ("" if limit == 1 else "s")
         return f"expected {'at least' if kind == 'too_short' else 'at most'} {limit} {what}, got {len(value)}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         if loc == ("body",) and isinstance(value, bytes | str):
@@ -73,10 +74,21 @@ def _message(e: dict[str, Any]) -> str:
     return f"{e['msg']}, got {_short(value)}"
 
 
+NOT_UTF8 = ("body: not UTF-8 (it looks like UTF-16 or UTF-32); JSON over HTTP is UTF-8 (RFC 8259): "
+            "send the body UTF-8 encoded")
+
+
+def _not_utf8(head: bytes) -> bool:
+    """Whether a body's first bytes are UTF-16/32 JSON (a byte order mark, or a NUL among the first four
+    bytes, which UTF-8 JSON never has): what ``json.loads`` would silently decode."""
+    return head.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")) or b"\x00" in head[:4]
+
+
 class _Guard:
     """ASGI middleware: 413 with a JSON message for a body over ``limit`` bytes (checked from
-    Content-Length before reading, and while reading a body sent without one), and a count of every
-    4xx response in the service's ``rejected`` counter."""
+    Content-Length before reading, and while reading a body sent without one), 400 for a body that
+    is UTF-16 or UTF-32 rather than UTF-8, and a count of every 4xx response in the service's
+    ``rejected`` counter."""
 
     def __init__(self, app: Any, svc: RecommendationService, limit: int):
         self.app, self.svc, self.limit = app, svc, limit
@@ -102,7 +114,10 @@ class _Guard:
         async def limited_receive() -> dict[str, Any]:
             nonlocal seen
             message = await receive()
-            seen += len(message.get("body", b""))
+            body = message.get("body", b"")
+            if seen == 0 and body and _not_utf8(body):
+                raise HTTPException(400, NOT_UTF8)
+            seen += len(body)
             if seen > self.limit:
                 raise HTTPException(413, detail)
             return message
@@ -137,7 +152,7 @@ def install_handlers(app: FastAPI, max_batch: int, items: str) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = str(exc.detail)
-        if exc.status_code == 400:  # FastAPI's only 400: a body it could not read (e.g. not UTF-8)
+        if exc.status_code == 400 and not detail.startswith("body:"):  # FastAPI's: a body it could not read
             cause = exc.__cause__
             detail = "body: cannot be read as JSON" + (f" ({type(cause).__name__}: {cause})" if cause else "")
         return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
@@ -159,6 +174,17 @@ def status_counts(results: list[dict[str, Any]]) -> dict[str, int]:
     for r in results:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     return counts
+
+
+def shutdown(app: FastAPI, *owned: Any) -> None:
+    """On the app's shutdown (uvicorn's SIGTERM / SIGINT), ``close()`` each of ``owned`` (None: skipped):
+    the batch jobs, and a service the app made itself, with its fallback process."""
+    def close() -> None:
+        for thing in owned:
+            if thing is not None:
+                thing.close()
+
+    app.router.add_event_handler("shutdown", close)
 
 
 def add_health_and_model(app: FastAPI, svc: Any, health_model: Any = None, info_model: Any = None,
@@ -209,4 +235,5 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
         return {"results": results, "counts": status_counts(results)}
 
     add_health_and_model(app, svc, Health, ModelInfo)
+    add_page(app, svc)  # GET / for people, GET /schema and /example (serving/page.py)
     return app

@@ -136,10 +136,21 @@ def recommend_raw_file(svc: Any, in_path: str | Path, out_path: str | Path, n_di
     missing = [n for n in names if n not in df.columns]
     if missing:
         raise InputError(f"columns: the data set's features {missing} are missing from {in_path.name}")
-    records = df[names].to_dict("records")
-    results = svc.recommend_records(records, n_diverse, field="rows")
+    out = _raw_answers_frame(svc, df, n_diverse)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    if out_path.suffix.lower() == ".csv":
+        out.to_csv(out_path, index=False)
+    else:
+        out.to_parquet(out_path, index=False)
+    return out["status"].value_counts().to_dict()
+
+
+def _raw_answers_frame(svc: Any, df: pd.DataFrame, n_diverse: int = 0, first_row: int = 0) -> pd.DataFrame:
+    """The output rows of raw records ``df`` (numbered from ``first_row``): copied columns, then the answer's."""
+    names = svc.codec.names
+    results = svc.recommend_records(df[names].to_dict("records"), n_diverse, field="rows")
     out = df[[c for c in df.columns if c not in names]].reset_index(drop=True)
-    out.insert(0, "row", np.arange(len(df)))
+    out.insert(0, "row", np.arange(first_row, first_row + len(df)))
     out["status"] = [r["status"] for r in results]
     out["changes"] = [json.dumps(r["changes"]) for r in results]
     out["distance"] = [r["distance"] for r in results]
@@ -148,12 +159,7 @@ def recommend_raw_file(svc: Any, in_path: str | Path, out_path: str | Path, n_di
     out["optimal"] = pd.array([r["optimal"] for r in results], dtype="boolean")
     out["budget_exceeded"] = [r["budget_exceeded"] for r in results]
     out["alternatives"] = [json.dumps(r["alternatives"]) for r in results]
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    if out_path.suffix.lower() == ".csv":
-        out.to_csv(out_path, index=False)
-    else:
-        out.to_parquet(out_path, index=False)
-    return out["status"].value_counts().to_dict()
+    return out
 
 
 # ---------------------------------------------------------------- large Parquet files, chunked (Ray)
@@ -193,15 +199,9 @@ def _recommend_chunk(shared: tuple, chunk: tuple[int, int, int]) -> dict[str, np
             "group": np.full(len(records), -1, np.int64) if groups is None else np.asarray(groups, np.int64)}
 
 
-def recommend_parquet(svc: RecommendationService, in_path: str | Path, out_path: str | Path, work_dir: str | Path, *,
-                      compute: ComputeConfig | None = None, chunk_size: int = 50_000,
-                      progress: bool = True) -> dict[str, int]:
-    """Recommend for every agent of a large Parquet file in chunks (local or Ray), resumable from ``work_dir``.
-
-    Each worker loads the run of ``svc`` itself and verifies every answer as the HTTP service
-    does; the output has the columns of :func:`recommend_file`, written one chunk at a time.
-    """
-    in_path, out_path = Path(in_path), Path(out_path)
+def _parquet_chunks(in_path: Path, out_path: Path, compute: ComputeConfig | None,
+                    chunk_size: int) -> tuple[list[tuple[int, int, int]], bool]:
+    """``(row group, start, stop)`` chunks of a Parquet input, and whether it has a ``group`` column."""
     if in_path.suffix.lower() not in (".parquet", ".pq") or out_path.suffix.lower() not in (".parquet", ".pq"):
         raise InputError("batch: chunked recommendation reads and writes Parquet (.parquet)")
     if not in_path.exists():
@@ -211,10 +211,22 @@ def recommend_parquet(svc: RecommendationService, in_path: str | Path, out_path:
         has_group = "group" in pq.ParquetFile(in_path).schema_arrow.names
     except (OSError, pa.ArrowException) as err:
         raise InputError(f"batch-in: cannot read {in_path} ({err})") from None
+    size = (compute.chunk_size if compute is not None else None) or chunk_size
+    return [(g, s, min(s + size, meta.row_group(g).num_rows))
+            for g in range(meta.num_row_groups) for s in range(0, meta.row_group(g).num_rows, size)], has_group
+
+
+def recommend_parquet(svc: RecommendationService, in_path: str | Path, out_path: str | Path, work_dir: str | Path, *,
+                      compute: ComputeConfig | None = None, chunk_size: int = 50_000,
+                      progress: bool = True) -> dict[str, int]:
+    """Recommend for every agent of a large Parquet file in chunks (local or Ray), resumable from ``work_dir``.
+
+    Each worker loads the run of ``svc`` itself and verifies every answer as the HTTP service
+    does; the output has the columns of :func:`recommend_file`, written one chunk at a time.
+    """
+    in_path, out_path = Path(in_path), Path(out_path)
+    chunks, has_group = _parquet_chunks(in_path, out_path, compute, chunk_size)
     compute = compute or ComputeConfig()
-    size = compute.chunk_size or chunk_size
-    chunks = [(g, s, min(s + size, meta.row_group(g).num_rows))
-              for g in range(meta.num_row_groups) for s in range(0, meta.row_group(g).num_rows, size)]
     options = (str(Path(svc.run_dir).resolve()), svc.model_name, svc.rule, svc.seed, svc.fallback_budget_s,
                svc.max_batch)
     work_dir = Path(work_dir)
@@ -222,29 +234,40 @@ def recommend_parquet(svc: RecommendationService, in_path: str | Path, out_path:
                sizes=[e - s for _, s, e in chunks], desc="batch recommendations", progress=progress,
                keep_results=False)
     items = svc.action_items
+    first = 0
+
+    def frame(i: int) -> pd.DataFrame:
+        nonlocal first
+        part = load_chunk(chunk_path(work_dir, i))
+        sets = [[int(a) for a in row if a >= 0] for row in part["action_ids"]]
+        records = [{"status": str(st), "actions": [items[a] for a in ids], "cost": c, "confidence": cf,
+                    "verified": bool(v), "method": str(m), "optimal": None if o < 0 else bool(o),
+                    "budget_exceeded": bool(b)}
+                   for st, ids, c, cf, v, m, o, b in zip(part["status"], sets, part["cost"], part["confidence"],
+                                                          part["verified"], part["method"], part["optimal"],
+                                                          part["budget_exceeded"], strict=True)]
+        table = _answers_frame(records, first)
+        if has_group:
+            table.insert(1, "group", part["group"])
+        first += len(records)
+        return table
+
+    return _write_chunks(len(chunks), frame, out_path, lambda t: pa.schema([_OUTPUT_TYPES[c] for c in t.columns]))
+
+
+def _write_chunks(n_chunks: int, frame: Any, out_path: Path, schema: Any = None) -> dict[str, int]:
+    """Stream ``frame(i)`` for every chunk into one Parquet file (one chunk in memory at a time, written
+    to a temporary name and moved into place whole); returns the answers per status."""
     counts: dict[str, int] = {}
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".tmp")
     writer = None
-    first = 0
     try:
-        for i in range(len(chunks)):  # one chunk in memory at a time
-            part = load_chunk(chunk_path(work_dir, i))
-            sets = [[int(a) for a in row if a >= 0] for row in part["action_ids"]]
-            records = [{"status": str(st), "actions": [items[a] for a in ids], "cost": c, "confidence": cf,
-                        "verified": bool(v), "method": str(m), "optimal": None if o < 0 else bool(o),
-                        "budget_exceeded": bool(b)}
-                       for st, ids, c, cf, v, m, o, b in zip(part["status"], sets, part["cost"], part["confidence"],
-                                                              part["verified"], part["method"], part["optimal"],
-                                                              part["budget_exceeded"], strict=True)]
-            table = _answers_frame(records, first)
-            if has_group:
-                table.insert(1, "group", part["group"])
-            first += len(records)
+        for i in range(n_chunks):
+            table = frame(i)
             for k, v in table["status"].value_counts().items():
                 counts[k] = counts.get(k, 0) + int(v)
-            schema = pa.schema([_OUTPUT_TYPES[c] for c in table.columns])
-            arrow = pa.Table.from_pandas(table, schema=schema, preserve_index=False)
+            arrow = pa.Table.from_pandas(table, schema=None if schema is None else schema(table), preserve_index=False)
             writer = writer or pq.ParquetWriter(tmp, arrow.schema)
             writer.write_table(arrow)
     finally:
@@ -252,3 +275,76 @@ def recommend_parquet(svc: RecommendationService, in_path: str | Path, out_path:
             writer.close()
     tmp.replace(out_path)
     return counts
+
+
+# ---------------------------------------------------------------- tabular runs: raw records, chunked (Ray)
+
+_RAW_STRINGS = ("status", "changes", "method", "alternatives")  # answer columns kept as strings in a chunk file
+
+
+@functools.lru_cache(maxsize=4)
+def _tabular_worker_service(options: tuple) -> Any:
+    """The tabular service of a run, loaded once per worker process (a chunk task reuses it)."""
+    from serving.tabular import TabularService
+
+    run_dir, model, budget_s, max_batch, max_diverse = options
+    return TabularService(run_dir, model, budget_s, max_batch, max_diverse)
+
+
+def _read_slice(in_path: str | Path, chunk: tuple[int, int, int]) -> pd.DataFrame:
+    row_group, start, stop = chunk
+    return pq.ParquetFile(in_path).read_row_group(row_group).slice(start, stop - start).to_pandas()
+
+
+def _recommend_raw_chunk(shared: tuple, chunk: tuple[int, int, int]) -> dict[str, np.ndarray]:
+    """Answer the raw records ``[start, stop)`` of one row group of the input (a chunk task of a tabular run)."""
+    options, in_path, n_diverse = shared
+    svc = _tabular_worker_service(options)
+    out = _raw_answers_frame(svc, _read_slice(in_path, chunk), n_diverse)
+    result = {c: np.array(out[c].tolist(), dtype=str) for c in _RAW_STRINGS}
+    result["distance"] = np.array([np.nan if d is None else d for d in out["distance"]], float)
+    result["verified"] = out["verified"].to_numpy(bool)
+    result["budget_exceeded"] = out["budget_exceeded"].to_numpy(bool)
+    result["optimal"] = np.array([-1 if pd.isna(o) else int(o) for o in out["optimal"]], np.int8)
+    return result
+
+
+def recommend_raw_parquet(svc: Any, in_path: str | Path, out_path: str | Path, work_dir: str | Path, *,
+                          compute: ComputeConfig | None = None, chunk_size: int = 50_000, n_diverse: int = 0,
+                          progress: bool = True) -> dict[str, int]:
+    """Recommend for every raw record of a large Parquet file in chunks (local or Ray), resumable from
+    ``work_dir`` (a tabular run's :class:`~serving.tabular.TabularService`).
+
+    Each worker loads the run of ``svc`` once and answers its chunks with the code of
+    :func:`recommend_raw_file` (so the answers are the same); the output has that function's columns
+    (``distance`` as a float, NaN where there is none) and is written one chunk at a time, the copied
+    columns read again from the input.
+    """
+    in_path, out_path = Path(in_path), Path(out_path)
+    chunks, _ = _parquet_chunks(in_path, out_path, compute, chunk_size)
+    missing = [n for n in svc.codec.names if n not in pq.ParquetFile(in_path).schema_arrow.names]
+    if missing:
+        raise InputError(f"columns: the data set's features {missing} are missing from {in_path.name}")
+    options = (str(Path(svc.run_dir).resolve()), svc.model_name, svc.fallback_budget_s, svc.max_batch,
+               max(svc.max_diverse, n_diverse))
+    work_dir = Path(work_dir)
+    run_chunks(_recommend_raw_chunk, (options, str(in_path.resolve()), n_diverse), chunks, work_dir,
+               compute=compute or ComputeConfig(), sizes=[e - s for _, s, e in chunks], desc="batch recommendations",
+               unit="record", progress=progress, keep_results=False)
+    first = 0
+
+    def frame(i: int) -> pd.DataFrame:
+        nonlocal first
+        part = load_chunk(chunk_path(work_dir, i))
+        df = _read_slice(in_path, chunks[i])
+        out = df[[c for c in df.columns if c not in svc.codec.names]].reset_index(drop=True)
+        out.insert(0, "row", np.arange(first, first + len(df)))
+        first += len(df)
+        for c in ("status", "changes", "distance", "verified", "method", "optimal", "budget_exceeded",
+                  "alternatives"):
+            v = part[c]
+            out[c] = (pd.array([None if o < 0 else bool(o) for o in v], dtype="boolean") if c == "optimal"
+                      else v.astype(object) if c in _RAW_STRINGS else v)
+        return out
+
+    return _write_chunks(len(chunks), frame, out_path)

@@ -174,12 +174,19 @@ def _error(description: str) -> dict[str, Any]:
 
 TOO_LARGE = _error("request body too large for any valid request (checked before parsing)")
 INTERNAL = _error("unexpected server error (logged on the server)")
-ERRORS: dict[int | str, dict[str, Any]] = {
-    400: _error("malformed JSON body; detail gives the position"),
-    413: TOO_LARGE,
-    422: _error("the body does not match the schema (wrong length, a value other than 0/1, a group out of range, "
-                "more than max_batch agents, a missing or unknown field, a body that is not a JSON object); "
-                "detail names the field"),
-    500: INTERNAL,
-}
+
+
+def errors(invalid: str) -> dict[int | str, dict[str, Any]]:
+    """The error statuses of an operation with a JSON body; ``invalid`` lists, in the served world's
+    words, what makes a body not match the schema (the 422)."""
+    return {
+        400: _error("malformed JSON body (detail gives the position), or a body that is not UTF-8"),
+        413: TOO_LARGE,
+        422: _error(f"the body does not match the schema ({invalid}, a missing or unknown field, a body that is "
+                    "not a JSON object); detail names the field"),
+        500: INTERNAL,
+    }
+
+
+ERRORS = errors("wrong length, a value other than 0/1, a group out of range, more than max_batch agents")
 """The error statuses of an operation with a JSON body."""

@@ -317,9 +317,9 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     from fastapi import FastAPI
     from starlette.concurrency import run_in_threadpool
 
-    from serving.app import _Guard, add_health_and_model, install_handlers, status_counts
-    from serving.schemas import ERRORS
-    from serving.tabular_schemas import record_models, to_record
+    from serving.app import _Guard, add_health_and_model, install_handlers, shutdown
+    from serving.jobs import install_batch_routes
+    from serving.tabular_schemas import TABULAR_ERRORS, record_models, to_record
 
     svc = service or SequentialService(run_dir, model, fallback_budget_s, max_batch, beam_width=beam_width)
     Request, Batch = record_models(svc.codec, svc.max_batch, 0)
@@ -332,7 +332,7 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     install_handlers(app, svc.max_batch, "records")
 
     @app.post("/recommend", response_model=SequentialRecommendation, summary="Ordered actions for one raw record",
-              responses=ERRORS)
+              responses=TABULAR_ERRORS)
     async def recommend(req: Request) -> dict[str, Any]:  # type: ignore[valid-type]
         t0 = time.perf_counter()
         X = svc.parse([to_record(req)], single=True)
@@ -343,11 +343,11 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
         svc.count(answers)
         return svc.records(X, answers, t0)[0]
 
-    @app.post("/recommend/batch", response_model=SequentialBatchResponse, summary="Ordered actions for a batch",
-              responses=ERRORS)
-    def recommend_batch(req: Batch) -> dict[str, Any]:  # type: ignore[valid-type]
-        results = svc.recommend_records([to_record(r) for r in req.records])  # type: ignore[attr-defined]
-        return {"results": results, "counts": status_counts(results)}
+    jobs = install_batch_routes(app, svc, Batch, SequentialRecommendation, SequentialBatchResponse, TABULAR_ERRORS)
+    shutdown(app, jobs, svc if service is None else None)
 
     add_health_and_model(app, svc, what="run")
+    from serving.page import add_page  # GET / for people, GET /schema and /example
+
+    add_page(app, svc)
     return app

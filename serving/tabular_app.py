@@ -16,10 +16,11 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from serving.app import _Guard, add_health_and_model, install_handlers, status_counts
-from serving.schemas import ERRORS
+from serving.app import _Guard, add_health_and_model, install_handlers, shutdown
+from serving.jobs import install_batch_routes
 from serving.tabular import TabularService
 from serving.tabular_schemas import (
+    TABULAR_ERRORS,
     TabularBatchResponse,
     TabularHealth,
     TabularModelInfo,
@@ -48,7 +49,7 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
     install_handlers(app, svc.max_batch, "records")
 
     @app.post("/recommend", response_model=TabularRecommendation, summary="Recommend changes for one raw record",
-              responses=ERRORS)
+              responses=TABULAR_ERRORS)
     async def recommend(req: Request) -> dict[str, Any]:  # type: ignore[valid-type]
         t0 = time.perf_counter()
         X = svc.parse([to_record(req)], single=True)
@@ -60,11 +61,8 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
         svc.count(answers)
         return svc.records(X, answers, t0)[0]
 
-    @app.post("/recommend/batch", response_model=TabularBatchResponse, summary="Recommend for a batch of raw records",
-              responses=ERRORS)
-    def recommend_batch(req: Batch) -> dict[str, Any]:  # type: ignore[valid-type]
-        results = svc.recommend_records([to_record(r) for r in req.records])  # type: ignore[attr-defined]
-        return {"results": results, "counts": status_counts(results)}
+    jobs = install_batch_routes(app, svc, Batch, TabularRecommendation, TabularBatchResponse, TABULAR_ERRORS)
+    shutdown(app, jobs, svc if service is None else None)
 
     add_health_and_model(app, svc, TabularHealth, TabularModelInfo, what="run")
     return app

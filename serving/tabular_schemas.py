@@ -17,10 +17,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from serving.records import Domain, RecordCodec
-from serving.schemas import ErrorResponse, integer  # noqa: F401  (ErrorResponse: the error body, shared)
+from serving.schemas import ErrorResponse, errors, integer  # noqa: F401  (ErrorResponse: the error body, shared)
 
 Status = Literal["ok", "no_recourse", "already_positive", "unknown"]
 OPTIONS = ("n_diverse",)  # request fields besides the features
+TABULAR_ERRORS = errors("a category or level outside the feature's domain, a number outside the observed range or of "
+                        "the wrong type, a fractional value for an integer feature, NaN or Infinity, n_diverse out of "
+                        "range, no records or more than max_batch records")
+"""The error statuses of the raw-record operations (tabular and sequential runs)."""
 
 
 def _no_bool(v: Any) -> Any:
