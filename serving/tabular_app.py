@@ -65,4 +65,7 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
     shutdown(app, jobs, svc if service is None else None)
 
     add_health_and_model(app, svc, TabularHealth, TabularModelInfo, what="run")
+    from serving.page import add_page  # GET / for people, GET /schema and /example
+
+    add_page(app, svc)
     return app

@@ -1,0 +1,256 @@
+"""The recommendation page (serving/page.py, serving/static/): its JSON endpoints on a tabular run,
+and the page itself in a real browser -- headless Chromium driven by selenium against the app
+served on loopback: a refused German record typed in with the keyboard, the recommendation read
+from the page and checked against the model, an out-of-range value shown beside its field, the
+example button, and the layout at a phone's width.
+
+The browser test needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and
+selenium (the ``test`` extra). Without them it skips, except in CI (``RECOURSE_STRICT_SKIPS=1``),
+where it fails: CI installs them, so a missing browser there is a broken install.
+Set ``RECOURSE_PAGE_SCREENSHOT=docs/img/page_german.png`` to refresh the screenshot of docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from serving.tabular import TabularService
+from serving.tabular_app import create_tabular_app
+from tests.tabular_serving_run import german_run
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("page")
+    return (root, *german_run(root))
+
+
+@pytest.fixture(scope="module")
+def svc(built):
+    root, run, X_train, _, _ = built
+    s = TabularService(root / "german_forest", "nearest", None, run=run, geco_data=X_train)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def app(svc):
+    return create_tabular_app("unused", service=svc)
+
+
+def apply(record: dict, changes: list[dict]) -> dict:
+    out = dict(record)
+    for c in changes:
+        assert out[c["feature"]] == c["from"], c
+        out[c["feature"]] = c["to"]
+    return out
+
+
+def accepted(svc: TabularService, record: dict) -> bool:
+    return bool(svc.world.accepts(svc.codec.encode([record]))[0])
+
+
+# ------------------------------------------------------------------------------------------ JSON API
+def test_schema_describes_the_request(app, svc):
+    c = TestClient(app)
+    form = c.get("/schema").json()
+    assert form["kind"] == "tabular" and form["body"] == "record" and form["method"] == "nearest"
+    assert [f["name"] for f in form["fields"]] == svc.codec.names
+    by = {f["name"]: f for f in form["fields"]}
+    assert by["purpose"]["input"] == "select" and "car (new)" in [o["value"] for o in by["purpose"]["options"]]
+    assert by["age"] | {"description": None} == by["age"] | {
+        "input": "number", "minimum": 19.0, "maximum": 75.0, "step": 1.0, "mutability": "increase", "description": None}
+    assert by["personal_status_sex"]["mutability"] == "immutable"
+    assert form["certificate"] == {"rel_tol": 0.001, "epsilon": 1e-7} and form["max_diverse"] == svc.max_diverse
+    paths = c.get("/openapi.json").json()["paths"]
+    assert "/schema" in paths and "/example" in paths and "/" not in paths
+
+
+def test_example_is_a_rejected_test_record(app, svc, built):
+    c = TestClient(app)
+    neg = built[3]
+    a, b = c.get("/example", params={"seed": 3}).json(), c.get("/example", params={"seed": 3}).json()
+    assert a == b and a["count"] == len(neg)
+    assert not accepted(svc, a["record"])
+    assert any(np.array_equal(svc.codec.encode([a["record"]])[0], x) for x in neg)
+    assert c.get("/example", params={"seed": -1}).status_code == 422
+
+
+def test_page_and_assets_are_served(app):
+    c = TestClient(app)
+    for path, kind in (("/", "text/html"), ("/page.js", "text/javascript"), ("/page.css", "text/css")):
+        r = c.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+    html = c.get("/").text
+    assert '<meta name="viewport"' in html and 'src="page.js"' in html and "<script>" not in html
+
+
+# ------------------------------------------------------------------------------------------ browser
+CHROME_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage")
+
+
+def _missing(why: str) -> None:
+    if os.environ.get("RECOURSE_STRICT_SKIPS") == "1":
+        pytest.fail(f"{why}: CI installs chromium, chromium-driver and selenium (.ci/run), so this is a broken install")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        _missing("selenium is not installed (pip install -e '.[test]')")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not binary or not driver_path:
+        _missing("no chromium / chromedriver (apt-get install -y chromium chromium-driver)")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = binary
+    for a in (*CHROME_ARGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}", "--window-size=1280,1600"):
+        opts.add_argument(a)
+    driver = webdriver.Chrome(options=opts, service=Service(executable_path=driver_path))
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def base_url(app):
+    """The app served by uvicorn on a free loopback port, for the module."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started and time.time() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def _wait(driver, cond, timeout: float = 15.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(cond)
+
+
+def _field(driver, name: str):
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, f'.field[data-name="{name}"]')
+
+
+def _type_record(driver, record: dict) -> None:
+    """Enter a record with the keyboard, field by field, as a person without a mouse would."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    for name, value in record.items():
+        control = _field(driver, name).find_element(By.CSS_SELECTOR, "select, input")
+        if control.tag_name == "select":
+            Select(control).select_by_value(json.dumps(value, ensure_ascii=False))
+        else:
+            control.send_keys(Keys.CONTROL, "a")
+            control.send_keys(str(value))
+
+
+def _submit_with_keyboard(driver) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.execute_script("document.getElementById('answer').hidden = true;")  # to see the new answer appear
+    driver.find_element(By.ID, "submit").send_keys(Keys.ENTER)
+
+
+def test_page_in_a_browser(browser, base_url, svc, built, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    neg = built[3]
+    # A refused test record the generator answers (the page shows what the API answers, whoever answers).
+    answers, _ = svc.first_pass(neg[:10])
+    i = next(k for k, a in enumerate(answers) if a.kind == "generator")
+    record = svc.codec.decode(neg[i])
+    assert not accepted(svc, record)
+
+    browser.get(base_url + "/")
+    _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true")
+    # Every control has its label; the fixed and one-way features say so.
+    assert browser.execute_script(
+        "return [...document.querySelectorAll('#fields select, #fields input')].every(c => c.labels.length === 1)")
+    assert "fixed" in _field(browser, "personal_status_sex").text
+    assert "can only increase" in _field(browser, "age").text
+
+    _type_record(browser, record)
+    _submit_with_keyboard(browser)
+    _wait(browser, lambda d: d.find_element(By.ID, "answer").is_displayed())
+    rows = browser.find_elements(By.CSS_SELECTOR, "#result table.changes tbody tr")
+    shown = [{"feature": r.get_attribute("data-feature"), "from": json.loads(r.get_attribute("data-from")),
+              "to": json.loads(r.get_attribute("data-to"))} for r in rows]
+    assert shown, "no change shown"
+    assert accepted(svc, apply(record, shown))  # the record the page recommends is accepted by the model
+    api = httpx.post(base_url + "/recommend", json={**record, "n_diverse": 2}).json()
+    assert shown == api["changes"]  # what a person sees is what a program gets
+    sentence = browser.find_element(By.ID, "sentence").text
+    label = shown[0]["feature"].replace("_", " ")
+    assert label in sentence and sentence.endswith(".")
+    assert browser.find_element(By.CSS_SELECTOR, ".badge.verified").text == "verified"
+    assert "answered by nearest" in browser.find_element(By.ID, "badges").text
+    assert browser.switch_to.active_element.get_attribute("id") == "answer"  # focus moves to the answer
+    cards = browser.find_elements(By.CSS_SELECTOR, "#alternatives .alternative")
+    assert len(cards) == len(api["alternatives"])
+    browser.save_screenshot(str(tmp_path / "page.png"))
+    if os.environ.get("RECOURSE_PAGE_SCREENSHOT"):
+        Path(os.environ["RECOURSE_PAGE_SCREENSHOT"]).parent.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(os.environ["RECOURSE_PAGE_SCREENSHOT"])
+
+    # An out-of-range value: the API's message beside its field, the field marked and focused.
+    _type_record(browser, {"age": 500})
+    _submit_with_keyboard(browser)
+    err = _field(browser, "age").find_element(By.CSS_SELECTOR, ".field-error")
+    _wait(browser, lambda d: err.text != "")
+    assert "75" in err.text and "500" in err.text
+    age = _field(browser, "age").find_element(By.TAG_NAME, "input")
+    assert age.get_attribute("aria-invalid") == "true"
+    assert browser.switch_to.active_element == age
+    assert not browser.find_element(By.ID, "answer").is_displayed()
+
+    # The example button fills a refused test record.
+    browser.find_element(By.ID, "example").click()
+    _wait(browser, lambda d: err.text == "" and age.get_attribute("value") != "500")
+    filled = browser.execute_script("""
+        const out = {};
+        document.querySelectorAll('#fields .field').forEach(f => {
+          const c = f.querySelector('select, input');
+          out[f.dataset.name] = c.tagName === 'SELECT' ? JSON.parse(c.value) : Number(c.value);
+        });
+        return out;""")
+    assert set(filled) == set(svc.codec.names) and not accepted(svc, filled)
+
+    # A phone's width: nothing wider than the screen.
+    browser.set_window_size(390, 844)
+    try:
+        assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+    finally:
+        browser.set_window_size(1280, 1600)
