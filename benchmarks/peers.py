@@ -46,7 +46,8 @@ from typing import Any
 
 import numpy as np
 
-os.environ.setdefault("TQDM_DISABLE", "1")  # DiCE's progress bars
+if __name__ == "__main__":  # DiCE's progress bars, off in a run of the script (an importer's environment is left alone)
+    os.environ.setdefault("TQDM_DISABLE", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox import sample, save  # noqa: E402
@@ -54,6 +55,7 @@ from data_gen.classifiers import build, model_params  # noqa: E402
 from envs.recourse import Recourse  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
 from learners.counterfactual_metrics import (  # noqa: E402
+    Counted,
     CounterfactualScorer,
     dominates,
     ratio_summary,
@@ -115,33 +117,6 @@ class RawSpace:
                 "columns": [list(r.columns) for r in self.raws], "n_columns": self.D,
                 "lower": self.lower.tolist(), "upper": self.upper.tolist(), "mutability": self.mutability,
                 "n_levels": self.n_levels}
-
-
-class Counted:
-    """A classifier's ``predict``/``predict_proba``/``score`` with its calls and rows counted
-    (attributes forwarded, so the generators still see a white box's ``exact``)."""
-
-    def __init__(self, model: Any) -> None:
-        self.model, self.calls, self.rows = model, 0, 0
-
-    def _count(self, X: np.ndarray) -> None:
-        self.calls += 1
-        self.rows += len(np.atleast_2d(X))
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        self._count(X)
-        return self.model.predict(X)
-
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        self._count(X)
-        return self.model.predict_proba(X)
-
-    def score(self, X: np.ndarray) -> np.ndarray:
-        self._count(X)
-        return self.model.score(X)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.model, name)
 
 
 def recourse(x: np.ndarray, cf: np.ndarray | None, method: str, seconds: float, **extra: Any) -> Recourse:

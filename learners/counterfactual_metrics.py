@@ -213,3 +213,30 @@ def dominates(ours: dict[str, Any], peer: dict[str, Any], *, strict_distance: bo
     if strict_distance:
         return o_ratio < p_ratio
     return o_valid > p_valid or o_ratio < p_ratio or o_sec < p_sec
+
+
+class Counted:
+    """A classifier's ``predict``/``predict_proba``/``score`` with its calls and rows counted
+    (attributes forwarded, so the generators still see a white box's ``exact``)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.calls, self.rows = model, 0, 0
+
+    def _count(self, X: np.ndarray) -> None:
+        self.calls += 1
+        self.rows += len(np.atleast_2d(X))
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        self._count(X)
+        return self.model.predict(X)
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        self._count(X)
+        return self.model.predict_proba(X)
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        self._count(X)
+        return self.model.score(X)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)

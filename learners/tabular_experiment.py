@@ -69,7 +69,7 @@ class TabularSection(StrictModel):
 class TabularMethod(StrictModel):
     """A tabular generator to train."""
 
-    method: Literal["nearest_cfe", "named_cfe"] = Field(description="learners/tabular_generators.py method")
+    method: Literal["nearest_cfe", "named_cfe", "change_value"] = Field(description="learners/tabular_generators.py method")
     name: str | None = Field(None, description="model name (default: the method)")
     params: dict[str, Any] = Field(default_factory=dict, description="hyperparameters, checked by the method")
 

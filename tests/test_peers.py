@@ -72,3 +72,20 @@ def test_dice_on_tiny_cell(german):
             for name in ("credit_history", "personal_status_sex", "foreign_worker"):
                 j = space.names.index(name)
                 assert space.to_raw(rows)[0, j] == space.to_raw(x)[0, j]
+
+
+def test_importing_the_benchmark_leaves_the_environment_alone():
+    """It once set TQDM_DISABLE on import, which silenced the progress lines of every later
+    subprocess of the test session (test_scripts' train.py)."""
+    import importlib
+    import os
+    import subprocess
+
+    before = dict(os.environ)
+    importlib.reload(peers)
+    assert dict(os.environ) == before
+    out = subprocess.run([sys.executable, "-c", "import os, benchmarks.peers; print(os.environ.get('TQDM_DISABLE'))"],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"

@@ -1,0 +1,308 @@
+"""Learned generators against not learning on real data with MACE labels (issue 35).
+
+    python benchmarks/tabular_generators.py                      # the 8 cells, labels 500 / 2,000
+    python benchmarks/tabular_generators.py --cells german/forest --sizes 250,1000 --test-agents 100
+
+Per cell (data set x model, seed 0):
+
+- **held-out agents**: rejected rows of the data set's *test split* (never generated agents),
+  labelled by MACE with a certificate (MILP, l1, rel_tol 1e-3);
+- **training agents**: the rejected rows of the training split, then agents drawn around them
+  (``data_gen.augment.perturb_agents``) up to the largest size, labelled by MACE (rel_tol 1e-2)
+  on ``--jobs`` processes in chunks under ``data_cache/tabular_generators/<cell>-<hash>/``: an
+  interrupted run resumes, and a change of any setting that shapes the labels changes the hash;
+- for each label budget n (the learning curve) the first n training labels train the k-NN
+  baseline (``nearest_cfe``, no learning), the named-CFE classifier (``named_cfe``) and the
+  change-and-value network (``change_value``); each answers every held-out agent batched (time)
+  and one at a time through a counted model (model calls per answer);
+- GeCo and MD-PSO (online searches, no labels) answer the same agents, with their model calls.
+
+Metrics: validity by the real model and the constraints; **optimal** = share of MACE-solved agents
+answered within 1% of MACE's certified distance; distance ratio; µs per agent (batched) and the
+speed-up over MACE's seconds per agent; model calls per answer (median, p95). The labelling cost is
+MACE's CPU seconds summed over the n labels. Writes ``benchmarks/results/tabular_generators.{md,json}``
+(one JSON per cell under ``benchmarks/results/tabular_generators/``, reused unless ``--force``) and
+``benchmarks/results/tabular_generators/learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.blackbox import sample, save  # noqa: E402
+from data_gen.augment import PerturbParams, perturb_agents  # noqa: E402
+from data_gen.classifiers import build, negatives  # noqa: E402
+from data_gen.mace_labels import label_tabular  # noqa: E402
+from envs.tabular import TabularWorld  # noqa: E402
+from learners.counterfactual_metrics import Counted  # noqa: E402
+from learners.tabular_experiment import score_answers  # noqa: E402
+from learners.tabular_generators import TabularLabels, build_tabular_generator  # noqa: E402
+from solvers.mace import MACE  # noqa: E402
+
+CELLS = [f"{d}/{m}" for d in ("adult", "german", "compas", "credit") for m in ("forest", "mlp")]
+METHODS = {"nearest_cfe": "k-NN (no learning)", "named_cfe": "named-CFE (learned)",
+           "change_value": "change-and-value (learned)"}
+ONLINE = {"geco": "GeCo (online)", "md_pso": "MD-PSO (online)"}
+RESULTS = Path("benchmarks/results")
+TRAIN_MACE = {"backend": "milp", "norm": "one", "rel_tol": 1e-2, "time_limit": 10.0}
+TEST_MACE = {"backend": "milp", "norm": "one", "rel_tol": 1e-3, "time_limit": 30.0}
+
+
+def _key(**parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def training_pool(world: TabularWorld, X_train: np.ndarray, n: int, seed: int, perturb: PerturbParams
+                  ) -> tuple[np.ndarray, int]:
+    """The first ``n`` training agents: the real rejected rows (seeded order), then generated ones.
+    Returns the agents and how many of them are real."""
+    real = negatives(world, X_train)
+    real = real[np.random.default_rng(seed).permutation(len(real))]
+    if n <= len(real):
+        return real[:n], n
+    extra = perturb_agents(world, real, n - len(real), seed=seed, params=perturb)
+    return np.concatenate([real, extra]), len(real)
+
+
+def _counted_world(world: TabularWorld) -> tuple[TabularWorld, Counted]:
+    counted = Counted(world.model)
+    return TabularWorld(world.name, world.schema, counted, world.encoder), counted
+
+
+def _quantiles(calls: list[int]) -> dict[str, float]:
+    a = np.asarray(calls, float)
+    return {"calls_median": float(np.median(a)), "calls_p95": float(np.quantile(a, 0.95)),
+            "calls_mean": float(a.mean())}
+
+
+def evaluate_generator(gen: Any, world: TabularWorld, X: np.ndarray, mace_d: np.ndarray, mace_ok: np.ndarray,
+                       repeats: int = 3) -> dict[str, Any]:
+    """Batched time (best of ``repeats``), answers scored against MACE, and model calls per answer
+    (each agent answered alone through a counted model, as a server answers a request)."""
+    gen.recommend(world, X[:4])  # warm-up
+    best, rec = np.inf, None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        rec = gen.recommend(world, X)
+        best = min(best, time.perf_counter() - t)
+    m = score_answers(world, X, rec.CF, rec.found, mace_d, mace_ok, "one")
+    cworld, counted = _counted_world(world)
+    calls, single = [], []
+    for x in X:
+        c0 = counted.calls
+        t = time.perf_counter()
+        gen.recommend(cworld, x[None])
+        single.append(time.perf_counter() - t)
+        calls.append(counted.calls - c0)
+    m.update(_quantiles(calls))
+    m["us_per_agent_batched"] = 1e6 * best / len(X)
+    m["ms_single_p50"] = 1e3 * float(np.median(single))
+    m["ms_single_p99"] = 1e3 * float(np.quantile(single, 0.99))
+    return m
+
+
+def evaluate_online(name: str, world: TabularWorld, domain: np.ndarray, X: np.ndarray, mace_d: np.ndarray,
+                    mace_ok: np.ndarray, seed: int) -> dict[str, Any]:
+    """GeCo or MD-PSO, one agent at a time, with the model calls each reports."""
+    from solvers.geco import GeCo
+    from solvers.pso import MDPSO
+
+    solver = GeCo(n_diverse=1).fit(world, domain) if name == "geco" else MDPSO(n_diverse=1, seed=seed).fit(world, domain)
+    CF = np.full(X.shape, np.nan)
+    secs, calls = [], []
+    for i, x in enumerate(X):
+        t = time.perf_counter()
+        r = solver.solve(world, x)[0]
+        secs.append(time.perf_counter() - t)
+        calls.append(int(r.extra.get("model_calls", 0)))
+        if r.status == "ok":
+            CF[i] = np.asarray(r.extra["counterfactual"], float)
+    m = score_answers(world, X, CF, ~np.isnan(CF).any(1), mace_d, mace_ok, "one")
+    m.update(_quantiles(calls))
+    m["us_per_agent_batched"] = 1e6 * float(np.mean(secs))  # one agent per call: no batching
+    m["ms_single_p50"] = 1e3 * float(np.median(secs))
+    m["ms_single_p99"] = 1e3 * float(np.quantile(secs, 0.99))
+    return m
+
+
+def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    dataset, model = cell.split("/")
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    perturb = PerturbParams(args.numeric_scale, args.resample_prob)
+    b = build(dataset, model, seed=args.seed)
+    world, data = b.world, b.data
+    cache = Path(args.cache) / (f"{dataset}-{model}-" + _key(
+        seed=args.seed, max_n=sizes[-1], perturb=perturb, train_mace=TRAIN_MACE, test_mace=TEST_MACE,
+        test_agents=args.test_agents, world=world.model.to_dict()))
+
+    def log(*a: Any) -> None:
+        print(f"[{cell}]", *a, flush=True)
+
+    test = sample(world, data.X_test, args.test_agents, args.seed)
+    pool, n_real = training_pool(world, data.X_train, sizes[-1], args.seed, perturb)
+    log(f"test accuracy {b.metrics['test_accuracy']:.3f}; {len(test)} held-out rejected test rows; "
+        f"{len(pool)} training agents ({n_real} real rejected rows, {len(pool) - n_real} generated)")
+    t0 = time.perf_counter()
+    test_labels = label_tabular(world, test, MACE(**TEST_MACE), cache / "test", n_jobs=args.jobs,
+                                progress=not args.quiet)
+    train_labels = label_tabular(world, pool, MACE(**TRAIN_MACE), cache / "train", n_jobs=args.jobs,
+                                 progress=not args.quiet)
+    log(f"labels ready in {time.perf_counter() - t0:.0f} s (resumed chunks count 0 s)")
+    mace_d, mace_ok = test_labels.distance, test_labels.ok
+    out: dict[str, Any] = {
+        "dataset": dataset, "model": model, "seed": args.seed, "test_accuracy": b.metrics["test_accuracy"],
+        "test_agents": int(len(test)), "test_mace_solved": int(mace_ok.sum()),
+        "real_training_rows": int(n_real), "perturb": {"numeric_scale": perturb.numeric_scale, "resample_prob": perturb.resample_prob}, "sizes": sizes,
+        "mace": {"s_per_agent_mean": float(test_labels.runtime.mean()),
+                 "s_per_agent_median": float(np.median(test_labels.runtime)),
+                 "no_recourse": int((test_labels.status == "no_recourse").sum()),
+                 "unknown": int((test_labels.status == "unknown").sum())},
+        "curve": [], "online": {},
+    }
+    for n in sizes:
+        rows = np.flatnonzero(train_labels.ok[:n])
+        labels = TabularLabels(train_labels.X[rows], train_labels.cf[rows], train_labels.distance[rows])
+        point: dict[str, Any] = {"labels": n, "solved": int(len(rows)),
+                                 "label_cpu_hours": float(train_labels.runtime[:n].sum() / 3600), "methods": {}}
+        for method in METHODS:
+            t = time.perf_counter()
+            gen = build_tabular_generator(method).fit(world, labels, seed=args.seed)
+            fit_s = time.perf_counter() - t
+            m = evaluate_generator(gen, world, test, mace_d, mace_ok)
+            m["fit_seconds"] = fit_s
+            m["speedup_vs_mace"] = out["mace"]["s_per_agent_mean"] / (m["us_per_agent_batched"] / 1e6)
+            point["methods"][method] = m
+            log(f"n={n} {method}: optimal {m['optimal_share']:.3f}, validity {m['validity']}, "
+                f"{m['us_per_agent_batched']:.0f} µs/agent, calls median {m['calls_median']:.0f}")
+        out["curve"].append(point)
+    if not args.no_online:
+        for name in ONLINE:
+            m = evaluate_online(name, world, data.X_train, test, mace_d, mace_ok, args.seed)
+            m["speedup_vs_mace"] = out["mace"]["s_per_agent_mean"] / (m["us_per_agent_batched"] / 1e6)
+            out["online"][name] = m
+            log(f"{name}: optimal {m['optimal_share']:.3f}, {m['ms_single_p50']:.0f} ms, calls {m['calls_median']:.0f}")
+    return out
+
+
+def _f(v: Any, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def report(cells: list[dict[str, Any]], command: str) -> str:
+    lines = ["# Learned generators against not learning, real data, MACE labels (`benchmarks/tabular_generators.py`)",
+             "", f"Command: `{command}`. Seed 0. Held-out agents: rejected rows of each data set's test split, "
+             "labelled by MACE with a certificate (l1, rel_tol 1e-3). Training agents: the training split's "
+             "rejected rows, then agents drawn around them (data_gen/augment.py), labelled by MACE (rel_tol 1e-2).",
+             "", "**optimal**: share of the MACE-solved held-out agents answered within 1% of MACE's certified "
+             "distance. **valid**: share of answers the real model accepts with no constraint broken. "
+             "**µs/agent**: batched (GeCo, MD-PSO: one agent per call). **× MACE**: MACE's mean seconds per agent "
+             "over ours. **calls**: model calls per answer, median / p95 (one agent per request). "
+             "**labels CPU h**: MACE's CPU time for the training labels.", "",
+             "## At the largest label budget", "",
+             "| data | model | agents | method | labels | optimal | valid | ratio p90 | µs/agent | × MACE | calls med / p95 |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    for c in cells:
+        last = c["curve"][-1]
+        entries = [(METHODS[k], last["labels"], m) for k, m in last["methods"].items()]
+        entries += [(ONLINE[k], 0, m) for k, m in c["online"].items()]
+        for name, n, m in entries:
+            lines.append(f"| {c['dataset']} | {c['model']} | {c['test_mace_solved']} | {name} | {n:,} | "
+                         f"{_f(m['optimal_share'])} | {_f(m['validity'])} | {_f(m['distance_ratio_p90'])} | "
+                         f"{m['us_per_agent_batched']:,.0f} | {m['speedup_vs_mace']:,.0f}× | "
+                         f"{m['calls_median']:.0f} / {m['calls_p95']:.0f} |")
+        lines.append(f"| {c['dataset']} | {c['model']} | {c['test_mace_solved']} | MACE (certified) | - | 1.000 | 1.000 | "
+                     f"1.000 | {1e6 * c['mace']['s_per_agent_mean']:,.0f} | 1× | 0 (white box) |")
+    lines += ["", "## Learning curves (optimal share against training labels)", "",
+              "| data | model | labels | real rows | labels CPU h | " + " | ".join(METHODS.values()) + " |",
+              "|---|---|---:|---:|---:|" + "---:|" * len(METHODS)]
+    for c in cells:
+        for p in c["curve"]:
+            lines.append(f"| {c['dataset']} | {c['model']} | {p['labels']:,} | {min(p['labels'], c['real_training_rows']):,} | "
+                         f"{p['label_cpu_hours']:.3f} | "
+                         + " | ".join(_f(p["methods"][k]["optimal_share"]) for k in METHODS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(cells: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 4
+    rows = (len(cells) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax, c in zip(axes.flat, cells, strict=False):
+        n = [p["labels"] for p in c["curve"]]
+        for k, name in METHODS.items():
+            ax.plot(n, [p["methods"][k]["optimal_share"] for p in c["curve"]], marker="o", label=name)
+        for k, name in ONLINE.items():
+            if k in c["online"]:
+                ax.axhline(c["online"][k]["optimal_share"], ls="--", lw=1, label=name, color="grey" if k == "geco" else "tan")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{c['dataset']} × {c['model']}")
+        ax.set_xlabel("training labels")
+        ax.set_ylabel("within 1% of MACE")
+        top = ax.secondary_xaxis("top", functions=(
+            lambda x, c=c: x * c["curve"][-1]["label_cpu_hours"] / max(1, c["curve"][-1]["labels"]),
+            lambda h, c=c: h * max(1, c["curve"][-1]["labels"]) / max(1e-12, c["curve"][-1]["label_cpu_hours"])))
+        top.set_xlabel("labelling CPU hours", fontsize=8)
+    for ax in list(axes.flat)[len(cells):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", default=",".join(CELLS), help="comma-separated dataset/model cells")
+    p.add_argument("--sizes", default="500,2000", help="training label budgets of the learning curve")
+    p.add_argument("--test-agents", type=int, default=150, help="held-out rejected test rows per cell (at most)")
+    p.add_argument("--seed", type=int, default=0, help="world, split, sample and training seed")
+    p.add_argument("--jobs", type=int, default=2, help="MACE labelling worker processes")
+    p.add_argument("--numeric-scale", type=float, default=0.05, help="generated agents: numeric noise / span")
+    p.add_argument("--resample-prob", type=float, default=0.15, help="generated agents: discrete resample chance")
+    p.add_argument("--no-online", action="store_true", help="skip GeCo and MD-PSO")
+    p.add_argument("--cache", default="data_cache/tabular_generators", help="label chunks (resumable)")
+    p.add_argument("--out", default=str(RESULTS), help="results directory")
+    p.add_argument("--force", action="store_true", help="recompute cells whose JSON exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    cell_dir = out / "tabular_generators"
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    cells = []
+    for cell in args.cells.split(","):
+        if cell not in CELLS:
+            raise SystemExit(f"--cells: unknown cell {cell!r}; known: {', '.join(CELLS)}")
+        path = cell_dir / f"{cell.replace('/', '_')}.json"
+        if path.exists() and not args.force:
+            done = json.loads(path.read_text())
+            if done.get("sizes") == sorted(int(s) for s in args.sizes.split(",")):
+                cells.append(done)
+                continue
+        cells.append(save(run_cell(cell, args), path))
+    command = "python benchmarks/tabular_generators.py" + ("" if argv is None else " " + " ".join(argv))
+    (out / "tabular_generators.md").write_text(report(cells, command))
+    (out / "tabular_generators.json").write_text(json.dumps(cells, indent=1, default=float))
+    plot(cells, cell_dir / "learning_curve.png")
+    print(report(cells, command))
+
+
+if __name__ == "__main__":
+    main()

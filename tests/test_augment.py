@@ -1,0 +1,49 @@
+"""Generated training agents (data_gen/augment.py): rejected, in bounds, new, seeded."""
+
+import numpy as np
+import pytest
+
+from data_gen.augment import PerturbParams, perturb_agents
+from data_gen.classifiers import build
+
+
+@pytest.fixture(scope="module")
+def german():
+    b = build("german", "forest")
+    neg = b.data.X_train[~b.world.accepts(b.data.X_train)]
+    return b.world, neg
+
+
+def test_generated_agents_are_rejected_valid_and_new(german):
+    world, neg = german
+    A = perturb_agents(world, neg, 300, seed=1)
+    assert A.shape == (300, neg.shape[1])
+    assert not world.accepts(A).any()
+    world.schema.validate(A, name="A")  # bounds and integrality hold
+    real = {r.tobytes() for r in neg}
+    assert not any(r.tobytes() in real for r in A)
+    assert len({r.tobytes() for r in A}) == 300
+    for cols in world.groups().values():  # one category per one-hot group
+        assert (A[:, cols].sum(1) == 1).all()
+    assert np.array_equal(A, perturb_agents(world, neg, 300, seed=1))
+    assert not np.array_equal(A, perturb_agents(world, neg, 300, seed=2))
+
+
+def test_generated_agents_stay_near_their_rows(german):
+    world, neg = german
+    near = perturb_agents(world, neg, 200, seed=0, params=PerturbParams(numeric_scale=0.01, resample_prob=0.0))
+    lo, hi = world.schema.bounds()
+    span = np.where(hi > lo, hi - lo, 1)
+    gap = np.min(np.abs(near[:, None, :] - neg[None, :, :]).__truediv__(span).sum(-1), axis=1)
+    assert np.median(gap) < 0.1
+
+
+def test_bad_input_is_named(german):
+    world, neg = german
+    with pytest.raises(ValueError, match="numeric_scale"):
+        PerturbParams(numeric_scale=-1)
+    with pytest.raises(ValueError, match="resample_prob"):
+        PerturbParams(resample_prob=2)
+    with pytest.raises(ValueError, match="rows"):
+        perturb_agents(world, neg[:0], 5)
+    assert perturb_agents(world, neg, 0).shape == (0, neg.shape[1])
