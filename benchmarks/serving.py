@@ -239,6 +239,8 @@ def bench_fuzz(client: httpx.Client, n: int, max_batch: int, seconds: float) -> 
 
 
 def main(argv=None) -> int:
+    if "--page" in (sys.argv[1:] if argv is None else argv):  # the recommendation page (issue 37)
+        return page_main(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", default=None, help="a trained run (default: build a small one in a temp dir)")
     p.add_argument("--model", default=None, help="model of the run to serve (default: its first generator)")
@@ -339,6 +341,72 @@ def tabular_main(args: argparse.Namespace, argv: list[str] | None) -> int:
         Path(args.results).parent.mkdir(parents=True, exist_ok=True)
         Path(args.results + ".json").write_text(text)
         Path(args.results + ".md").write_text("\n".join(markdown(r, command) for r in results.values()))
+    return 0
+
+
+PAGE_TARGET_P99_MS = 100.0  # issue 37: page load and answer on loopback
+PAGE_ASSETS = ("/", "/page.js", "/page.css", "/schema")  # what a browser fetches to show the form
+
+
+def page_main(argv: list[str] | None = None) -> int:
+    """``--page RUN_DIR``: the recommendation page of a tabular run, served by ``serve.py`` on loopback.
+
+    Page load = the four requests a browser makes to show the form (``GET /``, ``/page.js``,
+    ``/page.css``, ``/schema``), one after another on one keep-alive connection; answer = ``POST
+    /recommend`` of a rejected test record (from ``GET /example?seed=i``) as the page first sends it
+    (``n_diverse`` 0); alternatives = the page's second request, with ``n_diverse`` (reported apart:
+    it may wait up to the fallback budget for GeCo). p50/p99/max of each and of load + answer per
+    visit, against the 100 ms p99 target.
+    """
+    p = argparse.ArgumentParser(description=page_main.__doc__)
+    p.add_argument("--page", required=True, metavar="RUN_DIR", help="a trained tabular run directory")
+    p.add_argument("--visits", type=int, default=300, help="page loads and answers measured (after 10 warm-up visits)")
+    p.add_argument("--n-diverse", type=int, default=2, help="alternatives asked for after the answer, as the page "
+                                                         "asks by default (0: none)")
+    p.add_argument("--out", default=None, help="also write the JSON here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="page-bench-") as tmp:
+        port, log = free_port(), Path(tmp) / "server.log"
+        proc = start_server(Path(args.page), None, port, 10_000, log, timeout=300)
+        load_ms, answer_ms, alt_ms, statuses, seen = [], [], [], {}, set()
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
+                for i in range(10 + args.visits):
+                    record = client.get("/example", params={"seed": i}).json()["record"]
+                    seen.add(json.dumps(record, sort_keys=True))
+                    t0 = time.perf_counter()
+                    for path in PAGE_ASSETS:
+                        client.get(path).raise_for_status()
+                    t1 = time.perf_counter()
+                    r = client.post("/recommend", json={**record, "n_diverse": 0})
+                    t2 = time.perf_counter()
+                    r.raise_for_status()
+                    if args.n_diverse and r.json()["status"] == "ok":
+                        client.post("/recommend", json={**record, "n_diverse": args.n_diverse}).raise_for_status()
+                    t3 = time.perf_counter()
+                    if i >= 10:
+                        load_ms.append((t1 - t0) * 1e3)
+                        answer_ms.append((t2 - t1) * 1e3)
+                        alt_ms.append((t3 - t2) * 1e3)
+                        key = f"{r.json()['status']}/{r.json()['method']}"
+                        statuses[key] = statuses.get(key, 0) + 1
+                model = client.get("/model").json()
+        finally:
+            stop_server(proc)
+    visit = [a + b for a, b in zip(load_ms, answer_ms, strict=True)]
+
+    def summary(v: list[float]) -> dict:
+        return {"p50_ms": pct(v, 50), "p99_ms": pct(v, 99), "max_ms": max(v), "n": len(v)}
+
+    result = {"run": model["run"], "generator": model["generator"], "dataset": model["dataset"],
+              "model_class": model["model_class"], "n_diverse": args.n_diverse, "distinct_records": len(seen), "cpu_count": os.cpu_count(),
+              "loadavg_1min_after": os.getloadavg()[0], "page_load": summary(load_ms), "answer": summary(answer_ms),
+              "load_and_answer": summary(visit), "alternatives": summary(alt_ms), "answers": statuses, "target_p99_ms": PAGE_TARGET_P99_MS,
+              "meets_target": pct(visit, 99) <= PAGE_TARGET_P99_MS}
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
     return 0
 
 

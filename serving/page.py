@@ -93,6 +93,7 @@ class Example(BaseModel):
 
 
 NOT_FOUND = {"model": ErrorResponse, "description": "the run's test split is not available here (no example)"}
+BAD_SEED = {"model": ErrorResponse, "description": "seed is not an integer in [0, 2^32 - 1]; detail names it"}
 
 
 def _label(name: str) -> str:
@@ -210,7 +211,7 @@ def add_page(app: FastAPI, svc: Any) -> None:
         return form
 
     @app.get("/example", response_model=Example, summary="A random rejected record of the test split",
-             responses={404: NOT_FOUND, **ERRORS})
+             responses={404: NOT_FOUND, 413: ERRORS[413], 422: BAD_SEED, 500: ERRORS[500]})
     def example(seed: int | None = Query(None, ge=0, le=2**32 - 1, description="pick reproducibly (default: at random)")
                 ) -> dict[str, Any]:
         with lock:

@@ -7,7 +7,7 @@ example button, and the layout at a phone's width.
 The browser test needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and
 selenium (the ``test`` extra). Without them it skips, except in CI (``RECOURSE_STRICT_SKIPS=1``),
 where it fails: CI installs them, so a missing browser there is a broken install.
-Set ``RECOURSE_PAGE_SCREENSHOT=docs/img/page_german.png`` to refresh the screenshot of docs/serving.md.
+Set ``RECOURSE_PAGE_SCREENSHOTS=docs/img`` to refresh the screenshots of docs/serving.md.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import shutil
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -130,9 +132,9 @@ def browser(tmp_path_factory):
     driver.quit()
 
 
-@pytest.fixture(scope="module")
-def base_url(app):
-    """The app served by uvicorn on a free loopback port, for the module."""
+@contextmanager
+def served(app) -> Iterator[str]:
+    """The app served by uvicorn on a free loopback port: its base URL."""
     import uvicorn
 
     sock = socket.socket()
@@ -144,9 +146,28 @@ def base_url(app):
     while not server.started and time.time() < deadline:
         time.sleep(0.02)
     assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def base_url(app):
+    with served(app) as url:
+        yield url
+
+
+def _screenshot(driver, name: str) -> None:
+    """The whole page as PNG into $RECOURSE_PAGE_SCREENSHOTS (docs/img refreshes the docs' images)."""
+    out = os.environ.get("RECOURSE_PAGE_SCREENSHOTS")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        w, h = driver.get_window_size()["width"], driver.get_window_size()["height"]
+        driver.set_window_size(w, driver.execute_script("return document.documentElement.scrollHeight") + 120)
+        driver.save_screenshot(str(Path(out) / name))
+        driver.set_window_size(w, h)
 
 
 def _wait(driver, cond, timeout: float = 15.0):
@@ -184,7 +205,7 @@ def _submit_with_keyboard(driver) -> None:
     driver.find_element(By.ID, "submit").send_keys(Keys.ENTER)
 
 
-def test_page_in_a_browser(browser, base_url, svc, built, tmp_path):
+def test_page_in_a_browser(browser, base_url, svc, built):
     from selenium.webdriver.common.by import By
 
     neg = built[3]
@@ -204,7 +225,7 @@ def test_page_in_a_browser(browser, base_url, svc, built, tmp_path):
 
     _type_record(browser, record)
     _submit_with_keyboard(browser)
-    _wait(browser, lambda d: d.find_element(By.ID, "answer").is_displayed())
+    _wait(browser, lambda d: d.find_element(By.ID, "answer").get_attribute("data-alternatives") == "done")
     rows = browser.find_elements(By.CSS_SELECTOR, "#result table.changes tbody tr")
     shown = [{"feature": r.get_attribute("data-feature"), "from": json.loads(r.get_attribute("data-from")),
               "to": json.loads(r.get_attribute("data-to"))} for r in rows]
@@ -220,10 +241,7 @@ def test_page_in_a_browser(browser, base_url, svc, built, tmp_path):
     assert browser.switch_to.active_element.get_attribute("id") == "answer"  # focus moves to the answer
     cards = browser.find_elements(By.CSS_SELECTOR, "#alternatives .alternative")
     assert len(cards) == len(api["alternatives"])
-    browser.save_screenshot(str(tmp_path / "page.png"))
-    if os.environ.get("RECOURSE_PAGE_SCREENSHOT"):
-        Path(os.environ["RECOURSE_PAGE_SCREENSHOT"]).parent.mkdir(parents=True, exist_ok=True)
-        browser.save_screenshot(os.environ["RECOURSE_PAGE_SCREENSHOT"])
+    _screenshot(browser, "page_german.png")
 
     # An out-of-range value: the API's message beside its field, the field marked and focused.
     _type_record(browser, {"age": 500})
@@ -254,3 +272,77 @@ def test_page_in_a_browser(browser, base_url, svc, built, tmp_path):
         assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
     finally:
         browser.set_window_size(1280, 1600)
+
+
+def _example_and_answer(browser, url: str) -> None:
+    """Load the page, fill in a refused test record with the example button, submit, wait."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(url + "/")
+    _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true")
+    browser.find_element(By.ID, "example").click()
+    _wait(browser, lambda d: d.find_element(By.ID, "submit").is_enabled())
+    _submit_with_keyboard(browser)
+    _wait(browser, lambda d: d.find_element(By.ID, "answer").get_attribute("data-alternatives") in ("none", "done"))
+
+
+def test_sequential_page_shows_the_ordered_steps(browser):
+    """A sequential run (German CSCF world, the no-learning lookahead policy): the steps in order,
+    each with its cost and the record after it, as the API answers them."""
+    from types import SimpleNamespace
+
+    from selenium.webdriver.common.by import By
+
+    import learners.registry  # noqa: F401
+    from data_gen.sequential_worlds import build_sequential, rejected_agents
+    from learners.base import build_generator
+    from learners.policies.sequential import sequential_context
+    from serving.sequential import SequentialService, create_sequential_app
+
+    b = build_sequential("german")
+    X = rejected_agents(b, 12, split="all")
+    pol = build_generator("seq_lookahead", {"depth": 1}).fit(SimpleNamespace(X=X), None, sequential_context(b.world))
+    svc = SequentialService("seq_run", "lookahead1", None, world=b.world, policies={"lookahead1": pol},
+                            encoder=b.data.encoder, config={"name": "seq", "sequencer_generations": 3})
+    with served(create_sequential_app("unused", service=svc)) as url:
+        _example_and_answer(browser, url)
+        record = browser.execute_script("""
+            const out = {};
+            document.querySelectorAll('#fields .field').forEach(f => {
+              const c = f.querySelector('select, input');
+              out[f.dataset.name] = c.tagName === 'SELECT' ? JSON.parse(c.value) : Number(c.value);
+            });
+            return out;""")
+        api = httpx.post(url + "/recommend", json=record).json()
+    assert api["status"] == "ok" and api["steps"]
+    steps = browser.find_elements(By.CSS_SELECTOR, "ol.steps > li.step")
+    assert [s.get_attribute("data-action") for s in steps] == [s["action"] for s in api["steps"]]
+    assert all("cost" in s.text for s in steps)
+    assert "total cost" in browser.find_element(By.ID, "badges").text
+    first = api["steps"][0]["changes"][0]
+    assert first["feature"].replace("_", " ") in browser.find_element(By.ID, "sentence").text
+    _screenshot(browser, "page_sequential.png")
+    svc.close()
+
+
+def test_capability_page_shows_the_actions(browser, tmp_path_factory):
+    """A capability run (the synthetic serving run of tests/serving_run.py): checkboxes and the
+    group, the actions recommended, as the API answers them."""
+    from selenium.webdriver.common.by import By
+
+    from serving.app import create_app
+    from tests.serving_run import table_generator_registered, train_run
+
+    with table_generator_registered():
+        app = create_app(train_run(tmp_path_factory.mktemp("cap"), knn=False), model="table")
+        with served(app) as url:
+            _example_and_answer(browser, url)
+            x = browser.execute_script(
+                "return [...document.querySelectorAll('#fields input[type=checkbox]')].map(c => c.checked ? 1 : 0)")
+            group = browser.execute_script("return JSON.parse(document.querySelector('#fields select').value)")
+            api = httpx.post(url + "/recommend", json={"x": x, "group": group}).json()
+    shown = [li.get_attribute("data-action") for li in browser.find_elements(By.CSS_SELECTOR, "#result ol.actions li")]
+    assert shown == [a["name"] for a in api["actions"]] and api["status"] in ("ok", "no_recourse", "unknown")
+    assert browser.find_element(By.ID, "sentence").text.startswith("Take " if api["actions"] else "")
+    assert not browser.find_element(By.ID, "diverse-field").is_displayed()  # no alternatives for this kind
+    _screenshot(browser, "page_capability.png")

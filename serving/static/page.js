@@ -64,12 +64,12 @@
     if (res.status === "no_recourse") return "No change that the rules allow gets this record accepted (proved).";
     if (res.status === "unknown") return "The answer was not ready within the time budget: ask again in a moment.";
     if (form.kind === "capability") {
-      return capital(joinWords(res.actions.map(function (a) { return a.name; }))) + ".";
+      return "Take " + joinWords(res.actions.map(function (a) { return a.name; })) + ".";
     }
     if (form.kind === "sequential" && res.steps.length) {
       return capital(joinWords(res.steps.map(function (s, i) {
         var did = s.changes.length ? joinWords(s.changes.map(clause)) : s.action;
-        return (i === 0 ? "first " : "then ") + did;
+        return (res.steps.length === 1 ? "" : (i === 0 ? "first " : "then ")) + did;
       }))) + ".";
     }
     return capital(joinWords(res.changes.map(clause))) + ".";
@@ -253,7 +253,7 @@
     }));
   }
 
-  function render(res) {
+  function render(res, focus) {
     $("sentence").textContent = sentence(res);
     badges(res);
     var box = $("result");
@@ -287,7 +287,7 @@
     var section = $("answer");
     section.hidden = false;
     section.setAttribute("data-status", res.status);
-    section.focus();
+    if (focus) section.focus();
   }
 
   // ------------------------------------------------------------------------------- wiring
@@ -312,13 +312,28 @@
     document.body.setAttribute("aria-busy", on ? "true" : "false");
   }
 
+  // The answer first (no alternatives: it never waits for a search), then the same request with
+  // the alternatives asked for, which may take up to the service's fallback budget.
   function submit(ev) {
     ev.preventDefault();
     clearErrors();
     busy(true);
-    call("POST", "recommend", body()).then(function (r) {
-      if (r.status === 200) render(r.data);
-      else { $("answer").hidden = true; showApiError(r.status, r.data); }
+    var req = body();
+    var wanted = req.n_diverse || 0;
+    var section = $("answer");
+    section.setAttribute("data-alternatives", "none");
+    if (wanted > 0) req.n_diverse = 0;
+    call("POST", "recommend", req).then(function (r) {
+      if (r.status !== 200) { section.hidden = true; showApiError(r.status, r.data); return; }
+      render(r.data, true);
+      if (wanted > 0 && r.data.status === "ok") {
+        section.setAttribute("data-alternatives", "pending");
+        req.n_diverse = wanted;
+        return call("POST", "recommend", req).then(function (r2) {
+          if (r2.status === 200 && r2.data.status === "ok") render(r2.data, false);
+          section.setAttribute("data-alternatives", "done");
+        });
+      }
     }).catch(function (e) {
       showError("", "The service cannot be reached (" + e.message + ").");
     }).then(function () { busy(false); });
