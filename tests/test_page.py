@@ -197,6 +197,17 @@ def _type_record(driver, record: dict) -> None:
             control.send_keys(str(value))
 
 
+def _form_record(driver) -> dict:
+    """The record the form holds now, as the page would send it."""
+    return driver.execute_script("""
+        const out = {};
+        document.querySelectorAll('#fields .field').forEach(f => {
+          const c = f.querySelector('select, input');
+          out[f.dataset.name] = c.tagName === 'SELECT' ? JSON.parse(c.value) : Number(c.value);
+        });
+        return out;""")
+
+
 def _submit_with_keyboard(driver) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -257,13 +268,7 @@ def test_page_in_a_browser(browser, base_url, svc, built):
     # The example button fills a refused test record.
     browser.find_element(By.ID, "example").click()
     _wait(browser, lambda d: err.text == "" and age.get_attribute("value") != "500")
-    filled = browser.execute_script("""
-        const out = {};
-        document.querySelectorAll('#fields .field').forEach(f => {
-          const c = f.querySelector('select, input');
-          out[f.dataset.name] = c.tagName === 'SELECT' ? JSON.parse(c.value) : Number(c.value);
-        });
-        return out;""")
+    filled = _form_record(browser)
     assert set(filled) == set(svc.codec.names) and not accepted(svc, filled)
 
     # A phone's width: nothing wider than the screen.
@@ -306,13 +311,7 @@ def test_sequential_page_shows_the_ordered_steps(browser):
                             encoder=b.data.encoder, config={"name": "seq", "sequencer_generations": 3})
     with served(create_sequential_app("unused", service=svc)) as url:
         _example_and_answer(browser, url)
-        record = browser.execute_script("""
-            const out = {};
-            document.querySelectorAll('#fields .field').forEach(f => {
-              const c = f.querySelector('select, input');
-              out[f.dataset.name] = c.tagName === 'SELECT' ? JSON.parse(c.value) : Number(c.value);
-            });
-            return out;""")
+        record = _form_record(browser)
         api = httpx.post(url + "/recommend", json=record).json()
     assert api["status"] == "ok" and api["steps"]
     steps = browser.find_elements(By.CSS_SELECTOR, "ol.steps > li.step")
