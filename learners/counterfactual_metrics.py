@@ -238,5 +238,10 @@ class Counted:
         self._count(X)
         return self.model.score(X)
 
+    def leaves(self, X: np.ndarray) -> np.ndarray:
+        """A tree ensemble's leaves of each row: a query of the model too, counted as one."""
+        self._count(X)
+        return self.model.leaves(X)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.model, name)

@@ -168,6 +168,20 @@ def accepts(world: TabularWorld, X: np.ndarray) -> np.ndarray:
     return world.model.score(X) >= MARGIN
 
 
+def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(N, K) distance of each candidate row ``C`` (N, K, D) the model accepts, inf elsewhere and
+    where a row is the agent itself: one model call, distances only of the accepted rows."""
+    N, K, D = C.shape
+    ok = accepts(world, C.reshape(-1, D)).reshape(N, K)
+    i, k = np.nonzero(ok)
+    d = np.full((N, K), np.inf)
+    if len(i):
+        rows = C[i, k]
+        moved = (np.abs(rows - X[i]) > 1e-12).any(-1)  # the agent itself is no answer
+        d[i[moved], k[moved]] = geo.distance(X[i[moved]], rows[moved])
+    return d
+
+
 def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
                  rounds: int, probes: int) -> np.ndarray:
     """Per item, the accepted value nearest to ``near`` on the segment [near, far] (``far`` is
@@ -229,6 +243,62 @@ def crossings(edges: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray) -
     """(n, T) the value just across each split from ``x`` (n,): right of it above, left of it below."""
     t, u, lft = edges
     return np.where(t[None, :] >= x[:, None], lft[None, :], u[None, :])
+
+
+def _leaf_boxes(model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per tree, (lower, upper) (nodes, D): the closed box of float64 inputs that reach each node
+    (``split_limits``: a left branch is x <= U, a right branch x >= L, exactly as sklearn tests)."""
+    hit = model.__dict__.get("_leaf_boxes")
+    if hit is not None:
+        return hit
+    out = []
+    for t in model.trees:
+        U, Lo = t.limits()
+        n = len(t.left)
+        lo = np.full((n, model.n_features), -np.inf)
+        hi = np.full((n, model.n_features), np.inf)
+        for k in range(n):  # sklearn numbers a child after its parent
+            left, right = t.left[k], t.right[k]
+            if left < 0:
+                continue
+            f = t.feature[k]
+            lo[left], hi[left] = lo[k], hi[k]
+            hi[left, f] = min(hi[k, f], U[k])
+            lo[right], hi[right] = lo[k], hi[k]
+            lo[right, f] = max(lo[k, f], Lo[k])
+        out.append((lo, hi))
+    model.__dict__["_leaf_boxes"] = out
+    return out
+
+
+def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """For a tree ensemble, the point of each accepted row's *cell* (the box where every tree
+    reaches the same leaves, so the decision is the same) nearest its agent: the agent clipped
+    into the cell and its reachable box (integer columns rounded inward, a one-hot group the row's
+    own where the clip would break it). Exact for every norm of Eq. 3, which is monotone in each
+    |change|. Rows of other models, and NaN rows, come back unchanged."""
+    from envs.models import TreeEnsemble
+
+    model = getattr(world.model, "model", world.model)
+    rows = np.flatnonzero(~np.isnan(C).any(1))
+    if not isinstance(model, TreeEnsemble) or not len(rows):
+        return C
+    c, x = C[rows], X[rows]
+    leaves = world.model.leaves(c)  # through a counting wrapper when there is one
+    lo, hi = geo.box(x)
+    for j, (blo, bhi) in enumerate(_leaf_boxes(model)):
+        lo = np.maximum(lo, blo[leaves[:, j]])
+        hi = np.minimum(hi, bhi[leaves[:, j]])
+    P = np.clip(x, lo, hi)
+    r = geo.rounded
+    P[:, r] = np.where(P[:, r] < x[:, r], np.ceil(P[:, r] - 1e-9), np.where(P[:, r] > x[:, r], np.floor(P[:, r] + 1e-9), P[:, r]))
+    for cols in geo.group_columns:
+        broken = np.abs(P[:, cols].sum(1) - 1) > 1e-9
+        P[np.ix_(broken, cols)] = c[np.ix_(broken, cols)]
+    P = np.where(((P >= lo - 1e-12) & (P <= hi + 1e-12)).all(1)[:, None], P, c)  # a rounding left the cell: keep c
+    out = C.copy()
+    out[rows] = P
+    return out
 
 
 def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, sweeps: int = 2) -> np.ndarray:
@@ -297,6 +367,7 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
     if not len(rows):
         return C
     x, c = X[rows], C[rows]
+    c = cell_clip(world, geo, x, c)  # a tree ensemble: the nearest point of each answer's cell, exactly
     num = geo.numeric
     if num.any() and rounds > 0:
         P = probes
@@ -434,9 +505,7 @@ class TabularGenerator(ABC):
         geo = WorldGeometry.of(world, norm)
         C = geo.project(X, self.candidates(world, X))
         N, K, D = C.shape
-        ok = accepts(world, C.reshape(-1, D)).reshape(N, K)
-        ok &= (np.abs(C - X[:, None, :]) > 1e-12).any(-1)  # the agent itself is no answer
-        dist = np.where(ok, geo.distance(X[:, None, :], C), np.inf)
+        dist = accepted_distances(world, geo, X, C)
         order = np.argsort(dist, axis=1, kind="stable")
         steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
         top = min(K, max(1, int(self.params.polish_top)) if steps >= 0 else 1)
@@ -527,7 +596,7 @@ class NearestCfeParams:
     k: int = 10  # training agents that lend their counterfactual (2k candidates: absolute and relative)
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
-    polish_top: int = 16  # nearest accepted candidates polished per agent (the nearest after polish wins)
+    polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
 
     def __post_init__(self) -> None:
         if int(self.k) < 1:
@@ -558,7 +627,7 @@ class NamedCfeTabularParams:
     knn_candidates: int = 0  # extra plain nearest-neighbour donors (0: the network's answer alone)
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
-    polish_top: int = 16  # nearest accepted candidates polished per agent (the nearest after polish wins)
+    polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
     hidden: tuple[int, ...] = (256, 256)  # classifier MLP widths
     max_epochs: int = 60  # classifier training epochs
     batch_size: int = 128  # classifier batch size
@@ -702,6 +771,44 @@ def value_options(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value:
     return out
 
 
+def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np.ndarray, e: int, *,
+                nearest: bool = False) -> np.ndarray:
+    """(N, D, e) values per numeric column within ``room`` (N,) of normalized change from the agent
+    and within its reachable box (NaN padded): a tree ensemble's split crossings, else evenly
+    spaced values in each allowed direction; the ``e`` nearest the agent when ``nearest``, else
+    ``e`` evenly spread from the nearest to the farthest."""
+    N, D = X.shape
+    out = np.full((N, D, e), np.nan)
+    lo, hi = geo.box(X)
+    edges = split_edges(world)
+    for c in np.flatnonzero(geo.numeric & ~geo.fixed):
+        reach = room * geo.span[c]
+        if c in edges:
+            cand = crossings(edges[c], X[:, c])
+        elif c not in edges and edges:
+            continue  # a tree ensemble never splits on this column: no value of it changes the decision
+        else:
+            t = np.arange(1, e // 2 + 1) / (e // 2)
+            cand = np.concatenate([X[:, c, None] + reach[:, None] * t, X[:, c, None] - reach[:, None] * t], 1)
+        if geo.rounded[c]:
+            gap = cand - X[:, c, None]
+            cand = X[:, c, None] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+        ok = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != X[:, c, None]) \
+            & (np.abs(cand - X[:, c, None]) <= reach[:, None] + 1e-12)
+        gap = np.where(ok, np.abs(cand - X[:, c, None]), np.inf)
+        order = np.argsort(gap, axis=1, kind="stable")
+        n_ok = ok.sum(1)
+        if nearest:
+            pick = np.broadcast_to(np.arange(e)[None, :], (len(X), e))
+        else:  # evenly spread over the reachable crossings
+            pick = np.floor(np.arange(e)[None, :] * np.maximum(n_ok, 1)[:, None] / e).astype(np.int64)
+        pick = np.minimum(pick, cand.shape[1] - 1)
+        vals = np.take_along_axis(cand, np.take_along_axis(order, pick, 1), 1)
+        live = np.arange(e)[None, :] < np.minimum(n_ok, e)[:, None]
+        out[:, c, :] = np.where(live, vals, np.nan)
+    return out
+
+
 @dataclass
 class ChangeValueParams:
     """Hyperparameters of the change-and-value tabular generator."""
@@ -713,9 +820,11 @@ class ChangeValueParams:
     grid_subsets: int = 4  # most probable subsets whose values are searched on a grid (0: no grid)
     grid_values: int = 24  # values tried per numeric feature of a one-feature subset (fewer for larger subsets)
     grid_rows: int = 64  # at most this many grid rows per subset (values per feature = rows ** (1 / features))
+    scan_subsets: int = 4  # most probable subsets of one or two numeric features re-searched within the best answer's reach (0: none)
+    scan_levels: tuple[int, int] = (8, 32)  # values of the first and the second feature of a scanned pair
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
-    polish_top: int = 16  # nearest accepted candidates polished per agent (the nearest after polish wins)
+    polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
     hidden: tuple[int, ...] = (256, 256)  # network MLP widths
     max_epochs: int = 80  # training epochs
     batch_size: int = 128  # training batch size
@@ -730,6 +839,9 @@ class ChangeValueParams:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if int(self.top_features) > 12:
             raise ValueError(f"top_features: at most 12 (2**top_features subsets are scored), got {self.top_features}")
+        self.scan_levels = tuple(int(v) for v in self.scan_levels)
+        if len(self.scan_levels) != 2 or min(self.scan_levels) < 1:
+            raise ValueError(f"scan_levels: two counts >= 1, got {self.scan_levels}")
 
 
 def _change_value_net(n_columns: int, n_raw: int, hidden: tuple[int, ...], dropout: float):
@@ -877,6 +989,90 @@ class ChangeValueGenerator(TabularGenerator):
         if p.grid_subsets > 0:
             parts.append(self._grid(world, geo, X, value, subs[:, : int(p.grid_subsets)]))
         return np.concatenate(parts, axis=1)
+
+    def recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm = "one", polish_rounds: int | None = None,
+                  n_alternatives: int = 0) -> Recommendations:
+        """As the base class, then a second search where the answer is known: each of the
+        ``scan_subsets`` most probable subsets with one or two numeric features is scanned within
+        the reach the best answer's distance leaves (first feature on ``scan_levels[0]`` values, the
+        second on ``scan_levels[1]``, in one model call), and a nearer accepted point is polished."""
+        rec = super().recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
+        if int(self.params.scan_subsets) <= 0 or not rec.found.any():
+            return rec
+        t0 = time.perf_counter()
+        X = np.atleast_2d(np.asarray(X, float))
+        geo = WorldGeometry.of(world, norm)
+        rows = np.flatnonzero(rec.found & (rec.distance > 0))
+        x = X[rows]
+        prob, value = self._predict(x)
+        subs = self.subsets(prob)[:, : int(self.params.scan_subsets)]
+        C = self._scan(world, geo, x, value, subs, rec.distance[rows])  # (n, K, D)
+        n, K, D = C.shape
+        d = accepted_distances(world, geo, x, C)  # the rows are reachable as built: no projection
+        best = d.argmin(1)
+        better = d[np.arange(n), best] < rec.distance[rows] - 1e-12
+        if better.any():
+            steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
+            P = C[np.flatnonzero(better), best[better]]
+            if steps >= 0:
+                P = polish(world, geo, x[better], P, rounds=steps, probes=int(self.params.polish_probes))
+            dp = geo.distance(x[better], P)
+            take = dp < rec.distance[rows[better]] - 1e-12
+            idx = rows[np.flatnonzero(better)[take]]
+            rec.CF[idx] = P[take]
+            rec.distance[idx] = dp[take]
+        rec.seconds += time.perf_counter() - t0
+        return rec
+
+    def _scan(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray,
+              best: np.ndarray) -> np.ndarray:
+        """(N, S * R, D) rows, R = (e1 + 1) * e2: per subset of one to three numeric features, their
+        values within the reach of the distance ``best`` (N,), the subset's other features at the
+        predicted value. One feature: its R crossings nearest the agent; two: e1 spread values (and
+        the agent's own) times e2 spread values; three: a grid of the same size."""
+        a, b, g = geo.weights
+        room = best / max(b + g, 1e-12)  # the largest normalized change of one feature that can still win
+        e1, e2 = self.params.scan_levels
+        R = (e1 + 1) * e2
+        N, S, J = subs.shape
+        t3 = max(1, int(np.floor((R / 2) ** (1 / 3))))  # three features: (t3+1)^2 * 2 t3 <= R rows
+        shapes = {1: [R], 2: [e1, e2], 3: [t3, t3, max(1, R // (t3 + 1) ** 2)]}
+        levels = {}
+        for k, shape in shapes.items():
+            for e in shape:
+                if (e, k == 1) not in levels:
+                    levels[(e, k == 1)] = room_levels(world, geo, X, room, e, nearest=k == 1)
+        out = np.repeat(X[:, None, :], S * R, axis=1)
+        base = geo.project(X, np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :]))  # (N, S, D)
+        num_raw = np.zeros(J, bool)
+        num_raw[geo.raw_of_column[geo.numeric]] = True
+        col_of_raw = np.full(J, -1)
+        col_of_raw[geo.raw_of_column[geo.numeric]] = np.flatnonzero(geo.numeric)
+        k_num = (subs & num_raw).sum(-1)
+        for k, shape in shapes.items():
+            ii, ss = np.nonzero(k_num == k)
+            if not len(ii):
+                continue
+            cols = col_of_raw[np.argsort(~(subs[ii, ss] & num_raw), axis=1, kind="stable")[:, :k]]  # (n, k)
+            axes = []
+            for pos, e in enumerate(shape):
+                v = levels[(e, k == 1)][ii, cols[:, pos]]  # (n, e)
+                if pos < k - 1:  # all but the last feature may also stay at the agent's value (NaN here)
+                    v = np.concatenate([v, np.full((len(ii), 1), np.nan)], 1)
+                axes.append(v)
+            sizes = [v.shape[1] for v in axes]
+            combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
+            m = len(combos)
+            rows = np.repeat(base[ii, ss][:, None, :], m, axis=1)  # (n, m, D)
+            n_idx = np.arange(len(ii))[:, None]
+            for pos in range(k):
+                v = axes[pos][:, combos[:, pos]]  # (n, m)
+                c = cols[:, pos]
+                rows[n_idx, np.arange(m)[None, :], c[:, None]] = np.where(np.isnan(v), X[ii, c][:, None], v)
+            dead = np.isnan(axes[-1][:, combos[:, -1]])  # the last feature has no value there
+            rows[dead] = X[ii][np.nonzero(dead)[0]]
+            out[ii[:, None], ss[:, None] * R + np.arange(m)[None, :]] = rows
+        return out
 
     def _grid(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray
               ) -> np.ndarray:
