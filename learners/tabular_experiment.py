@@ -17,6 +17,7 @@ A run directory ``<output_dir>/<name>/`` holds:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -64,6 +65,11 @@ class TabularSection(StrictModel):
                                    description="where the MACE chunks run (local processes or Ray)")
     chunk_size: int = Field(25, ge=1, description="agents per MACE chunk (a finished chunk survives interrupts)")
     geco_agents: int = Field(30, ge=0, description="test agents also answered by GeCo in evaluation (0: none)")
+    generated_agents: int = Field(0, ge=0, description="extra training agents drawn around the rejected training "
+                                  "agents (data_gen/augment.py), labelled by MACE too; never held out")
+    generated_numeric_scale: float = Field(0.05, ge=0.0, description="generated agents: numeric noise, share of span")
+    generated_resample_prob: float = Field(0.15, ge=0.0, le=1.0,
+                                           description="generated agents: chance a discrete feature takes another row's value")
 
 
 class TabularMethod(StrictModel):
@@ -190,15 +196,42 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
     ok = labels.ok
     rows = train[ok[train]]
     data = TabularLabels(labels.X[rows], labels.cf[rows], labels.distance[rows])
+    if t.generated_agents:
+        data = _with_generated(world, agents[train], data, mace, t, run_dir, progress)
     for spec in cfg.generators:
         t0 = time.perf_counter()
         gen = build_tabular_generator(spec.method, spec.params).fit(world, data, seed=t.seed, progress=progress)
         gen.save(run_dir / "models" / spec.label)
-        meta = {"fit_seconds": time.perf_counter() - t0, "train_agents": int(len(rows))}
+        meta = {"fit_seconds": time.perf_counter() - t0, "train_agents": int(len(data.X)),
+                "generated_train_agents": int(len(data.X) - len(rows))}
         (run_dir / "models" / spec.label / "fit.json").write_text(json.dumps(meta))
         if progress:
-            print(f"trained {spec.label} on {len(rows)} agents in {meta['fit_seconds']:.1f}s")
+            print(f"trained {spec.label} on {len(data.X)} agents in {meta['fit_seconds']:.1f}s")
     return run_dir
+
+
+def _with_generated(world: TabularWorld, train_agents: np.ndarray, data: TabularLabels, mace: Any,
+                    t: TabularSection, run_dir: Path, progress: bool) -> TabularLabels:
+    """``data`` plus MACE's answers for ``t.generated_agents`` agents drawn around the training
+    agents. Their chunks live under a key of everything that shapes them, so a changed setting
+    never reuses another's labels and an interrupted run resumes."""
+    from data_gen.augment import PerturbParams, perturb_agents
+
+    params = PerturbParams(t.generated_numeric_scale, t.generated_resample_prob)
+    key = hashlib.sha256(json.dumps({"n": t.generated_agents, "seed": t.seed, "perturb": dataclasses.asdict(params),
+                                     "mace": t.mace.model_dump(), "agents": t.agents,
+                                     "test_fraction": t.test_fraction}, sort_keys=True).encode()).hexdigest()[:12]
+    gen_agents = perturb_agents(world, train_agents, t.generated_agents, seed=t.seed, params=params)
+    out = run_dir / "labels_generated"
+    labels = label_tabular(world, gen_agents, mace, out / f"chunks_{key}", chunk_size=t.chunk_size,
+                           progress=progress, compute=t.compute)
+    labels.save(out, meta={"mace": t.mace.model_dump(), "world": world.name, "key": key,
+                           "perturb": dataclasses.asdict(params)})
+    ok = labels.ok
+    if progress:
+        print(f"generated agents: {int(ok.sum())} of {len(labels)} solved by MACE, added to {len(data.X)} training labels")
+    return TabularLabels(np.concatenate([data.X, labels.X[ok]]), np.concatenate([data.CF, labels.cf[ok]]),
+                         np.concatenate([data.distance, labels.distance[ok]]))
 
 
 # ---------------------------------------------------------------------------------------- loading

@@ -273,3 +273,29 @@ def test_change_value_rejects_bad_params():
         build_tabular_generator("change_value", {"top_features": 20})
     with pytest.raises(ValueError, match="top_subsets"):
         build_tabular_generator("change_value", {"top_subsets": 0})
+
+
+def test_experiment_adds_generated_training_agents(tmp_path):
+    """Generated agents add MACE labels to training only; held-out agents stay real rows, and a rerun
+    reuses the generated labels (same key), while a changed setting gets a new key."""
+    path = _tiny_config(tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    raw["tabular"].update(generated_agents=12, agents=20)
+    raw["generators"] = [{"method": "change_value", "params": {"max_epochs": 3}}, {"method": "nearest_cfe"}]
+    path.write_text(yaml.safe_dump(raw))
+    run_dir = train_tabular(load_tabular_config(path), progress=False)
+    from data_gen.mace_labels import MaceLabelSet
+
+    gen = MaceLabelSet.load(run_dir / "labels_generated")
+    assert len(gen) == 12
+    real = load_tabular_run(run_dir).labels()
+    train, test = load_tabular_run(run_dir).split()
+    assert {r.tobytes() for r in gen.X}.isdisjoint({r.tobytes() for r in real.X})  # never a real (held-out) row
+    fit = json.loads((run_dir / "models" / "change_value" / "fit.json").read_text())
+    assert fit["train_agents"] == int(real.ok[train].sum() + gen.ok.sum())
+    chunks = sorted((run_dir / "labels_generated").glob("chunks_*"))
+    assert len(chunks) == 1
+    raw["tabular"]["generated_numeric_scale"] = 0.1
+    path.write_text(yaml.safe_dump(raw))
+    train_tabular(load_tabular_config(path), progress=False)
+    assert len(sorted((run_dir / "labels_generated").glob("chunks_*"))) == 2
