@@ -15,7 +15,7 @@ stderr names it: a missing or unfinished run directory, an untrained model), 130
 import argparse
 import sys
 
-from learners.experiment import evaluate_run
+from evaluation.experiment import evaluate_run
 
 
 def main(argv=None) -> int:
@@ -52,8 +52,8 @@ def main(argv=None) -> int:
 
         import yaml
 
-        from learners.sequential_experiment import evaluate_sequential, is_sequential_config
-        from learners.tabular_experiment import evaluate_tabular, is_tabular_config
+        from evaluation.sequential_experiment import evaluate_sequential, is_sequential_config
+        from evaluation.tabular_experiment import evaluate_tabular, is_tabular_config
 
         cfg_path = Path(args.run_dir) / "config.yaml"
         data = yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else None
@@ -78,7 +78,7 @@ def _audit(args: argparse.Namespace) -> int:
     """The --audit branch: checks the arguments, runs evaluation.audit.audit_run, prints the headline."""
     from pathlib import Path
 
-    from learners.tabular_experiment import is_tabular_run
+    from evaluation.tabular_experiment import is_tabular_run
 
     run_dir = args.audit or args.run_dir
     if run_dir is None or args.run_dir is not None and args.audit is not None:

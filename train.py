@@ -5,9 +5,9 @@
 With no CONFIG, configs/default.yaml: a 20-feature synthetic world of 50,000 agents labelled by the
 exact set-cover solver, the best generator (MCf) beside the no-learning k-NN baseline (about a
 minute on 2 cores). A config with a ``tabular`` mapping (configs/german_forest.yaml) is a real-data
-experiment: classifier, MACE labels, generators (learners/tabular_experiment.py). One that names a
+experiment: classifier, MACE labels, generators (evaluation/tabular_experiment.py). One that names a
 ``world`` (configs/sequential_german.yaml) is a sequential experiment: sequencer labels, policies
-(learners/sequential_experiment.py).
+(evaluation/sequential_experiment.py).
 
 Everything is resumable: rerun the same command after an interruption and finished labels and
 models are reused (a model is retrained only when its config or dataset changed).
@@ -42,8 +42,8 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     from data_gen.config import read_yaml
-    from learners.sequential_experiment import is_sequential_config
-    from learners.tabular_experiment import is_tabular_config
+    from evaluation.sequential_experiment import is_sequential_config
+    from evaluation.tabular_experiment import is_tabular_config
 
     data = read_yaml(args.config)
     if is_sequential_config(data):
@@ -54,9 +54,9 @@ def _run(args) -> int:
 
 
 def _synthetic(args) -> int:
-    from learners.config import load_config
-    from learners.experiment import evaluate_run, train_experiment
-    from learners.report import headline
+    from evaluation.config import load_config
+    from evaluation.experiment import evaluate_run, train_experiment
+    from evaluation.report import headline
 
     cfg = load_config(args.config)
     run_dir = train_experiment(cfg, progress=not args.quiet)
@@ -70,7 +70,7 @@ def _synthetic(args) -> int:
 
 
 def _tabular(args) -> int:
-    from learners.tabular_experiment import evaluate_tabular, load_tabular_config, train_tabular
+    from evaluation.tabular_experiment import evaluate_tabular, load_tabular_config, train_tabular
 
     cfg = load_tabular_config(args.config)
     run_dir = train_tabular(cfg, progress=not args.quiet)
@@ -83,7 +83,7 @@ def _tabular(args) -> int:
 
 
 def _sequential(args) -> int:
-    from learners.sequential_experiment import evaluate_sequential, load_sequential_config, train_sequential
+    from evaluation.sequential_experiment import evaluate_sequential, load_sequential_config, train_sequential
 
     cfg = load_sequential_config(args.config)
     run_dir = train_sequential(cfg, progress=not args.quiet)

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data_gen.classifiers import build, negatives  # noqa: E402
 from data_gen.loaders import load_data  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
-from learners.counterfactual_metrics import CounterfactualScorer, gap_summary, summarize  # noqa: E402
+from evaluation.counterfactual_metrics import CounterfactualScorer, gap_summary, summarize  # noqa: E402
 from solvers.geco import GeCo, Plaf, default_program  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 from solvers.pso import MDPSO  # noqa: E402

@@ -25,8 +25,8 @@ def run(job: dict, args: argparse.Namespace) -> dict:
     import torch
     from paper_tables import Tables
 
+    from evaluation.metrics import exact_match
     from learners.base import FitContext, build_generator
-    from learners.metrics import exact_match
 
     torch.set_num_threads(args.threads)
     tables = Tables(argparse.Namespace(budget="full", root=args.root, out=os.devnull, agents=args.agents,

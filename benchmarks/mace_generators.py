@@ -27,8 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data_gen.classifiers import build, negatives  # noqa: E402
 from data_gen.mace_labels import label_tabular  # noqa: E402
 from data_gen.splits import train_test_split  # noqa: E402
+from evaluation.metrics import exact_match, proportion  # noqa: E402
 from learners.base import FitContext, build_generator  # noqa: E402
-from learners.metrics import exact_match, proportion  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 
 

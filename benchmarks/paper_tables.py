@@ -52,9 +52,9 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from data_gen.dataset import Split, build_dataset  # noqa: E402
-from learners.config import parse_config  # noqa: E402
-from learners.experiment import evaluate_run, model_dir, train_model  # noqa: E402
-from learners.report import ratio  # noqa: E402
+from evaluation.config import parse_config  # noqa: E402
+from evaluation.experiment import evaluate_run, model_dir, train_model  # noqa: E402
+from evaluation.report import ratio  # noqa: E402
 
 MODELS = {"MC": "named_cfe", "MCf": "named_cfe", "NA": "named_action", "FA": "full_action_seq"}
 # Parameters that make a model what it is, under every budget. MCf: the named-CFE network with the
@@ -307,7 +307,7 @@ class Tables:
                     f"{key} {label} [{rule}] {AUG_NAMES[aug]}: {self.fmt(key, label, rule, aug)}"
                     for key, label, rule, aug in parts)]
             md += ["", "Targets: MC ≥ .975 at 20 features, ≥ .85 at 50; the best generator ≥ .80 at 100 "
-                   "(augmentation allowed). Verified top-20 (learners.verified) queries the classifier, so it is "
+                   "(augmentation allowed). Verified top-20 (evaluation.verified) queries the classifier, so it is "
                    "not a pure generator's figure.", ""]
         # Table 3 top
         if any(k.startswith(("syn50|", "syn100|")) and k.endswith("|none") for k in c):
@@ -342,7 +342,7 @@ class Tables:
                    "Protocols (learners/grouped.py): **(a) per group**, the paper's: one generator per group, "
                    "trained on that group's agents; **(b) group input**: one generator over x and the one-hot "
                    "group id; **(c) blind**: x only, on the pooled groups. The same test split for all. Ceilings "
-                   "of (c) (learners/metrics.py): *Bayes*, the expected accuracy of the best possible group-blind "
+                   "of (c) (evaluation/metrics.py): *Bayes*, the expected accuracy of the best possible group-blind "
                    "predictor (given x, the group is uniform over the groups that keep x; every test x is solved "
                    "exactly in every group and the CFE optimal for the most of them is answered); *empirical*, "
                    "the best any function of x can score on this test set's own (x, CFE) joint (for each distinct "

@@ -54,7 +54,7 @@ from benchmarks.blackbox import sample, save  # noqa: E402
 from data_gen.classifiers import build, model_params  # noqa: E402
 from envs.recourse import Recourse  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
-from learners.counterfactual_metrics import (  # noqa: E402
+from evaluation.counterfactual_metrics import (  # noqa: E402
     Counted,
     CounterfactualScorer,
     dominates,
@@ -492,7 +492,7 @@ def report(cells: list[dict], command: str) -> str:
     out = ["# Peers side by side: DiCE and alibi's CounterfactualRL (`benchmarks/peers.py`)", "",
            f"Command: `{command}`. Seed 0; the same rejected test agents, the same model and the same "
            "constraints for every method (docs/peers.md says how each peer was given them). Every answer is "
-           "re-checked with the real model and the schema's constraints (`learners/counterfactual_metrics.py`).",
+           "re-checked with the real model and the schema's constraints (`evaluation/counterfactual_metrics.py`).",
            "", "Columns: **valid** = agents whose answer the real model accepts and that breaks no constraint / "
            "agents; **accepted** = agents with an answer the model accepts (constraints ignored); **viol.** = "
            "returned counterfactuals that break a constraint (immutable, monotone, domain, one-hot); "

@@ -8,7 +8,7 @@ For each setting (no discounts; ``--edges`` random consequence edges) a dataset 
 agents (20 features, 100 actions, paper defaults; built by data_gen, 80/20 split) is made, and
 three policies are trained on the training agents: RL only (``maskable_ppo``), BC only (``bc``)
 and BC + RL (``bc_ppo``). Each is evaluated on the test agents by
-:func:`learners.policy_eval.policy_metrics`: optimality against the exact optimum (FastSetCover
+:func:`evaluation.policy_eval.policy_metrics`: optimality against the exact optimum (FastSetCover
 on every test agent without discounts; UniformCostSearch on the first ``--exact-agents`` with
 them), validity of the raw greedy rollout (no completion by a solver), regret, steps, and the
 batched inference time per agent beside the exact solver's time per agent in the same run.
@@ -37,9 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from data_gen.config import SyntheticDatasetConfig  # noqa: E402
 from data_gen.dataset import build_dataset  # noqa: E402
+from evaluation.policy_eval import exact_optimum, policy_metrics  # noqa: E402
+from evaluation.report import ratio  # noqa: E402
 from learners.base import FitContext, build_generator  # noqa: E402
-from learners.policy_eval import exact_optimum, policy_metrics  # noqa: E402
-from learners.report import ratio  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 

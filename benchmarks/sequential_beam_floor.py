@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 from data_gen.sequence_labels import SequenceLabelSet  # noqa: E402
 from envs.sequential import SequentialWorld  # noqa: E402
 from envs.sequential_candidates import mlp_tail  # noqa: E402
+from evaluation.sequential_experiment import load_sequential_config, versus  # noqa: E402
 from learners.base import Generator  # noqa: E402
-from learners.sequential_experiment import load_sequential_config, versus  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 

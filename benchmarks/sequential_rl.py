@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from learners.sequential_experiment import (  # noqa: E402
+from evaluation.sequential_experiment import (  # noqa: E402
     evaluate_sequential,
     load_sequential_config,
     report_table,

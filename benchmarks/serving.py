@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from data_gen.dataset import load_dataset  # noqa: E402
-from learners.config import parse_config  # noqa: E402
-from learners.experiment import train_experiment  # noqa: E402
+from evaluation.config import parse_config  # noqa: E402
+from evaluation.experiment import train_experiment  # noqa: E402
 
 TARGETS = {"single_p99_ms": 10.0, "batch_agents_per_s": 1000.0, "fuzz_5xx": 0}
 
@@ -263,7 +263,13 @@ def main(argv=None) -> int:
     p.add_argument("--no-schemathesis", action="store_true", help="tabular: skip the schemathesis run")
     p.add_argument("--results", default=None, help="tabular: write RESULTS.json and RESULTS.md "
                                                    "(e.g. benchmarks/results/serving)")
+    p.add_argument("--batch-under-load", default=None, metavar="RUN_DIR", nargs="+",
+                   help="tabular runs: single-request and /health latency over loopback while a --max-batch batch "
+                        "runs, sent as POST /recommend/batch and as a job (benchmarks/serving_load.py); with "
+                        "--results, written to RESULTS_load.json / .md")
     args = p.parse_args(argv)
+    if args.batch_under_load:
+        return load_main(args, argv)
     if args.tabular or args.tabular_config:
         return tabular_main(args, argv)
 
@@ -321,7 +327,7 @@ def tabular_main(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     run_dirs = [Path(r) for r in args.tabular or []]
     if args.tabular_config:
-        from learners.tabular_experiment import load_tabular_config, train_tabular
+        from evaluation.tabular_experiment import load_tabular_config, train_tabular
 
         cfg = load_tabular_config(args.tabular_config)
         cfg = cfg.model_copy(update={"output_dir": str(Path(args.work_dir or "runs"))})
@@ -407,6 +413,24 @@ def page_main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out:
         Path(args.out).write_text(text)
+    return 0
+
+
+def load_main(args: argparse.Namespace, argv: list[str] | None) -> int:
+    from benchmarks.serving_load import bench_batch_under_load, markdown
+
+    command = "python benchmarks/serving.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = {}
+    for run_dir in map(Path, args.batch_under_load):
+        r = bench_batch_under_load(run_dir, max_batch=args.max_batch)
+        r["command"] = command
+        results[r["run"]] = r
+    text = json.dumps(results, indent=2, default=str)
+    print(text)
+    if args.results:
+        Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.results + "_load.json").write_text(text)
+        Path(args.results + "_load.md").write_text("\n".join(markdown(r, command) for r in results.values()))
     return 0
 
 

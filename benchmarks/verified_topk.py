@@ -3,7 +3,7 @@
     python benchmarks/verified_topk.py RUN_DIR [RUN_DIR ...] [--k 1 5 20 50]
 
 For every named-CFE model (every filter and seed) of each run, on the run's held-out split:
-exact-set accuracy of the argmax and of ``learners.verified.verified_top_k`` for each k, and the
+exact-set accuracy of the argmax and of ``evaluation.verified.verified_top_k`` for each k, and the
 decoding time per agent. Prints markdown and writes ``benchmarks/results/verified_topk.json`` (+ ``.md``).
 """
 
@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from evaluation.experiment import load_run  # noqa: E402
+from evaluation.metrics import exact_match  # noqa: E402
+from evaluation.verified import verified_top_k  # noqa: E402
 from learners.base import Generator  # noqa: E402
-from learners.experiment import load_run  # noqa: E402
-from learners.metrics import exact_match  # noqa: E402
-from learners.verified import verified_top_k  # noqa: E402
 
 
 def main(argv=None) -> None:

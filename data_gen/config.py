@@ -1,6 +1,6 @@
 """Typed, validated dataset configuration (unknown keys are rejected with the field named), and
 the reading of experiment YAML files: strict parsing with errors that name the field, and the
-dataset part of an experiment (:class:`DataSection`), which ``learners.config.ExperimentConfig``
+dataset part of an experiment (:class:`DataSection`), which ``evaluation.config.ExperimentConfig``
 extends and which ``data_gen`` reads on its own (``python -m data_gen.stats``)."""
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def read_yaml(path: str | Path) -> Any:
 
 def load_data_section(path: str | Path) -> DataSection:
     """The dataset part of an experiment YAML file; its other keys (models, evaluation) are not
-    read here (``learners.config.load_config`` checks the whole file)."""
+    read here (``evaluation.config.load_config`` checks the whole file)."""
     data = read_yaml(path)
     if isinstance(data, dict):
         data = {k: v for k, v in data.items() if k in DataSection.model_fields}

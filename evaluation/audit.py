@@ -379,7 +379,7 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
     gives upper bounds (None: the served one, "none": no generator); ``n_boot``: bootstrap replicates.
     """
     from data_gen.loaders import load_data
-    from learners.tabular_experiment import load_tabular_run
+    from evaluation.tabular_experiment import load_tabular_run
     from solvers.mace import MACE
 
     t0 = time.perf_counter()

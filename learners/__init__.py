@@ -1,4 +1,5 @@
-"""Amortized generators and RL policies (the models).
+"""Amortized generators and RL policies: the models only (their runners, metrics and reports are in
+``evaluation``).
 
 Importing the package imports every method module (``learners.registry``), so that every method
 is registered under its ``method`` name before a config or a saved model asks for it; the base

@@ -109,8 +109,8 @@ class SequentialService:
         from data_gen.config import parse_model
         from data_gen.loaders import load_data
         from envs.sequential import SequentialWorld
+        from evaluation.sequential_experiment import SequentialExperimentConfig, run_labels
         from learners.base import Generator
-        from learners.sequential_experiment import SequentialExperimentConfig, run_labels
 
         try:
             cfg = parse_model(SequentialExperimentConfig, yaml.safe_load((self.run_dir / "config.yaml").read_text()),

@@ -26,9 +26,9 @@ import numpy as np
 import yaml
 
 from envs.capability import CapabilityWorld
+from evaluation.config import parse_config
+from evaluation.experiment import model_dir
 from learners.base import Generator
-from learners.config import parse_config
-from learners.experiment import model_dir
 from serving.fallback import Answers, Pending, VerifiedRecommender
 
 log = logging.getLogger("recourse_gym.serve")

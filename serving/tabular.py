@@ -1,6 +1,6 @@
 """Serve a tabular run (``runs/<dataset>_<model>``): raw records in, verified counterfactuals out.
 
-:class:`TabularService` loads a run with ``learners.tabular_experiment.load_tabular_run`` (the
+:class:`TabularService` loads a run with ``evaluation.tabular_experiment.load_tabular_run`` (the
 world's model and encoder are checked against ``world/fingerprint.json`` there; a mismatch is
 refused at start) and answers raw records in three steps:
 
@@ -194,7 +194,7 @@ class TabularService:
     # ------------------------------------------------------------------ loading
     def _load_run(self) -> Any:
         try:
-            from learners.tabular_experiment import load_tabular_run
+            from evaluation.tabular_experiment import load_tabular_run
         except ImportError as err:
             raise ServiceError(f"run: cannot load tabular runs here ({err})") from None
         try:

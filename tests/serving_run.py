@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from data_gen.dataset import Split
+from evaluation.config import parse_config
+from evaluation.experiment import train_experiment
 from learners.base import GENERATORS, FitContext, Generator, Prediction
-from learners.config import parse_config
-from learners.experiment import train_experiment
 
 N_FEATURES = 8
 

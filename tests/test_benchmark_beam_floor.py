@@ -24,7 +24,7 @@ def _script():
 
 
 def test_beam_floor_script(tmp_path):
-    from learners.sequential_experiment import load_sequential_config, train_sequential
+    from evaluation.sequential_experiment import load_sequential_config, train_sequential
 
     cfg_path = tmp_path / "tiny.yaml"
     cfg_path.write_text(yaml.safe_dump({

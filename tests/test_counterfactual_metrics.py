@@ -1,4 +1,4 @@
-"""learners/counterfactual_metrics.py: every metric on a hand-computed example, violations, summaries."""
+"""evaluation/counterfactual_metrics.py: every metric on a hand-computed example, violations, summaries."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from blackbox_worlds import RULES, SCHEMA, toy_data
 
 from envs.recourse import Recourse
 from envs.tabular import TabularWorld
-from learners.counterfactual_metrics import (
+from evaluation.counterfactual_metrics import (
     CounterfactualScorer,
     dominates,
     gap_summary,

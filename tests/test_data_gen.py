@@ -16,7 +16,7 @@ from data_gen.encodings import (
 from data_gen.splits import filter_mask, train_test_split
 from data_gen.statistics import dataset_statistics, format_table
 from data_gen.synthetic import make_world, sample_agents, threshold_variant
-from learners.config import parse_config
+from evaluation.config import parse_config
 from solvers.setcover_fast import FastSetCover
 
 SMALL = dict(n_features=10, n_actions=20, n_agents=3000, seed=3, chunk_size=1000)

@@ -13,18 +13,18 @@ from hypothesis import strategies as st
 
 from data_gen.config import DatasetConfig
 from data_gen.dataset import build_dataset
-from learners.base import FitContext, Generator
-from learners.config import parse_config
-from learners.experiment import evaluate_run, train_experiment
-from learners.grouped import group_aware, group_one_hot
-from learners.metrics import (
+from evaluation.config import parse_config
+from evaluation.experiment import evaluate_run, train_experiment
+from evaluation.metrics import (
     bayes_group_blind_ceiling,
     canonical,
     empirical_group_blind_ceiling,
     row_ids,
     unseen_mask,
 )
-from learners.report import ratio
+from evaluation.report import ratio
+from learners.base import FitContext, Generator
+from learners.grouped import group_aware, group_one_hot
 from tests.brute import brute_force_covers
 from tests.worlds import random_world
 

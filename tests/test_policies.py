@@ -17,9 +17,9 @@ from worlds import random_world  # noqa: E402
 
 from data_gen.dataset import Split  # noqa: E402
 from envs import SetCoverEnv  # noqa: E402
+from evaluation.policy_eval import best_order_costs, policy_metrics  # noqa: E402
 from learners.base import FitContext, Generator, build_generator  # noqa: E402
 from learners.policies import CapabilityFeatures, LookaheadPolicy, greedy_rollout  # noqa: E402
-from learners.policy_eval import best_order_costs, policy_metrics  # noqa: E402
 from solvers.setcover_fast import FastSetCover  # noqa: E402
 from solvers.ucs import UniformCostSearch  # noqa: E402
 
@@ -286,8 +286,8 @@ def test_grouped_world_needs_groups_at_predict():
 
 
 def test_experiment_config_with_policies(tmp_path):
-    from learners.config import parse_config
-    from learners.experiment import evaluate_run, train_experiment
+    from evaluation.config import parse_config
+    from evaluation.experiment import evaluate_run, train_experiment
 
     cfg = parse_config({
         "name": "rl_tiny", "data_dir": str(tmp_path / "data"), "output_dir": str(tmp_path / "runs"),

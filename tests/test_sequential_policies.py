@@ -91,7 +91,7 @@ def test_lookahead_matches_brute_force():
 
 
 def test_sequential_config(tmp_path):
-    from learners.sequential_experiment import is_sequential_config, load_sequential_config
+    from evaluation.sequential_experiment import is_sequential_config, load_sequential_config
 
     cfg = load_sequential_config("configs/sequential_adult.yaml")
     assert cfg.world == "adult" and {p.method for p in cfg.policies} >= {"seq_maskable_ppo", "seq_bc", "seq_bc_ppo"}
@@ -200,7 +200,7 @@ def test_losses_to_a_reference():
     """The per-agent comparison of two evaluated policies counts and lists exactly the agents where
     the first is dearer (German: the one-step lookahead on 7 of these 8), with both answers' steps
     as the world names them."""
-    from learners.sequential_experiment import losses_to, policy_metrics, where_raw_policies_lose
+    from evaluation.sequential_experiment import losses_to, policy_metrics, where_raw_policies_lose
 
     world, X = default_world("german")
     X = X[:8]
@@ -234,9 +234,9 @@ def test_exact_expert_targets(labelled, tmp_path, monkeypatch):
     the exact grid reference's answer (priced by the world), the recombined agents get the exact
     answers, and the labels are kept under the run dir: a second fit with another seed but the same
     ``data_seed`` recombines the same agents and solves nothing again."""
+    from evaluation.sequential_experiment import exact_reference
     from learners.policies.sequential_experts import expert_answers, expert_targets
     from learners.policies.sequential_params import SequentialBCParams
-    from learners.sequential_experiment import exact_reference
 
     world, lab = labelled
     p = SequentialBCParams(expert="exact", expert_jobs=1)

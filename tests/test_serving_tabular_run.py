@@ -1,4 +1,4 @@
-"""A real tabular run end to end: trained with learners.tabular_experiment (German, a tree, 12 MACE-labelled
+"""A real tabular run end to end: trained with evaluation.tabular_experiment (German, a tree, 12 MACE-labelled
 agents, the nearest_cfe generator), served by serve.py's code path, its fingerprint checked at start."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 import serve
-from learners.tabular_experiment import load_tabular_config, train_tabular
+from evaluation.tabular_experiment import load_tabular_config, train_tabular
 from serving.service import ServiceError
 from serving.tabular import TabularService, is_tabular_run
 from serving.tabular_app import create_tabular_app

@@ -1,4 +1,4 @@
-"""Tabular generators (learners/tabular_generators.py) and tabular experiments (learners/tabular_experiment.py)."""
+"""Tabular generators (learners/tabular_generators.py) and tabular experiments (evaluation/tabular_experiment.py)."""
 
 import json
 
@@ -13,7 +13,7 @@ from data_gen.mace_labels import label_tabular
 from envs.models import Tree, TreeEnsemble, split_limits
 from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
-from learners.tabular_experiment import (
+from evaluation.tabular_experiment import (
     evaluate_tabular,
     load_tabular_config,
     load_tabular_run,

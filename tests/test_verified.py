@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learners.verified import verified_top_k
+from evaluation.verified import verified_top_k
 from tests.worlds import random_world
 
 

@@ -24,8 +24,8 @@ from pydantic import Field, model_validator
 from data_gen.config import StrictModel, parse_model, read_yaml
 from data_gen.sequence_labels import SequenceLabelSet, build_sequence_dataset
 from envs.sequential import SequentialWorld
+from evaluation.config import MethodConfig
 from learners.base import Generator, build_generator
-from learners.config import MethodConfig
 from learners.policies.sequential import sequential_context
 from learners.policies.sequential_rollout import SequencePrediction
 

@@ -20,8 +20,8 @@ import numpy as np
 import yaml
 
 from data_gen.dataset import Dataset, build_dataset, load_dataset
+from evaluation.config import ExperimentConfig, MethodConfig, parse_config
 from learners.base import FitContext, Generator
-from learners.config import ExperimentConfig, MethodConfig, parse_config
 from learners.grouped import group_aware
 
 
@@ -158,8 +158,8 @@ def predict_agents(model: Generator, X: np.ndarray, groups: np.ndarray | None) -
 
 def filter_summary(ds: Dataset, rule: str, train: Any, test: Any, unseen: np.ndarray) -> dict[str, Any]:
     """What bounds every model on one filter's test split: the share of test agents whose ``x``
-    is not in training (``unseen``) and, in a grouped world, the group-blind ceilings (learners.metrics)."""
-    from learners.metrics import bayes_group_blind_ceiling, empirical_group_blind_ceiling
+    is not in training (``unseen``) and, in a grouped world, the group-blind ceilings (evaluation.metrics)."""
+    from evaluation.metrics import bayes_group_blind_ceiling, empirical_group_blind_ceiling
 
     out: dict[str, Any] = {"test_agents": int(len(test)), "train_agents": int(len(train)),
                            "unseen_agents": int(unseen.sum()), "unseen_share": float(unseen.mean()) if len(test) else 0.0}
@@ -182,8 +182,8 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: li
     Accuracy is reported overall and on the test agents whose ``x`` is not in the filter's
     training split (``accuracy_unseen``; augmented agents are not counted as training ``x``).
     """
-    from learners.metrics import exact_match, generator_metrics, unseen_mask
-    from learners.report import write_report
+    from evaluation.metrics import exact_match, generator_metrics, unseen_mask
+    from evaluation.report import write_report
 
     run_dir = Path(run_dir)
     cfg, ds = load_run(run_dir)
@@ -223,7 +223,9 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: li
                     m["speedup_vs_cvxpy_ilp"] = ilp / max(per_agent, 1e-12)
                 k = cfg.evaluation.verified_top_k
                 if k and hasattr(model, "classes_") and hasattr(model, "predict_proba"):
-                    from learners.verified import verified_top_k  # the k likeliest CFEs, checked in the world
+                    from evaluation.verified import (
+                        verified_top_k,  # the k likeliest CFEs, checked in the world
+                    )
 
                     t = time.perf_counter()
                     vp = verified_top_k(model, ds.world, test.X, groups, k=k)
@@ -234,7 +236,7 @@ def evaluate_run(run_dir: str | Path, plots: bool = True, log=print, filters: li
                 if info.exists():
                     m["train_seconds"] = json.loads(info.read_text())["train_seconds"]
                 if hasattr(model, "predict_sequences"):  # an RL policy: optimality against the exact optimum
-                    from learners.policy_eval import policy_metrics
+                    from evaluation.policy_eval import policy_metrics
 
                     pm = policy_metrics(model, ds.world, test.X, test.groups,
                                         exact_agents=cfg.evaluation.solver_timing_agents or None, repeats=1)

@@ -34,7 +34,7 @@ from data_gen.config import StrictModel, parse_model, read_yaml
 from data_gen.mace_labels import MaceLabelSet, label_tabular
 from envs.models import WhiteBoxModel
 from envs.tabular import TabularWorld
-from learners.experiment import fastest
+from evaluation.experiment import fastest
 from learners.tabular_generators import (
     TabularGenerator,
     TabularLabels,

@@ -1,6 +1,6 @@
 """Policy-specific metrics: optimality of the greedy rollout against the exact ordered optimum.
 
-``learners.metrics.generator_metrics`` compares generated *sets* with the dataset's labels and
+``evaluation.metrics.generator_metrics`` compares generated *sets* with the dataset's labels and
 prices them in canonical order; a policy's answer is an ordered sequence, and with consequential
 discounts the dataset's labels (the order-blind set cover) are not the optimum. Here the policy's
 sequences are priced in the order it chose them and compared with the exact optimum computed in
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from envs.capability import CapabilityWorld
-from learners.metrics import proportion
+from evaluation.metrics import proportion
 
 _REL = 1e-9
 _MAX_PERMUTED = 6  # sets longer than this are priced in canonical order only (6! = 720 orders)

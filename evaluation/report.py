@@ -55,7 +55,7 @@ def group_table(results: dict[str, Any]) -> list[str]:
                      for g in m.get("accuracy_by_group", {})}, key=int)
     lines = ["## Grouped access: accuracy by group and the group-blind ceiling", "",
              "Group modes: `blind` sees x only; `input` gets the group as a one-hot input; `per_group` is one "
-             "model per group (the paper's Table 4 protocol). Ceilings (learners/metrics.py): *Bayes* is the "
+             "model per group (the paper's Table 4 protocol). Ceilings (evaluation/metrics.py): *Bayes* is the "
              "expected accuracy of the best possible group-blind predictor under the world's group distribution "
              "(every test x solved in every group); *empirical* is the best any function of x can score on this "
              "test set's own joint, loose where x is unique in the test set.", "",
@@ -154,7 +154,7 @@ def write_report(run_dir: Path, results: dict[str, Any], arrays: dict[str, Any] 
         lines.append("")
     ver = [(k, r["seeds"]) for k, r in results["models"].items() if "verified_top_k" in r["seeds"][0]]
     if ver:
-        lines += ["## Named CFE with verified top-k decoding (learners/verified.py)", "",
+        lines += ["## Named CFE with verified top-k decoding (evaluation/verified.py)", "",
                   "The cheapest of the k likeliest CFEs that the classifier accepts (k classifier queries per agent).",
                   "", "| model [filter] | k | accuracy (mean over seeds) | µs/agent |", "|---|---|---|---|"]
         lines += [f"| {k} | {seeds[0]['verified_top_k']['k']} | "
