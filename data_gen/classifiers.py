@@ -28,7 +28,8 @@ from sklearn.neural_network import MLPClassifier
 from sklearn.preprocessing import StandardScaler
 from sklearn.tree import DecisionTreeClassifier
 
-from data_gen.loaders import DATASETS, TabularData, TabularEncoder, load_data
+from data_gen.loaders import DATASETS, TabularData, load_data
+from data_gen.tabular_encoder import TabularEncoder
 from envs.models import TreeEnsemble, WhiteBoxModel, from_sklearn
 from envs.tabular import TabularWorld
 

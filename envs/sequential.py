@@ -1,7 +1,7 @@
 """Sequential tabular worlds: ordered actions with values, consequences and discounts (CSCF section 3).
 
 A :class:`SequentialWorld` is the world of the CSCF paper on a real data set: a state is an
-*encoded* row (numbers in raw units, ordinal codes, one-hot groups; ``data_gen.loaders``),
+*encoded* row (numbers in raw units, ordinal codes, one-hot groups; ``data_gen.tabular_encoder``),
 an action directly sets one feature (``add`` a value, ``set`` it to a value, or ``assign`` a
 fixed category), may change other features as a consequence (I_a; "more education also means
 you are older"), has pre/post conditions and an effort b(x_prev, x_next); its cost is

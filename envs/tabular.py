@@ -24,7 +24,7 @@ class TabularWorld:
     name: str  # e.g. "adult/forest"
     schema: FeatureSchema  # encoded columns: kinds, bounds (the training data's range), mutability
     model: WhiteBoxModel  # the black box as parameters; accepts iff model.score(x) > 0
-    encoder: Any = None  # data_gen.loaders.TabularEncoder: raw records <-> encoded rows
+    encoder: Any = None  # data_gen.tabular_encoder.TabularEncoder: raw records <-> encoded rows
 
     def __post_init__(self):
         if self.model.n_features != len(self.schema):

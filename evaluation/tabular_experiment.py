@@ -139,7 +139,7 @@ def _write_world(world: TabularWorld, metrics: dict[str, Any], out: Path) -> Non
 
 def load_world(world_dir: str | Path) -> TabularWorld:
     """The run's world, after checking its files against ``fingerprint.json``."""
-    from data_gen.loaders import TabularEncoder
+    from data_gen.tabular_encoder import TabularEncoder
 
     d = Path(world_dir)
     fp_path = d / "fingerprint.json"

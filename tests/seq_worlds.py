@@ -9,7 +9,8 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from data_gen.loaders import ADULT_FEATURES, GERMAN_FULL_FEATURES, TabularEncoder, load_raw
+from data_gen.loaders import ADULT_FEATURES, GERMAN_FULL_FEATURES, load_raw
+from data_gen.tabular_encoder import TabularEncoder
 from envs.models import LinearModel
 from envs.schema import Feature, FeatureSchema
 from envs.sequential import (

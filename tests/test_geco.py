@@ -49,7 +49,8 @@ def test_plaf_groups_rules_and_order():
 def test_default_programs_compile_with_labels_and_schema_rules(worlds):
     import pandas as pd
 
-    from data_gen.loaders import CREDIT_FEATURES, TabularEncoder
+    from data_gen.loaders import CREDIT_FEATURES
+    from data_gen.tabular_encoder import TabularEncoder
     credit = pd.DataFrame([[0, 1, 1, 2, 100.0, 50.0, 1, 2, 3, 10.0, 5.0, 0, 0, 0],
                            [1, 0, 2, 4, 900.0, 10.0, 0, 0, 0, 20.0, 0.0, 2, 6, 1]],
                           columns=[f.name for f in CREDIT_FEATURES])

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_gen.loaders import RawFeature, TabularEncoder
+from data_gen.tabular_encoder import RawFeature, TabularEncoder
 from serving.records import RecordCodec
 from serving.rounding import Rounder, resolution, round_answers
 from serving.tabular import Answer

@@ -112,7 +112,8 @@ def test_request_model_states_every_domain(svc):
 
 def test_integer_levels_are_a_range(tmp_path):
     """Adult's education-num (levels 1..16, labelled) is an integer with minimum/maximum."""
-    from data_gen.loaders import ADULT_FEATURES, TabularEncoder
+    from data_gen.loaders import ADULT_FEATURES
+    from data_gen.tabular_encoder import TabularEncoder
 
     df = pd.DataFrame({"age": [20, 60], "workclass": ["Private", "State-gov"], "education-num": [3, 16],
                        "marital-status": ["Divorced", "Never-married"], "occupation": ["Sales", "Sales"],

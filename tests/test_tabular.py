@@ -14,7 +14,8 @@ from sklearn.tree import DecisionTreeClassifier
 
 from data_gen import classifiers, loaders
 from data_gen.classifiers import build, build_world, negatives, train_model
-from data_gen.loaders import ADULT_EDUCATION, DATASETS, TabularData, TabularEncoder, load_raw
+from data_gen.loaders import ADULT_EDUCATION, DATASETS, TabularData, load_raw
+from data_gen.tabular_encoder import RawFeature, TabularEncoder
 from envs.tabular import TabularWorld
 
 # README figures: rows and favourable labels (1) per data set.
@@ -151,7 +152,7 @@ def test_bad_input_names_the_feature(raw, encoders):
 
 def test_ordinal_outside_observed_range():
     df = pd.DataFrame({"g": [1, 2]})
-    enc = TabularEncoder.fit([loaders.RawFeature("g", "ordinal", "increase", (1, 2, 3))], df)
+    enc = TabularEncoder.fit([RawFeature("g", "ordinal", "increase", (1, 2, 3))], df)
     assert enc.schema.features[0].categories == ("1", "2", "3") and enc.schema.features[0].upper == 1
     with pytest.raises(ValueError, match=r"'g'.*3 \(code 2\) is outside"):
         enc.encode(pd.DataFrame({"g": [3]}))
