@@ -155,7 +155,13 @@ def install_handlers(app: FastAPI, max_batch: int, items: str) -> None:
         if exc.status_code == 400 and not detail.startswith("body:"):  # FastAPI's: a body it could not read
             cause = exc.__cause__
             detail = "body: cannot be read as JSON" + (f" ({type(cause).__name__}: {cause})" if cause else "")
-        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+        headers = exc.headers
+        if exc.status_code == 405:  # Starlette lists the first matching route's methods; a path may have several
+            path = request.url.path
+            allowed = sorted({m for r in request.app.routes if getattr(r, "methods", None)
+                              and r.path_regex.match(path) for m in r.methods})
+            headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(InputError)
     async def _bad_input(request: Request, exc: InputError) -> JSONResponse:

@@ -222,6 +222,10 @@ def install_batch_routes(app: FastAPI, svc: Any, Batch: type[BaseModel], Result:
     reader = _Reader(Batch, items)
     dump = TypeAdapter(list[Result])  # type: ignore[valid-type]
     jobs = JobStore(svc, dump)
+    model = errors[413]["model"]  # the error body every status shares
+    job_errors = {404: {"model": model, "description": "no such job (unknown, or finished over an hour ago)"},
+                  413: errors[413], 422: {"model": model, "description": "offset or limit out of range"},
+                  500: errors[500]}
     body_doc = {"requestBody": {"required": True,
                                 "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{Batch.__name__}"}}}}}
 
@@ -249,7 +253,7 @@ def install_batch_routes(app: FastAPI, svc: Any, Batch: type[BaseModel], Result:
         return Response(await run_in_threadpool(answer, raw), media_type="application/json")
 
     @app.post("/jobs", response_model=Job, status_code=202, summary="Start a batch job (poll GET /jobs/{id})",
-              responses={**errors, 429: {"model": errors[413]["model"], "description": "too many jobs waiting"}},
+              responses={**errors, 429: {"model": model, "description": "too many jobs queued or running"}},
               openapi_extra=body_doc)
     async def start_job(request: Request) -> JSONResponse:
         raw = await request.body()
@@ -258,14 +262,14 @@ def install_batch_routes(app: FastAPI, svc: Any, Batch: type[BaseModel], Result:
         return JSONResponse(jobs.page(job, 0, 0), status_code=202, headers={"Location": f"/jobs/{job.id}"})
 
     @app.get("/jobs/{job_id}", response_model=Job, summary="A batch job's progress and a page of its answers",
-             responses={404: errors[413] | {"description": "no such job"}, 413: errors[413], 500: errors[500]})
+             responses=job_errors)
     def job_status(job_id: str, offset: int = Query(0, ge=0, description="first answer to return"),
                    limit: int = Query(PAGE, ge=0, le=PAGE, description=f"answers to return (at most {PAGE})")
                    ) -> dict[str, Any]:
         return jobs.page(jobs.get(job_id), offset, limit)
 
     @app.delete("/jobs/{job_id}", response_model=Job, summary="Cancel a batch job (answers so far are kept)",
-                responses={404: errors[413] | {"description": "no such job"}, 413: errors[413], 500: errors[500]})
+                responses=job_errors)
     def cancel_job(job_id: str) -> dict[str, Any]:
         return jobs.page(jobs.cancel(job_id), 0, 0)
 

@@ -70,15 +70,17 @@ OUTCOMES = ("already_positive", "unknown", "no_recourse")
 _PROCESS_STATE: dict[str, Any] = {}  # in a fallback process: the service's solver half
 
 
-def _process_init(payload: bytes) -> None:
-    """Fallback process start: lower priority, then the pickled service state (world, GeCo, codec...)."""
+def _process_init(state_file: str) -> None:
+    """Fallback process start: lower priority, then the pickled service state (world, GeCo, codec...) from
+    ``state_file`` (a file, not the spawn pipe: the parent writes the pipe while it holds its read end, so
+    a child that died while reading a large state would block the parent for good)."""
     import pickle
 
     try:  # absolute: the pool is started from the fallback thread, already at FALLBACK_NICE (os.nice adds)
         os.setpriority(os.PRIO_PROCESS, 0, max(FALLBACK_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
     except (AttributeError, OSError):
         pass
-    _PROCESS_STATE.update(pickle.loads(payload))
+    _PROCESS_STATE.update(pickle.loads(Path(state_file).read_bytes()))
     _PROCESS_STATE["jobs"] = BackgroundCache(_SOLVER_THREAD, 1_000)  # the process's own GeCo cache
 
 
@@ -107,6 +109,20 @@ def stop_pool(pool: Any, timeout_s: float = PROCESS_STOP_S) -> None:
             p.kill()
             p.join(1.0)
     pool.shutdown(wait=False, cancel_futures=True)
+
+
+def stop_resource_tracker(timeout_s: float = 2.0) -> None:
+    """End multiprocessing's resource tracker process (started with the fallback process; it ignores
+    SIGTERM and SIGINT and ends only when its pipe closes): close the pipe and reap it, waiting at most
+    ``timeout_s`` (on a daemon thread, so a tracker that does not end cannot hold the shutdown)."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_pid", None) is None:
+        return
+    stopper = threading.Thread(target=tracker._stop, name="stop-resource-tracker", daemon=True)
+    stopper.start()
+    stopper.join(timeout_s)
 
 
 @dataclass
@@ -177,6 +193,7 @@ class TabularService:
         self._pool_lock = threading.Lock()
         self.restarts = 0  # fallback processes started again after one died
         self._closed = False
+        self._state_file: str | None = None  # the pickled solver state a fallback process starts from
         # The fallback thread shares the GIL with the request threads: by default a waiting thread
         # gets it back only every 5 ms, which a generator answer (~10 GIL hand-overs) pays each time.
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
@@ -411,6 +428,11 @@ class TabularService:
         with self._pool_lock:
             pool, self._pool, self._closed = self._pool, None, True
         stop_pool(pool)
+        if pool is not None:
+            stop_resource_tracker()
+        if self._state_file is not None:
+            Path(self._state_file).unlink(missing_ok=True)
+            self._state_file = None
 
     def fallback_pids(self) -> list[int]:
         """The process ids of the fallback process (empty before its first use, or without one)."""
@@ -429,36 +451,49 @@ class TabularService:
         """``self.<name>(*args)`` in the fallback process (started on first use), or here."""
         if not self.fallback_process:
             return getattr(self, name)(*args)
-        for _ in range(MAX_RESTARTS + 2):
-            pool = self._fallback_pool()
-            if pool is None:  # closed (shutting down), or past the restart limit
-                break
-            try:
-                return pool.submit(_process_call, name, *args).result()  # blocks this worker thread only
-            except Exception as err:
-                from concurrent.futures.process import BrokenProcessPool
+        from concurrent.futures.process import BrokenProcessPool
 
-                if not isinstance(err, BrokenProcessPool):
-                    raise
+        for _ in range(MAX_RESTARTS + 2):
+            with self._pool_lock:  # submit under the lock: close() then sees a process being started
+                pool = self._fallback_pool()
+                if pool is None:  # closed (shutting down), or past the restart limit
+                    break
+                try:
+                    fut = pool.submit(_process_call, name, *args)
+                except BrokenProcessPool as err:  # died while idle
+                    fut = err
+                except RuntimeError:  # shut down by a close() in between: answered below
+                    break
+            try:
+                if isinstance(fut, BrokenProcessPool):
+                    raise fut
+                return fut.result()  # blocks this worker thread only
+            except BrokenProcessPool as err:
                 self._replace_pool(pool, err)
         if self._closed:
             raise RuntimeError("the service is shut down")
         return getattr(self, name)(*args)
 
     def _fallback_pool(self) -> Any:
-        """The fallback process pool, started on first use; None once closed or past :data:`MAX_RESTARTS`."""
-        with self._pool_lock:
-            if self._closed or not self.fallback_process:
-                return None
-            if self._pool is None:
-                import multiprocessing
-                import pickle
-                from concurrent.futures import ProcessPoolExecutor
+        """The fallback process pool, started on first use; None once closed or past :data:`MAX_RESTARTS`
+        (call with ``_pool_lock`` held)."""
+        if self._closed or not self.fallback_process:
+            return None
+        if self._pool is None:
+            import multiprocessing
+            import pickle
+            from concurrent.futures import ProcessPoolExecutor
+
+            if self._state_file is None:
+                import tempfile
 
                 state = {k: getattr(self, k) for k in ("world", "geco", "codec", "mace_params", "max_diverse")}
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_process_init, initargs=(pickle.dumps(state),))
-            return self._pool
+                with tempfile.NamedTemporaryFile(prefix="recourse-fallback-", suffix=".pkl", delete=False) as f:
+                    f.write(pickle.dumps(state))
+                self._state_file = f.name
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_process_init, initargs=(self._state_file,))
+        return self._pool
 
     def _replace_pool(self, pool: Any, err: Exception) -> None:
         """A fallback process died: start another (at most :data:`MAX_RESTARTS` times), or solve here."""

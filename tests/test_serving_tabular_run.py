@@ -4,14 +4,25 @@ agents, the nearest_cfe generator), served by serve.py's code path, its fingerpr
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
 
+import httpx
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 from fastapi.testclient import TestClient
 
 import serve
+from data_gen.compute import ComputeConfig
 from evaluation.tabular_experiment import load_tabular_config, train_tabular
 from serving.service import ServiceError
 from serving.tabular import TabularService, is_tabular_run
@@ -66,3 +77,135 @@ def test_serve_py_offline_file_and_a_changed_world(run_dir, tmp_path, capsys):
         TabularService(bad)
     assert serve.main([str(bad)]) == 2
     assert "model.json" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- serve.py's lifecycle, with real processes
+
+def _descendants(pid: int) -> set[int]:
+    """Every living process below ``pid`` (from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(d))
+    out, todo = set(), [pid]
+    while todo:
+        for c in parents.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_py_stops_every_child_on_a_signal(run_dir, tmp_path, sig):
+    """A served run whose fallback process (and multiprocessing's resource tracker) has started: no
+    process of it is left 5 s after SIGTERM / SIGINT."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "server.log").open("w")
+    proc = subprocess.Popen([sys.executable, "serve.py", str(run_dir), "--port", str(port), "--log-level", "warning"],
+                            cwd=Path(__file__).resolve().parents[1], stdout=log, stderr=log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        t_end = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < t_end, (tmp_path / "server.log").read_text()[-2000:]
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        svc = TabularService(run_dir, fallback_budget_s=None)
+        svc.close()
+        X = svc.run.labels().X
+        answers, bad = svc.first_pass(X, 5)
+        short = [i for i, a in enumerate(answers) if a.kind == "generator" and len(a.alternatives) < 5]
+        record = svc.codec.decode(X[([*bad, *short])[0]])
+        # the generator's answer is wrong or has fewer than 5 alternatives: GeCo, in the fallback process
+        assert httpx.post(f"{base}/recommend", json={**record, "n_diverse": 5}, timeout=60).status_code == 200
+        while len(children := _descendants(proc.pid)) < 2:  # the fallback process and the resource tracker
+            assert time.monotonic() < t_end, children
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        t_stop = time.monotonic()
+        proc.wait(timeout=10)
+        while any(_alive(p) for p in children) and time.monotonic() - t_stop < 5:
+            time.sleep(0.1)
+        left = {p: open(f"/proc/{p}/cmdline").read().replace("\0", " ")[:120] for p in children if _alive(p)}
+        assert not left, f"left after {time.monotonic() - t_stop:.1f} s: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for p in _descendants(proc.pid) | set(locals().get("children", ())):
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+        log.close()
+
+
+# ---------------------------------------------------------------- Ray: a Parquet file of raw records in chunks
+
+def test_ray_batch_equals_in_process_with_a_worker_killed_and_resumes(run_dir, tmp_path, ray_cluster):
+    from serving.batch import recommend_raw_file, recommend_raw_parquet
+
+    svc = TabularService(run_dir, fallback_budget_s=None)
+    svc.close()
+    labels = svc.run.labels()
+    frame = pd.DataFrame([svc.codec.decode(x) for x in labels.X[:12]])
+    frame.insert(0, "id", [f"p{i}" for i in range(len(frame))])
+    src = tmp_path / "in.parquet"
+    frame.to_parquet(src, row_group_size=5)  # row groups of 5, 5, 2; chunks of 3: 3+2, 3+2, 2
+    recommend_raw_file(svc, src, tmp_path / "ref.parquet")
+    want = pd.read_parquet(tmp_path / "ref.parquet")
+
+    killed: list[int] = []
+
+    def kill_a_worker() -> None:  # SIGKILL the first Ray worker seen running a chunk (it is loading the run)
+        t_end = time.monotonic() + 60
+        while not killed and time.monotonic() < t_end:
+            for d in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{d}/cmdline", "rb") as f:
+                        if f.read().startswith(b"ray::_recommend_raw_chunk"):
+                            os.kill(int(d), signal.SIGKILL)
+                            killed.append(int(d))
+                            return
+                except (OSError, ValueError):
+                    continue
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_a_worker)
+    killer.start()
+    compute = ComputeConfig(backend="ray", chunk_size=3)
+    counts = recommend_raw_parquet(svc, src, tmp_path / "out.parquet", tmp_path / "work", compute=compute,
+                                   progress=False)
+    killer.join()
+    got = pd.read_parquet(tmp_path / "out.parquet")
+    assert killed, "no Ray worker was seen running a chunk"
+    assert len(list((tmp_path / "work").glob("chunk_*.npz"))) == 5 and sum(counts.values()) == 12
+    assert list(got.columns) == list(want.columns)
+    for col in ("row", "id", "status", "changes", "verified", "method", "budget_exceeded", "alternatives"):
+        assert got[col].tolist() == want[col].tolist(), col
+    assert got["optimal"].astype(object).where(got["optimal"].notna(), None).tolist() == \
+        want["optimal"].astype(object).where(want["optimal"].notna(), None).tolist()
+    np.testing.assert_array_equal(got["distance"].to_numpy(float), want["distance"].to_numpy(float))
+    # resumable: a rerun finds every chunk done and recomputes none
+    stamps = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "work").glob("chunk_*.npz")}
+    assert recommend_raw_parquet(svc, src, tmp_path / "again.parquet", tmp_path / "work", compute=compute,
+                                 progress=False) == counts
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "work").glob("chunk_*.npz")} == stamps
+    assert pd.read_parquet(tmp_path / "again.parquet").equals(got)
