@@ -10,7 +10,8 @@ child process), then
   (default: the server's ``max_batch``) as ``POST /recommend/batch`` (one request, the whole
   answer at the end) or as a job (``POST /jobs``, then ``GET /jobs/{id}`` pages until done); while
   it runs, the first client keeps alternating single requests and ``/health`` -> p50/p99/max ms
-  of both, how long the batch took and its records/s.
+  of both (single requests also for those the generator answered alone: a fallback waits up to
+  the budget by design), how long the batch took and its records/s.
 
 Records: rejected rows of the run's data set (its feasible space), decoded to raw records; the
 batch repeats them to the size asked. Every request has a 60 s client timeout; a timeout counts as
