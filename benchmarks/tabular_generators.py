@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,26 +143,47 @@ def evaluate_online(name: str, world: TabularWorld, domain: np.ndarray, X: np.nd
     return m
 
 
+@dataclass
+class Cell:
+    """One data set x model: its world, held-out agents and where its labels are cached."""
+
+    name: str
+    build: Any  # data_gen.classifiers.TabularBuild
+    sizes: list[int]
+    perturb: PerturbParams
+    cache: Path
+    test: np.ndarray
+
+    @classmethod
+    def of(cls, cell: str, args: argparse.Namespace) -> Cell:
+        dataset, model = cell.split("/")
+        sizes = sorted(int(s) for s in args.sizes.split(","))
+        perturb = PerturbParams(args.numeric_scale, args.resample_prob)
+        b = build(dataset, model, seed=args.seed)
+        cache = Path(args.cache) / (f"{dataset}-{model}-" + _key(
+            seed=args.seed, max_n=sizes[-1], perturb=perturb, train_mace=TRAIN_MACE, test_mace=TEST_MACE,
+            test_agents=args.test_agents, world=b.world.model.to_dict()))
+        return cls(cell, b, sizes, perturb, cache, sample(b.world, b.data.X_test, args.test_agents, args.seed))
+
+    def test_labels(self, args: argparse.Namespace) -> Any:
+        return label_tabular(self.build.world, self.test, MACE(**TEST_MACE), self.cache / "test", n_jobs=args.jobs,
+                             progress=not args.quiet)
+
+
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    c = Cell.of(cell, args)
     dataset, model = cell.split("/")
-    sizes = sorted(int(s) for s in args.sizes.split(","))
-    perturb = PerturbParams(args.numeric_scale, args.resample_prob)
-    b = build(dataset, model, seed=args.seed)
+    sizes, perturb, b, cache, test = c.sizes, c.perturb, c.build, c.cache, c.test
     world, data = b.world, b.data
-    cache = Path(args.cache) / (f"{dataset}-{model}-" + _key(
-        seed=args.seed, max_n=sizes[-1], perturb=perturb, train_mace=TRAIN_MACE, test_mace=TEST_MACE,
-        test_agents=args.test_agents, world=world.model.to_dict()))
 
     def log(*a: Any) -> None:
         print(f"[{cell}]", *a, flush=True)
 
-    test = sample(world, data.X_test, args.test_agents, args.seed)
     pool, n_real = training_pool(world, data.X_train, sizes[-1], args.seed, perturb)
     log(f"test accuracy {b.metrics['test_accuracy']:.3f}; {len(test)} held-out rejected test rows; "
         f"{len(pool)} training agents ({n_real} real rejected rows, {len(pool) - n_real} generated)")
     t0 = time.perf_counter()
-    test_labels = label_tabular(world, test, MACE(**TEST_MACE), cache / "test", n_jobs=args.jobs,
-                                progress=not args.quiet)
+    test_labels = c.test_labels(args)
     train_labels = label_tabular(world, pool, MACE(**TRAIN_MACE), cache / "train", n_jobs=args.jobs,
                                  progress=not args.quiet)
     log(f"labels ready in {time.perf_counter() - t0:.0f} s (resumed chunks count 0 s)")
@@ -202,16 +224,9 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def online_methods(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     """GeCo and MD-PSO on the cell's held-out agents (their MACE labels read from the cache)."""
-    dataset, model = cell.split("/")
-    sizes = sorted(int(s) for s in args.sizes.split(","))
-    perturb = PerturbParams(args.numeric_scale, args.resample_prob)
-    b = build(dataset, model, seed=args.seed)
-    world, data = b.world, b.data
-    cache = Path(args.cache) / (f"{dataset}-{model}-" + _key(
-        seed=args.seed, max_n=sizes[-1], perturb=perturb, train_mace=TRAIN_MACE, test_mace=TEST_MACE,
-        test_agents=args.test_agents, world=world.model.to_dict()))
-    test = sample(world, data.X_test, args.test_agents, args.seed)
-    labels = label_tabular(world, test, MACE(**TEST_MACE), cache / "test", n_jobs=args.jobs, progress=not args.quiet)
+    c = Cell.of(cell, args)
+    world, data, test = c.build.world, c.build.data, c.test
+    labels = c.test_labels(args)
     mace_s = float(labels.runtime.mean())
     out = {}
     for name in ONLINE:
