@@ -291,7 +291,7 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
         hi = np.minimum(hi, bhi[leaves[:, j]])
     P = np.clip(x, lo, hi)
     r = geo.rounded
-    P[:, r] = np.where(P[:, r] < x[:, r], np.ceil(P[:, r] - 1e-9), np.where(P[:, r] > x[:, r], np.floor(P[:, r] + 1e-9), P[:, r]))
+    P[:, r] = np.where(P[:, r] > x[:, r], np.ceil(P[:, r] - 1e-9), np.where(P[:, r] < x[:, r], np.floor(P[:, r] + 1e-9), P[:, r]))
     for cols in geo.group_columns:
         broken = np.abs(P[:, cols].sum(1) - 1) > 1e-9
         P[np.ix_(broken, cols)] = c[np.ix_(broken, cols)]
@@ -386,7 +386,8 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
 
         s = _line_search(world, scaled, np.zeros(len(c)), np.ones(len(c)), np.zeros(len(c), bool),
                          rounds=max(1, rounds // 2), probes=P)
-        c = scaled(np.repeat(s[:, None], P, axis=1)).reshape(len(c), P, -1)[:, 0]
+        shrunk = scaled(np.repeat(s[:, None], P, axis=1)).reshape(len(c), P, -1)[:, 0]
+        c = np.where((s < 1.0)[:, None], shrunk, c)  # scale 1 was never probed: x + (c - x) may miss c's last bit
         a_idx, cols = np.nonzero(num[None, :] & (np.abs(c - x) > 1e-12))
         if len(a_idx):
             base = c[a_idx]
