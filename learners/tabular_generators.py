@@ -10,7 +10,8 @@ A generator answers a batch of rejected agents (encoded rows) with counterfactua
    changes shrink toward the agent by bisection while the model still accepts (a few batched
    calls), then each changed feature is tried back at the agent's value (one batched call).
 
-So every answer is accepted by the model and breaks no constraint by construction; an agent
+Every point returned was itself accepted by a model call and lies in the agent's reachable box
+(no value is recomputed after its check: ``x + (c - x)`` can miss ``c``'s last bit); an agent
 none of whose candidates is accepted gets a NaN row (the server then falls back to a solver).
 The polish only shortens the answer; it is a heuristic, and the answers carry no certificate.
 
@@ -275,8 +276,8 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
     """For a tree ensemble, the point of each accepted row's *cell* (the box where every tree
     reaches the same leaves, so the decision is the same) nearest its agent: the agent clipped
     into the cell and its reachable box (integer columns rounded inward, a one-hot group the row's
-    own where the clip would break it). Exact for every norm of Eq. 3, which is monotone in each
-    |change|. Rows of other models, and NaN rows, come back unchanged."""
+    own where the clip would break it), checked by one model call. Exact for every norm of Eq. 3,
+    which is monotone in each |change|. Rows of other models, and NaN rows, come back unchanged."""
     from envs.models import TreeEnsemble
 
     model = getattr(world.model, "model", world.model)
@@ -295,7 +296,9 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
     for cols in geo.group_columns:
         broken = np.abs(P[:, cols].sum(1) - 1) > 1e-9
         P[np.ix_(broken, cols)] = c[np.ix_(broken, cols)]
-    P = np.where(((P >= lo - 1e-12) & (P <= hi + 1e-12)).all(1)[:, None], P, c)  # a rounding left the cell: keep c
+    inside = ((P >= lo - 1e-12) & (P <= hi + 1e-12)).all(1)  # a rounding may leave the cell
+    inside[inside] = accepts(world, P[inside])  # and the model has the last word
+    P = np.where(inside[:, None], P, c)
     out = C.copy()
     out[rows] = P
     return out
