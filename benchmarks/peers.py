@@ -269,7 +269,7 @@ def label_generator(world: TabularWorld, X_train: np.ndarray, n: int, seed: int,
                     budget: float = float("inf")) -> tuple[Any, dict]:
     """Our amortized generator (``nearest_cfe``: MACE's answers on rejected training rows, transplanted,
     projected, verified and polished), with its training time (MACE labels + fit)."""
-    from learners.tabular_generators import TabularLabels, build_tabular_generator
+    from learners.tabular import TabularLabels, build_tabular_generator
 
     pool = sample(world, X_train, n, seed + 1)
     t0 = time.perf_counter()

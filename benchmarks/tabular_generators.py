@@ -48,7 +48,7 @@ from data_gen.mace_labels import label_tabular  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
 from evaluation.counterfactual_metrics import Counted  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
-from learners.tabular_generators import TabularLabels, build_tabular_generator  # noqa: E402
+from learners.tabular import TabularLabels, build_tabular_generator  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 
 CELLS = [f"{d}/{m}" for d in ("adult", "german", "compas", "credit") for m in ("forest", "mlp")]

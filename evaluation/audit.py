@@ -40,7 +40,7 @@ import numpy as np
 from data_gen.compute import ChunkResult, ComputeConfig, chunk_bounds, run_chunks
 from data_gen.mace_labels import raw_feature_index
 from envs.tabular import TabularWorld
-from learners.tabular_generators import TabularGenerator, WorldGeometry
+from learners.tabular import TabularGenerator, WorldGeometry
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 ROUTES = ("labels", "mace", "none")  # where an agent's lower bound came from

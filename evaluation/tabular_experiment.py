@@ -11,7 +11,7 @@ A run directory ``<output_dir>/<name>/`` holds:
 - ``labels/``: MACE's answers for every agent (``labels.parquet`` + ``manifest.json``; the
   ``chunks/`` it was built from make an interrupted labelling resume) and ``split.json`` (which
   agents are held out);
-- ``models/<name>/``: each trained generator (learners/tabular_generators.py);
+- ``models/<name>/``: each trained generator (learners/tabular/);
 - after evaluation ``metrics.json`` and ``report.md``.
 """
 
@@ -35,7 +35,7 @@ from data_gen.mace_labels import MaceLabelSet, label_tabular
 from envs.models import WhiteBoxModel
 from envs.tabular import TabularWorld
 from evaluation.experiment import fastest
-from learners.tabular_generators import (
+from learners.tabular import (
     TabularGenerator,
     TabularLabels,
     WorldGeometry,
@@ -75,7 +75,7 @@ class TabularSection(StrictModel):
 class TabularMethod(StrictModel):
     """A tabular generator to train."""
 
-    method: Literal["nearest_cfe", "named_cfe", "change_value"] = Field(description="learners/tabular_generators.py method")
+    method: Literal["nearest_cfe", "named_cfe", "change_value"] = Field(description="learners/tabular/ method")
     name: str | None = Field(None, description="model name (default: the method)")
     params: dict[str, Any] = Field(default_factory=dict, description="hyperparameters, checked by the method")
 

@@ -4,7 +4,7 @@
 (immutable features copied from the record, increase/decrease-only ones clipped) and returns the
 nearest one the model accepts; ``Careless`` returns the nearest accepted training row as it is
 (it usually changes an immutable feature, so the service must reject it and fall back). They follow
-the contract of ``learners.tabular_generators.TabularGenerator.recommend``: ``(CF, distance)``,
+the contract of ``learners.tabular.TabularGenerator.recommend``: ``(CF, distance)``,
 NaN rows where there is no answer.
 """
 

@@ -16,7 +16,7 @@ from envs.models import from_sklearn
 from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
 from evaluation.audit import audit_agents, bootstrap_bounds, summarize
-from learners.tabular_generators import TabularLabels, WorldGeometry, build_tabular_generator
+from learners.tabular import TabularLabels, WorldGeometry, build_tabular_generator
 from solvers.mace import MACE
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Tabular generators (learners/tabular_generators.py) and tabular experiments (evaluation/tabular_experiment.py)."""
+"""Tabular generators (learners/tabular/) and tabular experiments (evaluation/tabular_experiment.py)."""
 
 import json
 
@@ -19,7 +19,7 @@ from evaluation.tabular_experiment import (
     load_tabular_run,
     train_tabular,
 )
-from learners.tabular_generators import (
+from learners.tabular import (
     TABULAR_GENERATORS,
     NamedCfeTabularGenerator,
     NearestCfeGenerator,
@@ -305,7 +305,7 @@ def test_polish_never_returns_an_unprobed_point():
     """x + (c - x) can miss c's last bit. A candidate exactly at the split's edge, whose scaled copy
     at scale 1 falls back across the split, once came back from the polish unverified (served as
     generator_invalid)."""
-    from learners.tabular_generators import polish
+    from learners.tabular import polish
 
     world = _threshold_world()
     geo = WorldGeometry.of(world)

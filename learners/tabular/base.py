@@ -1,0 +1,191 @@
+"""The base of the tabular generators: candidates -> projection -> one batched verification ->
+polish of the nearest accepted ones (``TabularGenerator.recommend``), the labels they learn from
+and their persistence (``config.json`` + ``arrays.npz``, never a pickle)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from envs.tabular import TabularWorld
+from learners.tabular.geometry import WorldGeometry, accepted_distances
+from learners.tabular.polish import polish
+from solvers.mace.distance import Norm
+
+
+@dataclass
+class TabularLabels:
+    """Solved agents a tabular generator learns from (MACE's answers)."""
+
+    X: np.ndarray  # (M, D) encoded agents
+    CF: np.ndarray  # (M, D) their counterfactuals
+    distance: np.ndarray  # (M,) MACE's distance
+
+
+class TabularGenerator(ABC):
+    """Base of the tabular generators: candidates -> projection -> batched verification -> polish."""
+
+    method: ClassVar[str]
+    Params: ClassVar[type]
+    registry: ClassVar[dict[str, type[TabularGenerator]]] = {}  # every method, by name (for load)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        TabularGenerator.registry[cls.method] = cls
+
+    def __init__(self, **params: Any):
+        from learners.base import build_params
+
+        self.params = build_params(self.method, self.Params, params)
+
+    # learned state shared by the methods: the training agents and their answers
+    def _store(self, world: TabularWorld, labels: TabularLabels) -> None:
+        if len(labels.X) == 0:
+            raise ValueError(f"{self.method}: no solved training agents to learn from")
+        D = len(world.schema)
+        if labels.X.shape[1] != D or labels.CF.shape != labels.X.shape:
+            raise ValueError(f"{self.method}: labels have {labels.X.shape[1]} columns, the world {D}")
+        self.X_, self.CF_ = np.asarray(labels.X, float), np.asarray(labels.CF, float)
+        self.n_columns_ = D
+        geo = WorldGeometry.of(world)
+        self.changed_ = geo.deltas(self.X_, self.CF_) > 1e-12  # (M, J)
+        self.scale_lo_, span = geo.lower, geo.upper - geo.lower
+        self.scale_span_ = np.where(span > 0, span, 1.0)
+
+    def _scaled(self, X: np.ndarray) -> np.ndarray:
+        return ((X - self.scale_lo_) / self.scale_span_).astype(np.float32)
+
+    def _lend(self, geo: WorldGeometry, X: np.ndarray, donors: np.ndarray) -> np.ndarray:
+        """(N, 3k, D) candidates from each donor's changed features: the donor's new values (absolute),
+        the donor's change added to the agent (relative), and the numeric changes pushed to the
+        agent's bound in the same direction (extreme; the polish brings them back)."""
+        N, k = donors.shape
+        col_changed = self.changed_[donors][..., geo.raw_of_column]  # (N, k, D)
+        xb = np.broadcast_to(X[:, None, :], (N, k, X.shape[1]))
+        absolute = np.where(col_changed, self.CF_[donors], xb)
+        rel = xb + (self.CF_[donors] - self.X_[donors])
+        relative = np.where(col_changed & geo.numeric, rel, absolute)
+        lo, hi = geo.box(X)
+        step = self.CF_[donors] - self.X_[donors]
+        pushed = np.where(step > 0, hi[:, None, :], np.where(step < 0, lo[:, None, :], xb))
+        extreme = np.where(col_changed & geo.numeric, pushed, absolute)
+        return np.concatenate([absolute, relative, extreme], axis=1)
+
+    def _neighbours(self, X: np.ndarray, k: int, among: np.ndarray | None = None) -> np.ndarray:
+        """Indices of the k nearest training agents (scaled Euclidean), optionally among a mask."""
+        A, B = self._scaled(X), self._scaled(self.X_)
+        d = (A * A).sum(1)[:, None] - 2 * A @ B.T + (B * B).sum(1)[None, :]
+        if among is not None:
+            d = np.where(among, d, np.inf)
+        k = min(k, d.shape[1])
+        idx = np.argpartition(d, k - 1, axis=1)[:, :k]
+        return np.take_along_axis(idx, np.argsort(np.take_along_axis(d, idx, 1), 1), 1)
+
+    @abstractmethod
+    def fit(self, world: TabularWorld, labels: TabularLabels, *, seed: int = 0, progress: bool = False
+            ) -> TabularGenerator:
+        """Learn from MACE's answers; returns self."""
+
+    @abstractmethod
+    def candidates(self, world: TabularWorld, X: np.ndarray) -> np.ndarray:
+        """(N, K, D) proposed counterfactuals (not yet projected or verified)."""
+
+    def recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm = "one", polish_rounds: int | None = None,
+                  n_alternatives: int = 0) -> Recommendations:
+        """The nearest verified counterfactual per agent (NaN rows where no candidate is accepted)."""
+        t0 = time.perf_counter()
+        X = np.atleast_2d(np.asarray(X, float))
+        if X.shape[1] != self.n_columns_:
+            raise ValueError(f"X: expected {self.n_columns_} encoded columns, got {X.shape[1]}")
+        geo = WorldGeometry.of(world, norm)
+        C = geo.project(X, self.candidates(world, X))
+        N, K, D = C.shape
+        dist = accepted_distances(world, geo, X, C)
+        order = np.argsort(dist, axis=1, kind="stable")
+        steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
+        top = min(K, max(1, int(self.params.polish_top)) if steps >= 0 else 1)
+        pick = order[:, :top]  # the nearest accepted candidates are each polished, then the nearest wins
+        P = C[np.arange(N)[:, None], pick].reshape(N * top, D)
+        live = np.isfinite(np.take_along_axis(dist, pick, 1)).reshape(-1)
+        P[~live] = np.nan
+        Xr = np.repeat(X, top, axis=0)
+        if steps >= 0:
+            P = polish(world, geo, Xr, P, rounds=steps, probes=int(self.params.polish_probes))
+        dp = np.where(live, geo.distance(Xr, np.nan_to_num(P)), np.inf).reshape(N, top)
+        best = dp.argmin(1)
+        found = np.isfinite(dp[np.arange(N), best])
+        CF = np.where(found[:, None], P.reshape(N, top, D)[np.arange(N), best], np.nan)
+        d = np.where(found, dp[np.arange(N), best], np.inf)
+        alts = None
+        if n_alternatives > 0:  # the next distinct accepted candidates, nearest first
+            alts = np.full((N, n_alternatives, D), np.nan)
+            for i in np.flatnonzero(found):
+                seen = [CF[i]]
+                for kk in order[i, 1:]:
+                    if not np.isfinite(dist[i, kk]) or len(seen) > n_alternatives:
+                        break
+                    if all(np.abs(C[i, kk] - s).max() > 1e-9 for s in seen):
+                        alts[i, len(seen) - 1] = C[i, kk]
+                        seen.append(C[i, kk])
+        return Recommendations(CF, d, found, alts, time.perf_counter() - t0)
+
+    # persistence ------------------------------------------------------------------------------
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return {"X": self.X_, "CF": self.CF_, "changed": self.changed_, "scale_lo": self.scale_lo_,
+                "scale_span": self.scale_span_}
+
+    def _set_arrays(self, z: dict[str, np.ndarray]) -> None:
+        self.X_, self.CF_, self.changed_ = z["X"], z["CF"], z["changed"].astype(bool)
+        self.scale_lo_, self.scale_span_ = z["scale_lo"], z["scale_span"]
+        self.n_columns_ = self.X_.shape[1]
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path / "arrays.npz", **self._arrays())
+        meta = self._save_extra(path)
+        (path / "config.json").write_text(json.dumps(
+            {"method": self.method, "params": dataclasses.asdict(self.params), "meta": meta}, indent=2))
+        return path
+
+    def _save_extra(self, path: Path) -> dict[str, Any]:
+        return {}
+
+    def _load_extra(self, path: Path, meta: dict[str, Any]) -> None:  # noqa: B027 (optional hook)
+        """Restore what ``_save_extra`` wrote (nothing by default)."""
+
+    @staticmethod
+    def load(path: str | Path) -> TabularGenerator:
+        path = Path(path)
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"model: {path} has no config.json (not a saved tabular generator)")
+        cfg = json.loads((path / "config.json").read_text())
+        klass = TabularGenerator.registry.get(cfg.get("method"))
+        if klass is None:
+            raise ValueError(f"{path}: unknown tabular generator {cfg.get('method')!r}; known: {sorted(TabularGenerator.registry)}")
+        gen = klass(**cfg["params"])
+        with np.load(path / "arrays.npz", allow_pickle=False) as z:
+            gen._set_arrays({k: z[k] for k in z.files})
+        gen._load_extra(path, cfg.get("meta", {}))
+        return gen
+
+
+@dataclass
+class Recommendations:
+    """What ``TabularGenerator.recommend`` returns for a batch."""
+
+    CF: np.ndarray  # (N, D) encoded counterfactuals, NaN rows where none was accepted
+    distance: np.ndarray  # (N,) MACE's distance (inf where none)
+    found: np.ndarray  # (N,) bool
+    alternatives: np.ndarray | None = None  # (N, n, D) further accepted candidates (NaN padded), unpolished
+    seconds: float = 0.0  # wall time of the whole batch
+
+    def __iter__(self):  # CF, distance = gen.recommend(...)
+        return iter((self.CF, self.distance))

@@ -1,0 +1,433 @@
+"""``change_value``: learned, which raw features to change and by how much.
+
+A network with two heads predicts, per raw feature, whether MACE's answer changes it (one sigmoid
+each: the named-action idea, factored per feature as MCf factors classes) and, per encoded
+column, the change (the full-action idea on tabular rows). The most probable subsets of the top
+features are filled with the predicted values, pushed to the reachable bound, lent by the
+nearest training agent with that subset, and searched on a grid of split crossings (a tree
+ensemble) or multiples of the predicted change; once an answer is known, the most probable
+subsets of one to three numeric features are scanned within the reach its distance leaves."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.tabular import TabularWorld
+from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
+from learners.tabular.geometry import WorldGeometry, accepted_distances
+from learners.tabular.polish import crossings, polish, split_edges
+from solvers.mace.distance import Norm
+
+LADDER = np.array([0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0])  # multiples of a predicted change
+
+
+def value_options(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, e: int) -> np.ndarray:
+    """(N, D, e) values to try per numeric column, nearest to the predicted ``value`` first (NaN padded).
+
+    A tree ensemble changes its decision only where a value crosses a split, so its options are
+    the two sides of every split threshold of the column within the agent's reachable range
+    (``split_limits``: exact under sklearn's float32 test), nearest to the predicted value; other
+    models get multiples of the predicted change (``LADDER``) and the reachable bound."""
+    from envs.models import TreeEnsemble, split_limits
+
+    N, D = X.shape
+    out = np.full((N, D, e), np.nan)
+    lo, hi = geo.box(X)
+    cols = np.flatnonzero(geo.numeric & ~geo.fixed)
+    model = getattr(world.model, "model", world.model)  # a counting wrapper forwards to the model
+    if isinstance(model, TreeEnsemble):
+        thresholds: dict[int, list[np.ndarray]] = {}
+        for t in model.trees:
+            inner = t.left >= 0
+            for c in cols:
+                sel = inner & (t.feature == c)
+                if sel.any():
+                    thresholds.setdefault(int(c), []).append(t.threshold[sel])
+        half = max(1, e // 2)
+        for c, ts in thresholds.items():
+            t = np.unique(np.concatenate(ts))
+            u, lft = split_limits(t)
+            # crossing a split from the agent's side: just right of it going up, just left going down
+            cand = np.where(t[None, :] >= X[:, c, None], lft[None, :], u[None, :])  # (N, T)
+            reach = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != X[:, c, None])
+            up = value[:, c, None] >= X[:, c, None]
+            same_side = (cand > X[:, c, None]) == up
+            near_x = np.where(reach & same_side, np.abs(cand - X[:, c, None]), np.inf)  # first splits crossed
+            near_v = np.where(reach, np.abs(cand - value[:, c, None]), np.inf)  # splits near the prediction
+            k = min(half, cand.shape[1])
+            ia = np.argsort(near_x, axis=1, kind="stable")[:, :k]
+            ib = np.argsort(near_v, axis=1, kind="stable")[:, : min(e - k, cand.shape[1])]
+            idx = np.concatenate([ia, ib], 1)
+            fin = np.isfinite(np.concatenate([np.take_along_axis(near_x, ia, 1), np.take_along_axis(near_v, ib, 1)], 1))
+            out[:, c, : idx.shape[1]] = np.where(fin, np.take_along_axis(cand, idx, 1), np.nan)
+    else:
+        ladder = LADDER[np.argsort(np.abs(LADDER - 1.0), kind="stable")][: max(e - 1, 1)]
+        step = value[:, cols] - X[:, cols]
+        vals = X[:, cols, None] + step[..., None] * ladder
+        bound = np.where(step > 0, hi[:, cols], lo[:, cols])[..., None]
+        vals = np.concatenate([vals, bound], -1)[..., :e]
+        vals = np.clip(vals, lo[:, cols, None], hi[:, cols, None])
+        vals[np.broadcast_to((step == 0)[..., None], vals.shape)] = np.nan
+        out[:, cols, : vals.shape[-1]] = vals
+    return out
+
+
+def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np.ndarray, e: int, *,
+                nearest: bool = False) -> np.ndarray:
+    """(N, D, e) values per numeric column within ``room`` (N,) of normalized change from the agent
+    and within its reachable box (NaN padded): a tree ensemble's split crossings, else evenly
+    spaced values in each allowed direction; the ``e`` nearest the agent when ``nearest``, else
+    ``e`` evenly spread from the nearest to the farthest."""
+    N, D = X.shape
+    out = np.full((N, D, e), np.nan)
+    lo, hi = geo.box(X)
+    edges = split_edges(world)
+    for c in np.flatnonzero(geo.numeric & ~geo.fixed):
+        reach = room * geo.span[c]
+        if c in edges:
+            cand = crossings(edges[c], X[:, c])
+        elif c not in edges and edges:
+            continue  # a tree ensemble never splits on this column: no value of it changes the decision
+        else:
+            t = np.arange(1, e // 2 + 1) / (e // 2)
+            cand = np.concatenate([X[:, c, None] + reach[:, None] * t, X[:, c, None] - reach[:, None] * t], 1)
+        if geo.rounded[c]:
+            gap = cand - X[:, c, None]
+            cand = X[:, c, None] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+        ok = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != X[:, c, None]) \
+            & (np.abs(cand - X[:, c, None]) <= reach[:, None] + 1e-12)
+        gap = np.where(ok, np.abs(cand - X[:, c, None]), np.inf)
+        order = np.argsort(gap, axis=1, kind="stable")
+        n_ok = ok.sum(1)
+        if nearest:
+            pick = np.broadcast_to(np.arange(e)[None, :], (len(X), e))
+        else:  # evenly spread over the reachable crossings
+            pick = np.floor(np.arange(e)[None, :] * np.maximum(n_ok, 1)[:, None] / e).astype(np.int64)
+        pick = np.minimum(pick, cand.shape[1] - 1)
+        vals = np.take_along_axis(cand, np.take_along_axis(order, pick, 1), 1)
+        live = np.arange(e)[None, :] < np.minimum(n_ok, e)[:, None]
+        out[:, c, :] = np.where(live, vals, np.nan)
+    return out
+
+
+@dataclass
+class ChangeValueParams:
+    """Hyperparameters of the change-and-value tabular generator."""
+
+    top_features: int = 6  # most probable changed features whose subsets are enumerated per agent
+    top_subsets: int = 8  # most probable subsets of those tried per agent
+    donors_per_subset: int = 1  # nearest training agents with exactly that subset that lend their values too
+    knn_candidates: int = 4  # plain nearest-neighbour donors too (coverage where the network is unsure; 0: none)
+    grid_subsets: int = 4  # most probable subsets whose values are searched on a grid (0: no grid)
+    grid_values: int = 24  # values tried per numeric feature of a one-feature subset (fewer for larger subsets)
+    grid_rows: int = 64  # at most this many grid rows per subset (values per feature = rows ** (1 / features))
+    scan_subsets: int = 4  # most probable subsets of one or two numeric features re-searched within the best answer's reach (0: none)
+    scan_levels: tuple[int, int] = (8, 32)  # values of the first and the second feature of a scanned pair
+    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
+    polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
+    polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
+    hidden: tuple[int, ...] = (256, 256)  # network MLP widths
+    max_epochs: int = 80  # training epochs
+    batch_size: int = 128  # training batch size
+    lr: float = 3e-3  # peak learning rate (one-cycle)
+    dropout: float = 0.1  # dropout after each hidden layer
+    value_weight: float = 1.0  # weight of the value loss beside the which-features loss
+
+    def __post_init__(self) -> None:
+        self.hidden = tuple(int(h) for h in self.hidden)
+        for name in ("top_features", "top_subsets", "donors_per_subset"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if int(self.top_features) > 12:
+            raise ValueError(f"top_features: at most 12 (2**top_features subsets are scored), got {self.top_features}")
+        self.scan_levels = tuple(int(v) for v in self.scan_levels)
+        if len(self.scan_levels) != 2 or min(self.scan_levels) < 1:
+            raise ValueError(f"scan_levels: two counts >= 1, got {self.scan_levels}")
+
+
+def _change_value_net(n_columns: int, n_raw: int, hidden: tuple[int, ...], dropout: float):
+    """One MLP trunk, two heads: a logit per raw feature (does it change?) and the change of each
+    encoded column in spans of the column (tanh; for a one-hot group the largest new column wins)."""
+    from torch import nn
+
+    from learners.torch_training import mlp
+
+    class ChangeValueNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.trunk = mlp(n_columns, hidden[:-1], hidden[-1], batch_norm=True, dropout=dropout)
+            self.change = nn.Linear(hidden[-1], n_raw)
+            self.value = nn.Linear(hidden[-1], n_columns)
+
+        def forward(self, x):
+            h = nn.functional.relu(self.trunk(x))
+            return self.change(h), self.value(h)
+
+    return ChangeValueNet()
+
+
+class ChangeValueGenerator(TabularGenerator):
+    """Learned: which raw features to change (one sigmoid each, the named-action idea factored
+    per feature as MCf factors classes) and the value each encoded column takes (the full-action
+    idea on tabular rows). The most probable subsets of the top features are each filled with the
+    predicted values, with those values pushed to the reachable bound (the polish brings them back),
+    and with the values of the nearest training agent whose MACE answer changed that same subset."""
+
+    method = "change_value"
+    Params = ChangeValueParams
+
+    def fit(self, world: TabularWorld, labels: TabularLabels, *, seed: int = 0, progress: bool = False
+            ) -> ChangeValueGenerator:
+        import torch
+
+        from learners.base import FitContext
+        from learners.torch_training import TorchParams, fit_lightning
+
+        self._store(world, labels)
+        p = self.params
+        geo = WorldGeometry.of(world)
+        J, D = self.changed_.shape[1], self.n_columns_
+        X = self._scaled(self.X_)
+        Y = ((self.CF_ - self.X_) / self.scale_span_).astype(np.float32)  # the change, in spans
+        col_changed = self.changed_[:, geo.raw_of_column].astype(np.float32)  # value loss only where it changed
+        pos = self.changed_.mean(0)
+        weight = torch.as_tensor(np.clip((1 - pos) / np.maximum(pos, 1e-3), 1.0, 20.0) ** 0.5, dtype=torch.float32)
+        vw = float(p.value_weight)
+
+        def loss_fn(model, batch):
+            xb, cb, yb, mb = batch
+            logit, value = model(xb)
+            bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, cb, pos_weight=weight)
+            mse = ((torch.tanh(value) - yb) ** 2 * mb).sum() / mb.sum().clamp_min(1.0)
+            return bce + vw * mse
+
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(X))
+        n_val = max(1, int(round(0.1 * len(X)))) if len(X) >= 20 else 0
+        val, tr = order[:n_val], order[n_val:] if n_val else order
+        if not n_val:
+            val = order
+        tensors = [torch.as_tensor(a) for a in (X, self.changed_.astype(np.float32), Y, col_changed)]
+        self.net_ = _change_value_net(D, J, p.hidden, p.dropout)
+        tp = TorchParams(hidden=p.hidden, dropout=p.dropout, lr=p.lr, batch_size=p.batch_size, max_epochs=p.max_epochs,
+                         patience=max(10, p.max_epochs // 4), batch_norm=True)
+        ctx = FitContext(n_features=D, n_actions=J, max_len=J, seed=seed, progress=progress)
+        self.fit_info_ = fit_lightning(self.net_, loss_fn, [t[tr] for t in tensors], [t[val] for t in tensors], tp, ctx)
+        self.train_sets_ = self._set_keys(self.changed_)
+        return self
+
+    @staticmethod
+    def _set_keys(changed: np.ndarray) -> np.ndarray:
+        """(M,) one integer per subset of raw features (bit j: feature j changed)."""
+        return (changed.astype(np.int64) << np.arange(changed.shape[1], dtype=np.int64)).sum(1)
+
+    def _predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(N, J) change probabilities and (N, D) predicted encoded values."""
+        import torch
+
+        from learners.torch_training import predict_batched
+
+        def both(m, xb):
+            logit, value = m(xb)
+            return torch.cat([torch.sigmoid(logit), torch.tanh(value)], 1)
+
+        out = predict_batched(self.net_, self._scaled(X), both)
+        J = out.shape[1] - self.n_columns_
+        return out[:, :J].astype(float), X + out[:, J:] * self.scale_span_
+
+    def subsets(self, prob: np.ndarray) -> np.ndarray:
+        """(N, S, J) bool: the ``top_subsets`` most probable non-empty subsets of each agent's
+        ``top_features`` most probable features (independent Bernoullis), most probable first."""
+        p = self.params
+        N, J = prob.shape
+        L = min(int(p.top_features), J)
+        top = np.argsort(-prob, axis=1)[:, :L]  # (N, L)
+        masks = ((np.arange(1, 2 ** L)[:, None] >> np.arange(L)[None, :]) & 1).astype(bool)  # (2^L-1, L)
+        q = np.clip(np.take_along_axis(prob, top, 1), 1e-6, 1 - 1e-6)  # (N, L)
+        logp = masks[None] * np.log(q)[:, None, :] + ~masks[None] * np.log1p(-q)[:, None, :]
+        S = min(int(p.top_subsets), len(masks))
+        best = np.argsort(-logp.sum(-1), axis=1, kind="stable")[:, :S]  # (N, S)
+        out = np.zeros((N, S, J), bool)
+        chosen = masks[best]  # (N, S, L)
+        rows = np.repeat(np.arange(N), S * L)
+        subs = np.tile(np.repeat(np.arange(S), L), N)
+        cols = np.repeat(top[:, None, :], S, axis=1).reshape(-1)
+        out[rows, subs, cols] = chosen.reshape(-1)
+        return out
+
+    def candidates(self, world: TabularWorld, X: np.ndarray) -> np.ndarray:
+        p = self.params
+        geo = WorldGeometry.of(world)
+        prob, value = self._predict(X)
+        subs = self.subsets(prob)  # (N, S, J)
+        N, S, _ = subs.shape
+        col = subs[..., geo.raw_of_column]  # (N, S, D)
+        xb = np.broadcast_to(X[:, None, :], col.shape)
+        predicted = np.where(col, value[:, None, :], xb)
+        lo, hi = geo.box(X)
+        step = value - X
+        pushed = np.where(step > 0, hi, np.where(step < 0, lo, X))
+        extreme = np.where(col & geo.numeric, pushed[:, None, :], predicted)
+        parts = [predicted, extreme]
+        # the nearest training agents whose MACE answer changed exactly this subset lend their values
+        keys = self._set_keys(subs.reshape(N * S, -1)).reshape(N, S)
+        A, B = self._scaled(X), self._scaled(self.X_)
+        d = (A * A).sum(1)[:, None] - 2 * A @ B.T + (B * B).sum(1)[None, :]  # (N, M)
+        q = min(int(p.donors_per_subset), len(self.X_))
+        donors = []
+        for s in range(S):
+            ds = np.where(self.train_sets_[None, :] == keys[:, s:s + 1], d, np.inf)
+            idx = np.argpartition(ds, q - 1, axis=1)[:, :q]
+            has = np.isfinite(np.take_along_axis(ds, idx, 1))
+            donors.append(np.where(has, idx, -1))
+        donors = np.concatenate(donors, axis=1)  # (N, S*q), -1: no training agent has that subset
+        lent = self._lend(geo, X, np.maximum(donors, 0))  # (N, 3*S*q, D)
+        missing = np.tile(donors < 0, 3)
+        lent[missing] = X[np.nonzero(missing)[0]]  # the agent itself: dropped as no answer
+        parts.append(lent)
+        if p.knn_candidates > 0:
+            parts.append(self._lend(geo, X, self._neighbours(X, int(p.knn_candidates))))
+        if p.grid_subsets > 0:
+            parts.append(self._grid(world, geo, X, value, subs[:, : int(p.grid_subsets)]))
+        return np.concatenate(parts, axis=1)
+
+    def recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm = "one", polish_rounds: int | None = None,
+                  n_alternatives: int = 0) -> Recommendations:
+        """As the base class, then a second search where the answer is known: each of the
+        ``scan_subsets`` most probable subsets with one or two numeric features is scanned within
+        the reach the best answer's distance leaves (first feature on ``scan_levels[0]`` values, the
+        second on ``scan_levels[1]``, in one model call), and a nearer accepted point is polished."""
+        rec = super().recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
+        if int(self.params.scan_subsets) <= 0 or not rec.found.any():
+            return rec
+        t0 = time.perf_counter()
+        X = np.atleast_2d(np.asarray(X, float))
+        geo = WorldGeometry.of(world, norm)
+        rows = np.flatnonzero(rec.found & (rec.distance > 0))
+        x = X[rows]
+        prob, value = self._predict(x)
+        subs = self.subsets(prob)[:, : int(self.params.scan_subsets)]
+        C = self._scan(world, geo, x, value, subs, rec.distance[rows])  # (n, K, D)
+        n, K, D = C.shape
+        d = accepted_distances(world, geo, x, C)  # the rows are reachable as built: no projection
+        best = d.argmin(1)
+        better = d[np.arange(n), best] < rec.distance[rows] - 1e-12
+        if better.any():
+            steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
+            P = C[np.flatnonzero(better), best[better]]
+            if steps >= 0:
+                P = polish(world, geo, x[better], P, rounds=steps, probes=int(self.params.polish_probes))
+            dp = geo.distance(x[better], P)
+            take = dp < rec.distance[rows[better]] - 1e-12
+            idx = rows[np.flatnonzero(better)[take]]
+            rec.CF[idx] = P[take]
+            rec.distance[idx] = dp[take]
+        rec.seconds += time.perf_counter() - t0
+        return rec
+
+    def _scan(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray,
+              best: np.ndarray) -> np.ndarray:
+        """(N, S * R, D) rows, R = (e1 + 1) * e2: per subset of one to three numeric features, their
+        values within the reach of the distance ``best`` (N,), the subset's other features at the
+        predicted value. One feature: its R crossings nearest the agent; two: e1 spread values (and
+        the agent's own) times e2 spread values; three: a grid of the same size."""
+        a, b, g = geo.weights
+        room = best / max(b + g, 1e-12)  # the largest normalized change of one feature that can still win
+        e1, e2 = self.params.scan_levels
+        R = (e1 + 1) * e2
+        N, S, J = subs.shape
+        t3 = max(1, int(np.floor((R / 2) ** (1 / 3))))  # three features: (t3+1)^2 * 2 t3 <= R rows
+        shapes = {1: [R], 2: [e1, e2], 3: [t3, t3, max(1, R // (t3 + 1) ** 2)]}
+        levels = {}
+        for k, shape in shapes.items():
+            for e in shape:
+                if (e, k == 1) not in levels:
+                    levels[(e, k == 1)] = room_levels(world, geo, X, room, e, nearest=k == 1)
+        out = np.repeat(X[:, None, :], S * R, axis=1)
+        base = geo.project(X, np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :]))  # (N, S, D)
+        num_raw = np.zeros(J, bool)
+        num_raw[geo.raw_of_column[geo.numeric]] = True
+        col_of_raw = np.full(J, -1)
+        col_of_raw[geo.raw_of_column[geo.numeric]] = np.flatnonzero(geo.numeric)
+        k_num = (subs & num_raw).sum(-1)
+        for k, shape in shapes.items():
+            ii, ss = np.nonzero(k_num == k)
+            if not len(ii):
+                continue
+            cols = col_of_raw[np.argsort(~(subs[ii, ss] & num_raw), axis=1, kind="stable")[:, :k]]  # (n, k)
+            axes = []
+            for pos, e in enumerate(shape):
+                v = levels[(e, k == 1)][ii, cols[:, pos]]  # (n, e)
+                if pos < k - 1:  # all but the last feature may also stay at the agent's value (NaN here)
+                    v = np.concatenate([v, np.full((len(ii), 1), np.nan)], 1)
+                axes.append(v)
+            sizes = [v.shape[1] for v in axes]
+            combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
+            m = len(combos)
+            rows = np.repeat(base[ii, ss][:, None, :], m, axis=1)  # (n, m, D)
+            n_idx = np.arange(len(ii))[:, None]
+            for pos in range(k):
+                v = axes[pos][:, combos[:, pos]]  # (n, m)
+                c = cols[:, pos]
+                rows[n_idx, np.arange(m)[None, :], c[:, None]] = np.where(np.isnan(v), X[ii, c][:, None], v)
+            dead = np.isnan(axes[-1][:, combos[:, -1]])  # the last feature has no value there
+            rows[dead] = X[ii][np.nonzero(dead)[0]]
+            out[ii[:, None], ss[:, None] * R + np.arange(m)[None, :]] = rows
+        return out
+
+    def _grid(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray
+              ) -> np.ndarray:
+        """(N, S * R, D) candidates: for each of the first S subsets, the product of value options of
+        its numeric features (discrete features take the predicted value), at most ``grid_rows`` rows
+        per subset; rows beyond a subset's grid repeat the agent (dropped as no answer)."""
+        p = self.params
+        N, S, _ = subs.shape
+        R = int(p.grid_rows)
+        E = int(p.grid_values)
+        options = value_options(world, geo, X, value, E)  # (N, D, E), NaN padded
+        out = np.repeat(X[:, None, :], S * R, axis=1)
+        base = np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :])  # (N, S, D)
+        num_raw = np.zeros(subs.shape[2], bool)
+        num_raw[geo.raw_of_column[geo.numeric]] = True
+        col_of_raw = np.full(subs.shape[2], -1)
+        col_of_raw[geo.raw_of_column[geo.numeric]] = np.flatnonzero(geo.numeric)
+        k_num = (subs & num_raw).sum(-1)  # (N, S) numeric features per subset
+        for k in range(1, int(k_num.max(initial=0)) + 1):
+            e = min(E, int(np.floor(R ** (1.0 / k) + 1e-9)))
+            if e < 2 and k > 1:
+                continue
+            ii, ss = np.nonzero(k_num == k)
+            if not len(ii):
+                continue
+            cols = col_of_raw[np.argsort(~(subs[ii, ss] & num_raw), axis=1, kind="stable")[:, :k]]  # (n, k)
+            opts = options[ii[:, None], cols, :e]  # (n, k, e)
+            combos = np.stack(np.meshgrid(*[np.arange(e)] * k, indexing="ij"), -1).reshape(-1, k)  # (e^k, k)
+            rows = np.repeat(base[ii, ss][:, None, :], len(combos), axis=1)  # (n, e^k, D)
+            vals = opts[:, np.arange(k)[None, :], combos]  # (n, e^k, k)
+            bad = np.isnan(vals).any(-1)
+            n_idx = np.arange(len(ii))[:, None, None]
+            rows[n_idx, np.arange(len(combos))[None, :, None], cols[:, None, :]] = np.nan_to_num(vals)
+            rows[bad] = X[ii][np.nonzero(bad)[0]]
+            out[ii[:, None], ss[:, None] * R + np.arange(len(combos))[None, :]] = rows
+        return out
+
+    def _save_extra(self, path: Path) -> dict[str, Any]:
+        import torch
+
+        torch.save(self.net_.state_dict(), path / "weights.pt")
+        np.savez(path / "train_sets.npz", train_sets=self.train_sets_)
+        return {"n_raw": int(self.changed_.shape[1]), "fit": getattr(self, "fit_info_", None)}
+
+    def _load_extra(self, path: Path, meta: dict[str, Any]) -> None:
+        import torch
+
+        self.net_ = _change_value_net(self.n_columns_, int(meta["n_raw"]), self.params.hidden, self.params.dropout)
+        self.net_.load_state_dict(torch.load(path / "weights.pt", map_location="cpu", weights_only=True))
+        self.net_.eval()
+        with np.load(path / "train_sets.npz", allow_pickle=False) as z:
+            self.train_sets_ = z["train_sets"]

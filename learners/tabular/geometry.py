@@ -1,0 +1,151 @@
+"""The geometry of a tabular world that every tabular generator needs: per-column bounds,
+mutability, integer codes and one-hot groups (``WorldGeometry``: projection onto what an agent may
+reach, MACE's Eq. 3 distance, constraint checks), and acceptance as verified (``accepts``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from envs.tabular import TabularWorld
+from solvers.mace.distance import Norm, norm_weights, raw_features
+
+MARGIN = 1e-6  # LR/MLP white boxes are float64 copies: an answer must clear this score to be sure
+
+
+# ---------------------------------------------------------------------------------------- geometry
+
+@dataclass
+class WorldGeometry:
+    """Per-column arrays of a tabular world that the vectorized steps below need."""
+
+    lower: np.ndarray  # (D,) schema bounds
+    upper: np.ndarray
+    fixed: np.ndarray  # (D,) bool: immutable
+    up: np.ndarray  # increase-only
+    down: np.ndarray  # decrease-only
+    integral: np.ndarray  # (D,) bool: integer codes (ordinal, binary, integer numbers, one-hot)
+    numeric: np.ndarray  # (D,) bool: columns measured by |dx| / span (shrinkable)
+    span: np.ndarray  # (D,) R_j of numeric columns (1 elsewhere)
+    raw_of_column: np.ndarray  # (D,) raw feature index of each column
+    raw_kinds: list[str]  # per raw feature: numeric | binary | nominal | group
+    group_columns: list[np.ndarray]  # columns of each one-hot group
+    weights: tuple[float, float, float]  # (alpha, beta, gamma) of Eq. 3
+
+    @classmethod
+    def of(cls, world: TabularWorld, norm: Norm = "one") -> WorldGeometry:
+        """The geometry of ``world`` (cached per world object and norm: a server asks on every request)."""
+        key = (id(world), norm if isinstance(norm, str) else tuple(norm))
+        hit = _GEOMETRY.get(key)
+        if hit is not None and hit[0] is world:
+            return hit[1]
+        geo = cls._build(world, norm)
+        if len(_GEOMETRY) > 64:
+            _GEOMETRY.clear()
+        _GEOMETRY[key] = (world, geo)
+        return geo
+
+    @classmethod
+    def _build(cls, world: TabularWorld, norm: Norm) -> WorldGeometry:
+        schema = world.schema
+        lo, hi = schema.bounds()
+        mut = np.array([f.mutability for f in schema.features])
+        raws = raw_features(schema)
+        of_col = np.zeros(len(schema), np.int64)
+        numeric = np.zeros(len(schema), bool)
+        span = np.ones(len(schema))
+        for j, r in enumerate(raws):
+            of_col[list(r.columns)] = j
+            if r.kind == "numeric":
+                numeric[r.columns[0]] = True
+                span[r.columns[0]] = r.span if r.span > 0 else np.inf
+        integral = np.array([f.kind in ("binary", "ordinal", "categorical") or f.group is not None
+                             or bool(getattr(f, "integer", False)) for f in schema.features])
+        return cls(np.asarray(lo, float), np.asarray(hi, float), mut == "immutable", mut == "increase",
+                   mut == "decrease", integral, numeric, span, of_col, [r.kind for r in raws],
+                   [np.asarray(r.columns) for r in raws if r.kind == "group"], norm_weights(norm, len(raws)))
+
+    def __post_init__(self) -> None:
+        in_group = np.zeros(len(self.integral), bool)
+        for cols in self.group_columns:
+            in_group[cols] = True
+        self.rounded = self.integral & ~in_group  # integer codes outside one-hot groups
+
+    @property
+    def n_raw(self) -> int:
+        return len(self.raw_kinds)
+
+    def box(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(N, D) reachable bounds per agent: schema bounds narrowed by mutability."""
+        lo = np.where(self.fixed | self.up, np.maximum(self.lower, X), self.lower)
+        hi = np.where(self.fixed | self.down, np.minimum(self.upper, X), self.upper)
+        return lo, hi
+
+    def project(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """Candidates ``C`` (N, K, D) made reachable for the agents ``X`` (N, D)."""
+        Xb = X[:, None, :]
+        lo, hi = self.box(X)
+        C = np.clip(np.nan_to_num(C, nan=0.0), lo[:, None, :], hi[:, None, :])
+        for cols in self.group_columns:  # exactly one 1 per one-hot group (its largest entry)
+            g = C[..., cols]
+            C[..., cols] = (np.arange(len(cols)) == g.argmax(-1)[..., None]).astype(float)
+        ints = self.rounded
+        if ints.any():  # round away from the agent: the change is at least the proposed one
+            d = C[..., ints] - Xb[..., ints]
+            C[..., ints] = Xb[..., ints] + np.sign(d) * np.ceil(np.abs(d) - 1e-9)
+            C = np.clip(C, lo[:, None, :], hi[:, None, :])
+        return C
+
+    def deltas(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """(..., J) per-raw-feature normalized deltas of candidates ``C`` (..., D) from ``X``."""
+        diff = np.abs(C - X)
+        out = np.zeros(C.shape[:-1] + (self.n_raw,))
+        num = np.flatnonzero(self.numeric)
+        out[..., self.raw_of_column[num]] = np.nan_to_num(diff[..., num] / self.span[num])
+        other = np.flatnonzero(~self.numeric)
+        if len(other):
+            moved = (diff[..., other] > 1e-9).astype(float)
+            np.maximum.at(np.moveaxis(out, -1, 0), self.raw_of_column[other], np.moveaxis(moved, -1, 0))
+        return out
+
+    def distance(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """MACE's Eq. 3 distance of ``C`` (..., D) from ``X`` (broadcast), in [0, 1]."""
+        a, b, g = self.weights
+        d = self.deltas(X, C)
+        return a * (d > 1e-12).sum(-1) + b * d.sum(-1) + g * d.max(-1, initial=0.0)
+
+    def violations(self, X: np.ndarray, C: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+        """(N,) bool: does a row of ``C`` leave the agent's reachable box or break a one-hot group?"""
+        lo, hi = self.box(X)
+        bad = ((C < lo - tol) | (C > hi + tol)).any(-1)
+        for cols in self.group_columns:
+            bad |= np.abs(C[:, cols].sum(-1) - 1) > tol
+        ints = self.integral
+        bad |= (np.abs(C[:, ints] - np.round(C[:, ints])) > tol).any(-1)
+        return bad
+
+
+_GEOMETRY: dict[tuple, tuple[TabularWorld, WorldGeometry]] = {}
+
+
+def accepts(world: TabularWorld, X: np.ndarray) -> np.ndarray:
+    """Acceptance as verified: bit-exact trees and forests as they are, LR/MLP copies with a margin."""
+    X = np.atleast_2d(X)
+    if getattr(world.model, "exact", False):
+        return world.model.predict(X)
+    return world.model.score(X) >= MARGIN
+
+
+def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(N, K) distance of each candidate row ``C`` (N, K, D) the model accepts, inf elsewhere and
+    where a row is the agent itself: one model call, distances only of the accepted rows."""
+    N, K, D = C.shape
+    ok = accepts(world, C.reshape(-1, D)).reshape(N, K)
+    i, k = np.nonzero(ok)
+    d = np.full((N, K), np.inf)
+    if len(i):
+        rows = C[i, k]
+        moved = (np.abs(rows - X[i]) > 1e-12).any(-1)  # the agent itself is no answer
+        d[i[moved], k[moved]] = geo.distance(X[i[moved]], rows[moved])
+    return d

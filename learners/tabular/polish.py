@@ -1,0 +1,263 @@
+"""Shortening an accepted counterfactual while the model still accepts it (the polish).
+
+A multi-probe line search scales all numeric changes toward the agent, then each on its own;
+each changed feature is tried back at the agent's value. On a tree ensemble the answer first
+moves to the nearest point of its *cell* (``cell_clip``: where every tree reaches the same
+leaves) and each change is swept across the splits toward the agent (``split_edges``, with
+sklearn's float32 split semantics). Every point returned was itself accepted by a model call:
+no value is recomputed after its check (``x + (c - x)`` can miss ``c``'s last bit). A heuristic:
+no certificate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from envs.tabular import TabularWorld
+from learners.tabular.geometry import WorldGeometry, accepts
+
+
+def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
+                 rounds: int, probes: int) -> np.ndarray:
+    """Per item, the accepted value nearest to ``near`` on the segment [near, far] (``far`` is
+    accepted): ``probes`` evenly spaced points per item and round, all items in one model call
+    (``make`` turns the (n, probes) values into rows), so ``rounds`` calls reach a resolution of
+    (probes + 1) ** -rounds of the segment. Integer items probe integers (rounded away from near)."""
+    near, far = near.astype(float).copy(), far.astype(float).copy()
+    n, t = len(near), np.arange(1, probes + 1) / (probes + 1)
+    every = np.arange(n)
+    for _ in range(rounds):
+        V = near[:, None] + (far - near)[:, None] * t[None, :]
+        gap = np.abs(V - near[:, None])
+        V = np.where(integral[:, None], near[:, None] + np.sign(far - near)[:, None] * np.ceil(gap - 1e-9), V)
+        live = V != far[:, None]
+        if not live.any():
+            break
+        ok = accepts(world, make(V)).reshape(n, probes) & live
+        has = ok.any(1)
+        j = ok.argmax(1)
+        last_live = np.where(live.any(1), probes - 1 - live[:, ::-1].argmax(1), 0)
+        new_near = np.where(has, np.where(j > 0, V[every, np.maximum(j - 1, 0)], near),
+                            np.where(live.any(1), V[every, last_live], near))
+        far = np.where(has, V[every, j], far)
+        near = new_near
+    return far
+
+
+def split_edges(world: TabularWorld) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per column of a tree ensemble, its split thresholds with their ``split_limits`` (t, U, L):
+    the values where its decision can change (empty for other models; cached per model)."""
+    from envs.models import TreeEnsemble, split_limits
+
+    model = getattr(world.model, "model", world.model)  # a counting wrapper forwards to the model
+    if not isinstance(model, TreeEnsemble):
+        return {}
+    hit = _EDGES.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    per: dict[int, list[np.ndarray]] = {}
+    for t in model.trees:
+        inner = t.left >= 0
+        for c in np.unique(t.feature[inner]):
+            per.setdefault(int(c), []).append(t.threshold[inner & (t.feature == c)])
+    edges = {}
+    for c, ts in per.items():
+        t = np.unique(np.concatenate(ts))
+        u, lft = split_limits(t)
+        edges[c] = (t, np.asarray(u, float), np.asarray(lft, float))
+    if len(_EDGES) > 64:
+        _EDGES.clear()
+    _EDGES[id(model)] = (model, edges)
+    return edges
+
+
+_EDGES: dict[int, tuple[Any, dict]] = {}
+
+
+def crossings(edges: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """(n, T) the value just across each split from ``x`` (n,): right of it above, left of it below."""
+    t, u, lft = edges
+    return np.where(t[None, :] >= x[:, None], lft[None, :], u[None, :])
+
+
+def _leaf_boxes(model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per tree, (lower, upper) (nodes, D): the closed box of float64 inputs that reach each node
+    (``split_limits``: a left branch is x <= U, a right branch x >= L, exactly as sklearn tests)."""
+    hit = model.__dict__.get("_leaf_boxes")
+    if hit is not None:
+        return hit
+    out = []
+    for t in model.trees:
+        U, Lo = t.limits()
+        n = len(t.left)
+        lo = np.full((n, model.n_features), -np.inf)
+        hi = np.full((n, model.n_features), np.inf)
+        for k in range(n):  # sklearn numbers a child after its parent
+            left, right = t.left[k], t.right[k]
+            if left < 0:
+                continue
+            f = t.feature[k]
+            lo[left], hi[left] = lo[k], hi[k]
+            hi[left, f] = min(hi[k, f], U[k])
+            lo[right], hi[right] = lo[k], hi[k]
+            lo[right, f] = max(lo[k, f], Lo[k])
+        out.append((lo, hi))
+    model.__dict__["_leaf_boxes"] = out
+    return out
+
+
+def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """For a tree ensemble, the point of each accepted row's *cell* (the box where every tree
+    reaches the same leaves, so the decision is the same) nearest its agent: the agent clipped
+    into the cell and its reachable box (integer columns rounded inward, a one-hot group the row's
+    own where the clip would break it), checked by one model call. Exact for every norm of Eq. 3,
+    which is monotone in each |change|. Rows of other models, and NaN rows, come back unchanged."""
+    from envs.models import TreeEnsemble
+
+    model = getattr(world.model, "model", world.model)
+    rows = np.flatnonzero(~np.isnan(C).any(1))
+    if not isinstance(model, TreeEnsemble) or not len(rows):
+        return C
+    c, x = C[rows], X[rows]
+    leaves = world.model.leaves(c)  # through a counting wrapper when there is one
+    lo, hi = geo.box(x)
+    for j, (blo, bhi) in enumerate(_leaf_boxes(model)):
+        lo = np.maximum(lo, blo[leaves[:, j]])
+        hi = np.minimum(hi, bhi[leaves[:, j]])
+    P = np.clip(x, lo, hi)
+    r = geo.rounded
+    P[:, r] = np.where(P[:, r] > x[:, r], np.ceil(P[:, r] - 1e-9), np.where(P[:, r] < x[:, r], np.floor(P[:, r] + 1e-9), P[:, r]))
+    for cols in geo.group_columns:
+        broken = np.abs(P[:, cols].sum(1) - 1) > 1e-9
+        P[np.ix_(broken, cols)] = c[np.ix_(broken, cols)]
+    inside = ((P >= lo - 1e-12) & (P <= hi + 1e-12)).all(1)  # a rounding may leave the cell
+    inside[inside] = accepts(world, P[inside])  # and the model has the last word
+    P = np.where(inside[:, None], P, c)
+    out = C.copy()
+    out[rows] = P
+    return out
+
+
+def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, sweeps: int = 2) -> np.ndarray:
+    """Coordinate descent over a tree ensemble's splits: each changed numeric column in turn (all
+    agents at once, one model call per position) moves to the accepted split crossing nearest the
+    agent, the other columns held; exact per column, since the decision changes only at splits."""
+    edges = split_edges(world)
+    c = c.copy()
+    cols_all = np.array([j for j in np.flatnonzero(geo.numeric) if j in edges], np.int64)
+    if not len(cols_all):
+        return c
+    for _ in range(sweeps):
+        moved_any = False
+        changed = np.abs(c[:, cols_all] - x[:, cols_all]) > 1e-12  # (n, m)
+        k_max = int(changed.sum(1).max(initial=0))
+        for r in range(k_max):
+            rank = np.cumsum(changed, 1) - 1
+            a_idx, m_idx = np.nonzero(changed & (rank == r))
+            if not len(a_idx):
+                continue
+            by_col: dict[int, np.ndarray] = {}
+            for m in np.unique(m_idx):
+                by_col[int(cols_all[m])] = a_idx[m_idx == m]
+            width = max(len(edges[col][0]) for col in by_col)
+            rows, owners, vals = [], [], []
+            for col, agents in by_col.items():
+                v = crossings(edges[col], x[agents, col])  # (n, T)
+                if geo.rounded[col]:
+                    gap = v - x[agents, col][:, None]
+                    v = x[agents, col][:, None] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+                closer = (np.abs(v - x[agents, col][:, None]) < np.abs(c[agents, col] - x[agents, col])[:, None] - 1e-12) \
+                    & (np.sign(v - x[agents, col][:, None]) == np.sign(c[agents, col] - x[agents, col])[:, None])
+                v = np.where(closer, v, np.nan)
+                v = np.pad(v, ((0, 0), (0, width - v.shape[1])), constant_values=np.nan)
+                T = np.repeat(c[agents][:, None, :], width, axis=1)
+                T[:, :, col] = np.where(np.isnan(v), c[agents, col][:, None], v)
+                rows.append(T)
+                owners.append(np.repeat(agents[:, None], width, 1))
+                vals.append(v)
+            T = np.concatenate(rows)  # (n, width, D)
+            V = np.concatenate(vals)
+            own = np.concatenate(owners)[:, 0]
+            col_of = np.concatenate([np.full(len(a), col) for col, a in by_col.items()])
+            live = ~np.isnan(V)
+            if not live.any():
+                continue
+            ok = np.zeros(V.shape, bool)
+            ok[live] = accepts(world, T[live])
+            gap = np.where(ok, np.abs(V - x[own, col_of][:, None]), np.inf)
+            best = gap.argmin(1)
+            hit = np.isfinite(gap[np.arange(len(own)), best])
+            c[own[hit], col_of[hit]] = V[np.flatnonzero(hit), best[hit]]
+            moved_any |= bool(hit.any())
+        if not moved_any:
+            break
+    return c
+
+
+def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 4,
+           probes: int = 15) -> np.ndarray:
+    """Shorten accepted answers ``C`` (N, D; NaN rows skipped) while the model accepts them: one
+    scale of all numeric changes, then each numeric change on its own (combined if the model still
+    accepts), then each changed feature back at the agent's value. About 2 + rounds + 2 model calls."""
+    C = C.copy()
+    rows = np.flatnonzero(~np.isnan(C).any(1))
+    if not len(rows):
+        return C
+    x, c = X[rows], C[rows]
+    c = cell_clip(world, geo, x, c)  # a tree ensemble: the nearest point of each answer's cell, exactly
+    num = geo.numeric
+    if num.any() and rounds > 0:
+        P = probes
+
+        lo, hi = geo.box(x)
+        xn, cn, lon, hin = x[:, None, num], c[:, None, num], lo[:, None, num], hi[:, None, num]
+        rnd = geo.rounded[num]
+
+        def scaled(S: np.ndarray) -> np.ndarray:  # (n, P) scales -> projected rows (numeric columns only move)
+            V = xn + S[..., None] * (cn - xn)
+            V[..., rnd] = xn[..., rnd] + np.sign(V[..., rnd] - xn[..., rnd]) * np.ceil(
+                np.abs(V[..., rnd] - xn[..., rnd]) - 1e-9)
+            T = np.repeat(c[:, None, :], P, axis=1)
+            T[..., num] = np.clip(V, lon, hin)
+            return T.reshape(-1, c.shape[1])
+
+        s = _line_search(world, scaled, np.zeros(len(c)), np.ones(len(c)), np.zeros(len(c), bool),
+                         rounds=max(1, rounds // 2), probes=P)
+        shrunk = scaled(np.repeat(s[:, None], P, axis=1)).reshape(len(c), P, -1)[:, 0]
+        c = np.where((s < 1.0)[:, None], shrunk, c)  # scale 1 was never probed: x + (c - x) may miss c's last bit
+        a_idx, cols = np.nonzero(num[None, :] & (np.abs(c - x) > 1e-12))
+        if len(a_idx):
+            base = c[a_idx]
+
+            def moved(V: np.ndarray) -> np.ndarray:
+                T = np.repeat(base[:, None, :], P, axis=1)
+                T[np.arange(len(a_idx))[:, None], np.arange(P)[None, :], cols[:, None]] = V
+                return T.reshape(-1, c.shape[1])
+
+            far = _line_search(world, moved, x[a_idx, cols], c[a_idx, cols], geo.integral[cols], rounds=rounds,
+                               probes=P)
+            combined = c.copy()
+            combined[a_idx, cols] = far
+            c = np.where(accepts(world, combined)[:, None], combined, c)
+        if split_edges(world):  # a tree ensemble: each change scanned exactly over its splits
+            c = _edge_sweep(world, geo, x, c)
+    # each changed raw feature back at the agent's value, all tried in one call
+    changed = geo.deltas(x, c) > 1e-12
+    a_idx, j_idx = np.nonzero(changed)
+    if len(a_idx):
+        trials = c[a_idx].copy()
+        cols = geo.raw_of_column[None, :] == j_idx[:, None]
+        trials[cols] = x[a_idx][cols]
+        ok = accepts(world, trials)
+        d = geo.distance(x[a_idx], trials)
+        best_d = geo.distance(x, c)
+        for t in np.flatnonzero(ok)[np.argsort(d[ok], kind="stable")]:  # greedy: smallest distance first
+            i = a_idx[t]
+            if d[t] < best_d[i] - 1e-12:  # one drop per agent: trials were made from the undropped row
+                c[i], best_d[i] = trials[t], d[t]
+    C[rows] = c
+    return C
+
+
+# ------------------------------------------------------------------------------------ generators
