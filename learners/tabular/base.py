@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import WorldGeometry, accepted_distances
-from learners.tabular.polish import polish
+from learners.tabular.polish import polish, split_edges, trade_sweep
 from solvers.mace.distance import Norm
 
 
@@ -123,6 +123,10 @@ class TabularGenerator(ABC):
         found = np.isfinite(dp[np.arange(N), best])
         CF = np.where(found[:, None], P.reshape(N, top, D)[np.arange(N), best], np.nan)
         d = np.where(found, dp[np.arange(N), best], np.inf)
+        if steps >= 0 and found.any() and not split_edges(world):  # a smooth boundary: trades of two features
+            rows = np.flatnonzero(found)
+            CF[rows] = trade_sweep(world, geo, X[rows], CF[rows])
+            d[rows] = geo.distance(X[rows], CF[rows])
         alts = None
         if n_alternatives > 0:  # the next distinct accepted candidates, nearest first
             alts = np.full((N, n_alternatives, D), np.nan)

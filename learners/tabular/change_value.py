@@ -20,7 +20,7 @@ import numpy as np
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
 from learners.tabular.geometry import WorldGeometry, accepted_distances
-from learners.tabular.polish import crossings, polish, split_edges
+from learners.tabular.polish import crossings, polish, split_edges, trade_sweep
 from solvers.mace.distance import Norm
 
 LADDER = np.array([0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0])  # multiples of a predicted change
@@ -322,6 +322,8 @@ class ChangeValueGenerator(TabularGenerator):
             P = C[np.flatnonzero(better), best[better]]
             if steps >= 0:
                 P = polish(world, geo, x[better], P, rounds=steps, probes=int(self.params.polish_probes))
+                if not split_edges(world):
+                    P = trade_sweep(world, geo, x[better], P)
             dp = geo.distance(x[better], P)
             take = dp < rec.distance[rows[better]] - 1e-12
             idx = rows[np.flatnonzero(better)[take]]

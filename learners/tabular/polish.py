@@ -195,6 +195,72 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     return c
 
 
+TRADE_BACK = (1.0, 2.0)  # integer steps (a real column: these shares of a quarter of its change) a trade gives back
+TRADE_LEVELS = 16  # values tried for the feature that takes the trade up
+
+
+def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
+    """Trades between two numeric features, where coordinate moves stop one step short: for every
+    changed numeric column i and every other mutable numeric column j, i gives back a step toward
+    the agent and j moves on (further from the agent, ``TRADE_LEVELS`` growing steps) until the
+    model accepts again; the nearest accepted trade of each agent is kept if it is nearer. One
+    model call per round, all agents at once."""
+    c = c.copy()
+    num = np.flatnonzero(geo.numeric & ~geo.fixed)
+    if len(num) < 2:
+        return c
+    lo, hi = geo.box(x)
+    ladder = np.concatenate([np.arange(1, 9), [10, 12, 16, 20, 30, 50, 80, 120]])[:TRADE_LEVELS].astype(float)
+    for _ in range(rounds):
+        d_now = geo.distance(x, c)
+        gap = c[:, num] - x[:, num]
+        a_i, p_i = np.nonzero(np.abs(gap) > 1e-12)  # agent, position in num of a changed column
+        if not len(a_i):
+            break
+        rows, owner = [], []
+        for k in TRADE_BACK:
+            ci = num[p_i]
+            g = gap[a_i, p_i]
+            step = np.where(geo.rounded[ci], k, k * 0.25 * np.abs(g))
+            back = np.where(np.abs(g) > step, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
+            for cj in num:
+                keep = ci != cj
+                if not keep.any():
+                    continue
+                aa, ii, bb = a_i[keep], ci[keep], back[keep]
+                gj = c[aa, cj] - x[aa, cj]
+                for sgn in (1.0, -1.0):
+                    ok_dir = (gj * sgn >= 0)  # j moves on in its own direction (either, if unchanged)
+                    if not ok_dir.any():
+                        continue
+                    a2, i2, b2 = aa[ok_dir], ii[ok_dir], bb[ok_dir]
+                    unit = np.where(geo.rounded[cj], 1.0, geo.span[cj] / 200.0)
+                    V = c[a2, cj][:, None] + sgn * unit * ladder[None, :]
+                    V = np.clip(V, lo[a2, cj][:, None], hi[a2, cj][:, None])
+                    T = np.repeat(c[a2][:, None, :], len(ladder), axis=1)
+                    T[np.arange(len(a2)), :, i2] = b2[:, None]
+                    T[:, :, cj] = V
+                    rows.append(T.reshape(-1, c.shape[1]))
+                    owner.append(np.repeat(a2, len(ladder)))
+        if not rows:
+            break
+        T, own = np.concatenate(rows), np.concatenate(owner)
+        ok = accepts(world, T)
+        if not ok.any():
+            break
+        T, own = T[ok], own[ok]
+        d = geo.distance(x[own], T)
+        better = d < d_now[own] - 1e-12
+        if not better.any():
+            break
+        T, own, d = T[better], own[better], d[better]
+        order = np.lexsort((d, own))
+        first = np.r_[True, own[order][1:] != own[order][:-1]]
+        pick = order[first]
+        c[own[pick]] = T[pick]
+    return c
+
+
 def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 4,
            probes: int = 15) -> np.ndarray:
     """Shorten accepted answers ``C`` (N, D; NaN rows skipped) while the model accepts them: one
