@@ -343,3 +343,47 @@ def test_fuzzed_rejected_records_get_only_accepted_answers(german, german_labels
         assert f.mean() > 0.5
         assert world.accepts(rec.CF[f]).all(), method
         assert all(v is None for v in codec.violations(X[f], rec.CF[f])), method
+
+
+@settings(max_examples=40, deadline=None)
+@given(w0=st.floats(0.5, 5.0), w1=st.floats(0.5, 5.0), need=st.floats(5.0, 60.0), start=st.integers(0, 1))
+def test_trades_shorten_and_never_beat_the_brute_force_optimum(w0, w1, need, start):
+    """Two integer features and a linear boundary: a trade gives one feature back and the other
+    takes it up. The result is accepted, no farther than the start, and no nearer than the
+    brute-force optimum over every integer point."""
+    from envs.models import LinearModel
+    from learners.tabular import trade_sweep
+
+    schema = FeatureSchema((Feature("a", "numeric", 0, 20, integer=True), Feature("b", "numeric", 0, 40, integer=True)))
+    world = TabularWorld("toy/linear", schema, LinearModel(np.array([w0, w1]), -need))
+    geo = WorldGeometry.of(world)
+    x = np.array([[0.0, 0.0]])
+    grid = np.array(np.meshgrid(np.arange(21.0), np.arange(41.0), indexing="ij")).reshape(2, -1).T
+    ok = accepts(world, grid)
+    if not ok.any():
+        return
+    best = geo.distance(x, grid[ok]).min()
+    # start from the accepted point that changes one feature only (the farther of the two if both exist)
+    singles = [p for p in grid[ok] if (p == 0).sum() == 1]
+    if not singles:
+        return
+    c = np.array([max(singles, key=lambda p: geo.distance(x, p[None])[0]) if start else singles[0]])
+    out = trade_sweep(world, geo, x, c)
+    assert accepts(world, out).all()
+    assert geo.distance(x, out)[0] <= geo.distance(x, c)[0] + 1e-12
+    assert geo.distance(x, out)[0] >= best - 1e-12
+
+
+def test_a_trade_beats_the_coordinate_optimum():
+    """3a + 2b >= 40 from (0, 0), b's span twice a's: (14, 0) cannot shrink along a alone (13 fails),
+    yet giving a back and taking b up is nearer."""
+    from envs.models import LinearModel
+    from learners.tabular import trade_sweep
+
+    schema = FeatureSchema((Feature("a", "numeric", 0, 20, integer=True), Feature("b", "numeric", 0, 40, integer=True)))
+    world = TabularWorld("toy/linear", schema, LinearModel(np.array([3.0, 2.0]), -40.0))
+    geo = WorldGeometry.of(world)
+    x, c = np.array([[0.0, 0.0]]), np.array([[14.0, 0.0]])
+    assert accepts(world, c).all() and not accepts(world, np.array([[13.0, 0.0]])).all()
+    out = trade_sweep(world, geo, x, c)
+    assert accepts(world, out).all() and geo.distance(x, out)[0] < geo.distance(x, c)[0]

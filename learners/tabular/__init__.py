@@ -40,7 +40,7 @@ from learners.tabular.change_value import ChangeValueGenerator
 from learners.tabular.geometry import WorldGeometry, accepted_distances, accepts
 from learners.tabular.named_cfe import NamedCfeTabularGenerator
 from learners.tabular.nearest import NearestCfeGenerator
-from learners.tabular.polish import cell_clip, polish, split_edges
+from learners.tabular.polish import cell_clip, polish, split_edges, trade_sweep
 
 TABULAR_GENERATORS: dict[str, type[TabularGenerator]] = {
     g.method: g for g in (NearestCfeGenerator, NamedCfeTabularGenerator, ChangeValueGenerator)}
@@ -55,4 +55,4 @@ def build_tabular_generator(method: str, params: dict[str, Any] | None = None) -
 
 __all__ = ["TABULAR_GENERATORS", "ChangeValueGenerator", "NamedCfeTabularGenerator", "NearestCfeGenerator",
            "Recommendations", "TabularGenerator", "TabularLabels", "WorldGeometry", "accepted_distances", "accepts",
-           "build_tabular_generator", "cell_clip", "polish", "split_edges"]
+           "build_tabular_generator", "cell_clip", "polish", "split_edges", "trade_sweep"]
