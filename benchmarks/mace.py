@@ -50,10 +50,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sklearn.preprocessing import StandardScaler  # noqa: E402
 
-from data_gen.classifiers import TabularBuild, _estimator, build, model_params, negatives  # noqa: E402
-from envs.models import SklearnOracle, from_sklearn  # noqa: E402
+from benchmarks.mace_audit import AUDIT_DATASETS, run_audit  # noqa: E402
+from benchmarks.mace_common import NORM_INDEX, _load_revision, fmt, sample  # noqa: E402
+from envs.models import SklearnOracle  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 from solvers.mace.distance import distance  # noqa: E402
 
@@ -66,30 +66,9 @@ PAPER_SECONDS = {
     ("compas", "tree"): (7.07, 5.72, 4.99), ("compas", "forest"): (15.05, 10.75, 8.53),
     ("compas", "lr"): (0.52, 0.31, 0.54), ("compas", "mlp"): (79, 180, 122),
 }
-NORM_INDEX = {"zero": 0, "one": 1, "infty": 2}
 REF_EPSILON = 1e-7  # the reference answers of --check-certificates (with rel_tol = 0)
 
 
-_REAL: dict[str, SklearnOracle] = {}
-
-
-def real_model(b: TabularBuild, dataset: str, model: str, seed: int, model_kwargs: dict) -> SklearnOracle:
-    """The scikit-learn model behind the world, refitted (seeded, deterministic) and checked equal to its
-    white box: the build caches only the white box, and ``verified`` means accepted by the real model."""
-    key = json.dumps([dataset, model, seed, model_kwargs], sort_keys=True)
-    if key not in _REAL:
-        _REAL[key] = _refit(b, dataset, model, seed, model_kwargs)
-    return _REAL[key]
-
-
-def _refit(b: TabularBuild, dataset: str, model: str, seed: int, model_kwargs: dict) -> SklearnOracle:
-    est = _estimator(model, seed, model_params(model, **model_kwargs))
-    scaler = StandardScaler().fit(b.data.X_train) if model in ("lr", "mlp") else None
-    est.fit(b.data.X_train if scaler is None else scaler.transform(b.data.X_train), b.data.y_train)
-    copy = from_sklearn(est) if scaler is None else from_sklearn(est, scaler.mean_, scaler.scale_)
-    if json.dumps(copy.to_dict()) != json.dumps(b.world.model.to_dict()):
-        raise RuntimeError(f"{dataset}/{model}: the refitted sklearn model differs from the cached white box")
-    return SklearnOracle(est, scaler)
 
 
 def explain(solver: MACE, world, X: np.ndarray, norm: str, oracle: SklearnOracle) -> list[dict]:
@@ -150,16 +129,6 @@ def run_cell(dataset: str, model: str, norm: str, args: argparse.Namespace, cell
     tmp.write_text(json.dumps(cell, indent=1))
     os.replace(tmp, cell_path)
     return cell
-
-
-def sample(dataset: str, model: str, args: argparse.Namespace) -> tuple[TabularBuild, np.ndarray, SklearnOracle]:
-    """The world, the seeded sample of its rejected test agents, and the real model."""
-    kw = json.loads(args.model_kwargs)
-    b = build(dataset, model, seed=args.seed, **kw)
-    neg = negatives(b.world, b.data.X_test)
-    rng = np.random.default_rng(args.seed)
-    X = neg[np.sort(rng.choice(len(neg), size=min(args.agents, len(neg)), replace=False))]
-    return b, X, real_model(b, dataset, model, args.seed, kw)
 
 
 def check_cell(dataset: str, model: str, norm: str, args: argparse.Namespace) -> dict:
@@ -247,10 +216,6 @@ def check_certificates(args: argparse.Namespace) -> None:
     print(md)
 
 
-def fmt(v, spec: str = ".2f") -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def table(cells: list[dict]) -> str:
     tols = sorted({(c.get("rel_tol"), c["epsilon"]) for c in cells}, key=str)
     lines = ["# MACE on real data: MILP (HiGHS) vs z3 (Algorithm 1)", "",
@@ -283,190 +248,6 @@ def table(cells: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------------------- audit (issue 34)
-
-AUDIT_DATASETS = ["adult", "german", "compas", "credit"]
-GECO_WEIGHTS = {"zero": (1.0, 0.0, 0.0), "one": (0.0, 1.0, 0.0), "infty": (0.0, 0.0, 1.0)}
-
-
-def _valid_rows(inst, oracle, X: np.ndarray) -> np.ndarray:
-    """Per row: a true counterfactual (the real sklearn model accepts it, every constraint holds)."""
-    X = np.atleast_2d(X)
-    lo, hi = inst.schema.bounds()
-    ok = np.all((X >= lo) & (X <= hi), axis=1) & np.all(~inst.integral | (X == np.round(X)), axis=1)
-    ok &= np.all((X >= inst.lower) & (X <= inst.upper), axis=1)  # immutable / monotone (the plausibility box)
-    for r in inst.raws:
-        if r.kind == "group":
-            cols = list(r.columns)
-            ok &= (X[:, cols].sum(axis=1) == 1) & np.all(np.isin(X[:, cols], (0.0, 1.0)), axis=1)
-    ok &= ~inst.schema.mutability_violations(inst.x_hat, X, tol=0.0)
-    if ok.any():
-        ok[ok] = np.asarray(oracle(X[ok]), bool).reshape(-1)
-    return ok
-
-
-def local_search(inst, oracle, cf: np.ndarray, rng: np.random.Generator, n_random: int = 400) -> np.ndarray:
-    """Candidate points around MACE's answer: each changed feature on a grid toward the agent (one and two
-    at a time), categorical changes undone, and random shrinks x^ + t (cf - x^) with small noise."""
-    xh = inst.x_hat
-    changed = [r for r in inst.raws if not np.array_equal(cf[list(r.columns)], xh[list(r.columns)])]
-    cands = []
-    grid = np.linspace(0.0, 1.0, 65)
-    for r in changed:
-        cols = list(r.columns)
-        if r.kind == "numeric":
-            C = np.repeat(cf[None], len(grid), axis=0)
-            C[:, cols[0]] = xh[cols[0]] + grid * (cf[cols[0]] - xh[cols[0]])
-        else:
-            C = cf[None].copy()
-            C[0, cols] = xh[cols]
-        cands.append(C)
-    num = [r.columns[0] for r in changed if r.kind == "numeric"]
-    for i, a in enumerate(num):
-        for b in num[i + 1:]:
-            g = np.linspace(0.9, 1.0, 11)
-            A, B = np.meshgrid(g, g)
-            C = np.repeat(cf[None], A.size, axis=0)
-            C[:, a] = xh[a] + A.ravel() * (cf[a] - xh[a])
-            C[:, b] = xh[b] + B.ravel() * (cf[b] - xh[b])
-            cands.append(C)
-    t = rng.uniform(0.95, 1.0, (n_random, 1))
-    span = np.array([inst.scale(c) for c in range(len(cf))])
-    noise = rng.normal(0, 1e-3, (n_random, len(cf))) * span * (cf != xh)
-    C = xh + t * (cf - xh) + noise
-    cands.append(C)
-    C = np.concatenate(cands)
-    C = np.where(inst.integral, np.round(C), C)
-    return np.clip(C, inst.lower, inst.upper)
-
-
-def _best_valid(inst, oracle, X: np.ndarray) -> tuple[float | None, np.ndarray | None]:
-    if not len(X):
-        return None, None
-    ok = _valid_rows(inst, oracle, np.asarray(X, float))
-    if not ok.any():
-        return None, None
-    d = inst.distance(np.asarray(X, float)[ok])
-    k = int(np.argmin(d))
-    return float(d[k]), np.asarray(X, float)[ok][k]
-
-
-def audit_cell(job: tuple) -> dict:
-    """One data set x model x norm: MACE per seed, then GeCo, MD-PSO and a local search look below delta_min."""
-    dataset, model, norm, args, path = job
-    import warnings
-
-    from solvers.geco import GeCo, Plaf
-    from solvers.pso import MDPSO
-    warnings.filterwarnings("ignore")
-    b, X, oracle = sample(dataset, model, args)
-    world = b.world
-    geco = GeCo(plaf=Plaf(), n_diverse=5, **dict(zip(("alpha", "beta", "gamma"), GECO_WEIGHTS[norm], strict=True)))
-    geco.fit(world, b.data.X_train)
-    pso = MDPSO().fit(world, b.data.X_train)
-    Mace = _load_revision(args.mace_rev) if args.mace_rev else MACE
-    rng = np.random.default_rng(args.seed)
-    records = []
-    for i, x in enumerate(X):
-        found = {}
-        t = time.perf_counter()
-        points = {"geco": [r.final_state for r in geco.solve(world, x) if r.found and r.final_state is not None]}
-        t_geco = time.perf_counter() - t
-        points["md_pso"] = [r.final_state for r in pso.solve(world, x) if r.found and r.final_state is not None]
-        for seed in args.seeds:
-            solver = Mace(norm=norm, oracle=oracle, seed=seed, time_limit=args.milp_timeout)
-            t = time.perf_counter()
-            r = solver.solve(world, x)[0]
-            sec = time.perf_counter() - t
-            inst = solver._instance(world, x)
-            rec = {"agent": i, "seed": seed, "seconds": sec, "status": r.status, "optimal": bool(r.optimal),
-                   "distance": r.extra.get("distance"), "delta_min": r.extra.get("delta_min"),
-                   "proof": r.extra.get("proof"), "reason": r.extra.get("reason")}
-            if r.status == "ok":
-                cf = np.asarray(r.extra["counterfactual"], float)
-                rec["mace_valid"] = bool(_valid_rows(inst, oracle, cf)[0])
-                pts = dict(points)
-                pts["local"] = list(local_search(inst, oracle, cf, rng))
-                for name, P in pts.items():
-                    d, _ = _best_valid(inst, oracle, np.array(P)) if len(P) else (None, None)
-                    found[name] = d
-                    rec[f"{name}_best"] = d
-                below = {n: d for n, d in found.items() if d is not None and d < rec["delta_min"] - 1e-12}
-                rec["below_delta_min"] = sorted(below)
-                rec["unsound"] = bool(r.optimal and below)
-                rec["closer_than_mace"] = sorted(n for n, d in found.items() if d is not None and d < rec["distance"] - 1e-12)
-            rec["geco_seconds"] = t_geco
-            records.append(rec)
-    ok = [r for r in records if r["status"] == "ok"]
-    cell = {"dataset": dataset, "model": model, "norm": norm, "seeds": list(args.seeds), "agents": len(X),
-            "answers": len(records), "solved": len(ok), "flagged": sum(r["optimal"] for r in ok),
-            "unsound": sum(r["unsound"] for r in ok), "below_delta_min_unflagged": sum(
-                bool(r["below_delta_min"]) and not r["optimal"] for r in ok),
-            "mace_invalid": sum(not r.get("mace_valid", True) for r in ok),
-            "not_proven": sum(not r["optimal"] for r in ok),
-            "seconds_mean": float(np.mean([r["seconds"] for r in records])) if records else None,
-            "records": records, "load_average": os.getloadavg()[0],
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cell, indent=1, default=float))
-    os.replace(tmp, path)
-    print(f"audit {dataset}/{model}/{norm}: {cell['answers']} answers, flagged {cell['flagged']}, unsound "
-          f"{cell['unsound']}, {cell['seconds_mean']:.2f}s", flush=True)
-    return cell
-
-
-def audit_table(cells: list[dict]) -> str:
-    lines = ["# MACE certificate audit (issue 34)", "",
-             "Per agent and MILP seed: MACE (HiGHS, with the proof re-solve, real sklearn model as oracle); then "
-             "GeCo (k = 5, the norm's weights), MD-PSO (defaults) and a local search around MACE's answer (grids "
-             "toward the agent per changed feature and pairs, categorical changes undone, 400 random shrinks) "
-             "look for valid points (accepted by the real sklearn model, within every constraint) below "
-             "delta_min. Unsound: flagged optimal with such a point (target 0).", "",
-             "| data | model | norm | agents | answers (agents x seeds) | flagged optimal | unsound | "
-             "not proven | valid below delta_min (unflagged) | MACE invalid | MACE s (mean) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in cells:
-        lines.append(f"| {c['dataset']} | {c['model']} | {c['norm']} | {c['agents']} | {c['answers']} | {c['flagged']} "
-                     f"| {c['unsound']} | {c['not_proven']} | {c['below_delta_min_unflagged']} | {c['mace_invalid']} "
-                     f"| {fmt(c['seconds_mean'])} |")
-    tot = {k: sum(c[k] for c in cells) for k in ("agents", "answers", "flagged", "unsound", "not_proven", "mace_invalid")}
-    lines += ["", f"Total: {len(cells)} cells, {tot['agents']} agents, {tot['answers']} answers, {tot['flagged']} flagged "
-              f"optimal, {tot['unsound']} unsound, {tot['not_proven']} not proven, {tot['mace_invalid']} invalid."]
-    return "\n".join(lines) + "\n"
-
-
-def run_audit(args: argparse.Namespace) -> None:
-    from multiprocessing import Pool
-
-    name = "audit" if not args.mace_rev else f"audit_{args.mace_rev[:8]}"
-    out = Path(args.out) / name
-    (out / "cells").mkdir(parents=True, exist_ok=True)
-    jobs = []
-    for norm in args.norms:  # norms outermost: a partial run covers every data set and model
-        for dataset in args.datasets:
-            for model in args.models:
-                seeds = "-".join(map(str, args.seeds))
-                path = out / "cells" / f"{dataset}-{model}-{norm}-a{args.agents}-s{seeds}.json"
-                if not path.exists():
-                    jobs.append((dataset, model, norm, args, path))
-    if jobs:
-        with Pool(max(1, args.jobs)) as pool:
-            for _ in pool.imap_unordered(audit_cell, jobs):
-                pass
-    seeds = "-".join(map(str, args.seeds))
-    cells = [json.loads(f.read_text()) for f in sorted((out / "cells").glob(f"*-a{args.agents}-s{seeds}.json"))]
-    cells = [c for c in cells if c["dataset"] in args.datasets and c["model"] in args.models and c["norm"] in args.norms]
-    order = {d: i for i, d in enumerate(AUDIT_DATASETS)}
-    cells.sort(key=lambda c: (order.get(c["dataset"], 9), ["tree", "forest", "lr", "mlp"].index(c["model"]),
-                              NORM_INDEX[c["norm"]]))
-    md = audit_table(cells)
-    if args.mace_rev:
-        md = md.replace("(issue 34)", f"(issue 34), MACE at revision {args.mace_rev}", 1)
-    (Path(args.out) / f"{name}.md").write_text(md)
-    (Path(args.out) / f"{name}.json").write_text(json.dumps(cells, indent=1, default=float))
-    print(md)
-
-
-# ------------------------------------------------------------------------------------------- GeCo vs MACE (issue 34)
 
 def geco_cell(job: tuple) -> dict:
     """GeCo (defaults, PLAF = the schema's mutability) against MACE's certified l1 optimum on the same agents."""
@@ -550,26 +331,6 @@ def run_geco(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------------- MACE time before / after
 
 @functools.cache
-def _load_revision(rev: str) -> type:
-    """The MACE class of solvers/mace at git revision ``rev``, imported as its own package (in a temp dir)."""
-    import importlib
-    import subprocess
-    import tempfile
-
-    root = Path(__file__).resolve().parent.parent
-    tmp = Path(tempfile.mkdtemp(prefix="mace_before_"))
-    pkg = tmp / f"mace_{rev[:8]}"
-    pkg.mkdir()
-    names = subprocess.run(["git", "ls-tree", "--name-only", rev, "solvers/mace/"], cwd=root, check=True,
-                           capture_output=True, text=True).stdout.split()
-    for name in names:
-        src = subprocess.run(["git", "show", f"{rev}:{name}"], cwd=root, check=True, capture_output=True, text=True).stdout
-        (pkg / Path(name).name).write_text(src.replace("solvers.mace.", f"{pkg.name}.").replace(
-            "from solvers.mace import", f"from {pkg.name} import"))
-    sys.path.insert(0, str(tmp))
-    return importlib.import_module(f"{pkg.name}.mace").MACE
-
-
 def run_before_after(args: argparse.Namespace) -> None:
     """MACE's seconds per explanation at ``--before`` and now, on the same agents, alternating per agent."""
     import warnings

@@ -39,28 +39,17 @@ from typing import Any
 import numpy as np
 
 from serving.fallback import BackgroundCache
+from serving.processes import FALLBACK_NICE, lower_priority, stop_pool, stop_resource_tracker
 from serving.records import RecordCodec, RecordError
 from serving.rounding import round_answers
 from serving.service import InputError, ServiceError
 
 log = logging.getLogger("recourse_gym.serve")
 
-FALLBACK_NICE = 10  # the fallback thread's niceness: generator answers go first when they compete for a core
-
-
-def _lower_priority() -> None:
-    """Run the fallback thread at a lower OS priority (Linux schedules threads; elsewhere a no-op)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FALLBACK_NICE)
-    except (AttributeError, OSError):
-        pass
-
-
 # GeCo and MACE run here, one job at a time (HiGHS and numpy release the GIL; the event loop stays free).
-_SOLVER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabular-fallback", initializer=_lower_priority)
+_SOLVER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabular-fallback", initializer=lower_priority)
 SWITCH_INTERVAL_S = 0.0001  # GIL hand-over interval while a fallback runs beside requests (Python's default: 5 ms)
 MAX_RESTARTS = 5  # fallback processes started again after one died; beyond, the fallback runs in the server
-PROCESS_STOP_S = 3.0  # a shutdown waits this long for the fallback process to end after SIGTERM, then kills it
 MAX_QUEUED = 512  # fallback jobs waiting at most; beyond, a record is answered "unknown" without queueing
 CACHE_SIZE = 50_000
 METHODS = ("generator", "geco", "mace")
@@ -90,39 +79,6 @@ def _process_call(name: str, *args: Any) -> Any:
     solver.__dict__.update(_PROCESS_STATE)
     solver.fallback_process = False  # in here, solve in place
     return getattr(solver, name)(*args)
-
-
-def stop_pool(pool: Any, timeout_s: float = PROCESS_STOP_S) -> None:
-    """Stop a process pool now: cancel its queue, SIGTERM its processes, SIGKILL those still alive after
-    ``timeout_s``, and reap them (so that the multiprocessing resource tracker, which lives as long as a
-    process holds its pipe, ends too)."""
-    if pool is None:
-        return
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    deadline = time.monotonic() + timeout_s
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join(1.0)
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
-def stop_resource_tracker(timeout_s: float = 2.0) -> None:
-    """End multiprocessing's resource tracker process (started with the fallback process; it ignores
-    SIGTERM and SIGINT and ends only when its pipe closes): close the pipe and reap it, waiting at most
-    ``timeout_s`` (on a daemon thread, so a tracker that does not end cannot hold the shutdown)."""
-    from multiprocessing import resource_tracker
-
-    tracker = resource_tracker._resource_tracker
-    if getattr(tracker, "_pid", None) is None:
-        return
-    stopper = threading.Thread(target=tracker._stop, name="stop-resource-tracker", daemon=True)
-    stopper.start()
-    stopper.join(timeout_s)
 
 
 @dataclass
@@ -420,7 +376,7 @@ class TabularService:
 
     def close(self) -> None:
         """Drop the fallback jobs still queued and stop the fallback process (SIGTERM, then SIGKILL after
-        :data:`PROCESS_STOP_S`): for a shutdown or a test's end. A job running in the server process finishes."""
+        :data:`serving.processes.PROCESS_STOP_S`): for a shutdown or a test's end. A job running in the server process finishes."""
         with self._lock:
             futures = list(self._futures)
         for f in futures:

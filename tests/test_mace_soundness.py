@@ -113,7 +113,7 @@ def _audit_args(tmp_path, **kw):
 
 
 def test_audit_cell_finds_no_unsound_certificate(tmp_path):
-    from benchmarks.mace import audit_cell
+    from benchmarks.mace_audit import audit_cell
 
     cell = audit_cell(("german", "tree", "one", _audit_args(tmp_path), tmp_path / "cell.json"))
     assert (tmp_path / "cell.json").exists() and cell["answers"] == 2
@@ -124,7 +124,7 @@ def test_audit_cell_finds_no_unsound_certificate(tmp_path):
 
 def test_audit_catches_a_planted_false_certificate(tmp_path, monkeypatch):
     """A MACE whose delta_min is inflated past its own answer must be counted unsound."""
-    import benchmarks.mace as bm
+    import benchmarks.mace_audit as bm
 
     class Inflated(bm.MACE):
         def solve(self, world, x, **options):

@@ -1,0 +1,58 @@
+"""The fallback's processes and threads: their priority and a clean stop.
+
+A tabular server solves its fallbacks (GeCo, MACE) on a worker thread and, where it can, in one
+child process, both at a lower OS priority so that generator answers go first when they compete
+for a core. On shutdown the child gets SIGTERM, then SIGKILL, and is reaped, and multiprocessing's
+resource tracker is ended too, so that no process outlives the server.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+FALLBACK_NICE = 10  # the fallback thread's niceness: generator answers go first when they compete for a core
+PROCESS_STOP_S = 3.0  # a shutdown waits this long for the fallback process to end after SIGTERM, then kills it
+
+
+def lower_priority() -> None:
+    """Run the fallback thread at a lower OS priority (Linux schedules threads; elsewhere a no-op)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FALLBACK_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
+def stop_pool(pool: Any, timeout_s: float = PROCESS_STOP_S) -> None:
+    """Stop a process pool now: cancel its queue, SIGTERM its processes, SIGKILL those still alive after
+    ``timeout_s``, and reap them (so that the multiprocessing resource tracker, which lives as long as a
+    process holds its pipe, ends too)."""
+    if pool is None:
+        return
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def stop_resource_tracker(timeout_s: float = 2.0) -> None:
+    """End multiprocessing's resource tracker process (started with the fallback process; it ignores
+    SIGTERM and SIGINT and ends only when its pipe closes): close the pipe and reap it, waiting at most
+    ``timeout_s`` (on a daemon thread, so a tracker that does not end cannot hold the shutdown)."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_pid", None) is None:
+        return
+    stopper = threading.Thread(target=tracker._stop, name="stop-resource-tracker", daemon=True)
+    stopper.start()
+    stopper.join(timeout_s)
