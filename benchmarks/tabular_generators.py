@@ -118,12 +118,13 @@ def evaluate_generator(gen: Any, world: TabularWorld, X: np.ndarray, mace_d: np.
 def evaluate_online(name: str, world: TabularWorld, domain: np.ndarray, X: np.ndarray, mace_d: np.ndarray,
                     mace_ok: np.ndarray, seed: int) -> dict[str, Any]:
     """GeCo or MD-PSO, one agent at a time, with the model calls each reports."""
-    from solvers.geco import GeCo
+    from solvers.geco import GeCo, Plaf
     from solvers.pso import MDPSO
 
-    # their defaults (k = 5 diverse answers: the search GeCo's and MD-PSO's results were measured with);
-    # the nearest valid one is the answer
-    solver = GeCo().fit(world, domain) if name == "geco" else MDPSO(seed=seed).fit(world, domain)
+    # their defaults (k = 5 diverse answers: the search GeCo's and MD-PSO's results were measured with),
+    # GeCo with the schema's constraints only (Plaf()), as MACE and the generators have them; the nearest
+    # valid answer is the answer
+    solver = GeCo(plaf=Plaf()).fit(world, domain) if name == "geco" else MDPSO(seed=seed).fit(world, domain)
     CF = np.full(X.shape, np.nan)
     secs, calls = [], []
     for i, x in enumerate(X):
