@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.alternatives import diverse, nearest_first
 from serving.fallback import BackgroundCache
 from serving.processes import FALLBACK_NICE, lower_priority, stop_pool, stop_resource_tracker
 from serving.records import RecordCodec, RecordError
@@ -340,23 +341,11 @@ class TabularService:
         for i, a in enumerate(answers):
             if a.kind == "mace" or a.kind == "geco":
                 a.alternatives = self.diverse(X[i], a.cf, a.alternatives, n_diverse)
-
-    def _changed(self, x: np.ndarray, cf: np.ndarray) -> frozenset[int]:
-        return frozenset(j for j, d in enumerate(self.codec.domains)
-                         if not np.array_equal(x[list(d.columns)], cf[list(d.columns)]))
+            answers[i] = nearest_first(self.codec, X[i], answers[i], n_diverse)
 
     def diverse(self, x: np.ndarray, primary: np.ndarray | None, cands: list[tuple[np.ndarray, float, str]],
                 n: int) -> list[tuple[np.ndarray, float, str]]:
-        """Up to ``n`` candidates, nearest first, each changing a different set of features than the
-        answer and than every one kept before it (GeCo's notion of diverse: distinct Δ)."""
-        seen = set() if primary is None else {self._changed(x, primary)}
-        out = []
-        for c in sorted(cands, key=lambda t: t[1]):
-            key = self._changed(x, c[0])
-            if len(out) < n and key not in seen:
-                seen.add(key)
-                out.append(c)
-        return out
+        return diverse(self.codec, x, primary, cands, n)
 
     def _submit(self, key: Any, fn: Any, *args: Any) -> Any:
         with self._lock:
