@@ -349,12 +349,12 @@ def main(argv: list[str] | None = None) -> None:
         old = json.loads(path.read_text()).get("online") if path.exists() and args.keep_online else None
         if old:
             args.no_online, was = True, args.no_online
-            out = run_cell(cell, args)
+            result = run_cell(cell, args)
             args.no_online = was
-            out["online"] = old  # the online searches do not depend on the generators' code
+            result["online"] = old  # the online searches do not depend on the generators' code
         else:
-            out = run_cell(cell, args)
-        cells.append(save(out, path))
+            result = run_cell(cell, args)
+        cells.append(save(result, path))
     command = "python benchmarks/tabular_generators.py" + ("" if argv is None else " " + " ".join(argv))
     (out / "tabular_generators.md").write_text(report(cells, command))
     (out / "tabular_generators.json").write_text(json.dumps(cells, indent=1, default=float))
