@@ -19,6 +19,8 @@ from learners.tabular.geometry import WorldGeometry, accepted_distances
 from learners.tabular.polish import polish, split_edges, trade_sweep
 from solvers.mace.distance import Norm
 
+TRADE_ROUNDS = 2  # trade sweeps (each followed by a polish of the traded answers) on a smooth boundary
+
 
 @dataclass
 class TabularLabels:
@@ -125,7 +127,17 @@ class TabularGenerator(ABC):
         d = np.where(found, dp[np.arange(N), best], np.inf)
         if steps >= 0 and found.any() and not split_edges(world):  # a smooth boundary: trades of two features
             rows = np.flatnonzero(found)
-            CF[rows] = trade_sweep(world, geo, X[rows], CF[rows])
+            live = rows
+            for _ in range(TRADE_ROUNDS):
+                traded = trade_sweep(world, geo, X[live], CF[live])
+                moved = np.flatnonzero((traded != CF[live]).any(1))
+                if not len(moved):
+                    break
+                # a trade lands on a coarse step: shrink it again
+                traded[moved] = polish(world, geo, X[live[moved]], traded[moved], rounds=steps,
+                                       probes=int(self.params.polish_probes))
+                CF[live] = traded
+                live = live[moved]
             d[rows] = geo.distance(X[rows], CF[rows])
         alts = None
         if n_alternatives > 0:  # the next distinct accepted candidates, nearest first

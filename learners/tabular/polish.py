@@ -210,7 +210,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     if len(num) < 2:
         return c
     lo, hi = geo.box(x)
-    ladder = np.concatenate([np.arange(1, 9), [10, 12, 16, 20, 30, 50, 80, 120]])[:TRADE_LEVELS].astype(float)
+    shares = np.array([0.0005, 0.001, 0.002, 0.004, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.08, 0.12])
     for _ in range(rounds):
         d_now = geo.distance(x, c)
         gap = c[:, num] - x[:, num]
@@ -234,8 +234,12 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
                     if not ok_dir.any():
                         continue
                     a2, i2, b2 = aa[ok_dir], ii[ok_dir], bb[ok_dir]
-                    unit = np.where(geo.rounded[cj], 1.0, geo.span[cj] / 200.0)
-                    V = c[a2, cj][:, None] + sgn * unit * ladder[None, :]
+                    # small steps first, up to an eighth of the span: an integer column's 1-4 units, then shares
+                    steps = shares * geo.span[cj]
+                    if geo.rounded[cj]:
+                        steps = np.unique(np.concatenate([np.arange(1.0, 5.0), np.ceil(steps)]))[:TRADE_LEVELS]
+                    ladder = steps
+                    V = c[a2, cj][:, None] + sgn * ladder[None, :]
                     V = np.clip(V, lo[a2, cj][:, None], hi[a2, cj][:, None])
                     T = np.repeat(c[a2][:, None, :], len(ladder), axis=1)
                     T[np.arange(len(a2)), :, i2] = b2[:, None]
