@@ -16,10 +16,10 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import WorldGeometry, accepted_distances
-from learners.tabular.polish import polish, split_edges, trade_sweep
+from learners.tabular.polish import polish, trade_sweep
 from solvers.mace.distance import Norm
 
-TRADE_ROUNDS = 2  # trade sweeps (each followed by a polish of the traded answers) on a smooth boundary
+TRADE_ROUNDS = 2  # trade sweeps after the polish, each followed by a polish of the traded answers
 
 
 @dataclass
@@ -125,7 +125,7 @@ class TabularGenerator(ABC):
         found = np.isfinite(dp[np.arange(N), best])
         CF = np.where(found[:, None], P.reshape(N, top, D)[np.arange(N), best], np.nan)
         d = np.where(found, dp[np.arange(N), best], np.inf)
-        if steps >= 0 and found.any() and not split_edges(world):  # a smooth boundary: trades of two features
+        if steps >= 0 and found.any():  # trades of two features
             rows = np.flatnonzero(found)
             live = rows
             for _ in range(TRADE_ROUNDS):

@@ -322,8 +322,7 @@ class ChangeValueGenerator(TabularGenerator):
             P = C[np.flatnonzero(better), best[better]]
             if steps >= 0:
                 P = polish(world, geo, x[better], P, rounds=steps, probes=int(self.params.polish_probes))
-                if not split_edges(world):
-                    P = trade_sweep(world, geo, x[better], P)
+                P = trade_sweep(world, geo, x[better], P)
             dp = geo.distance(x[better], P)
             take = dp < rec.distance[rows[better]] - 1e-12
             idx = rows[np.flatnonzero(better)[take]]
