@@ -39,7 +39,6 @@ model (``geco_<tag>.{md,json}``); ``--before-after`` times MACE at an earlier gi
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -330,7 +329,6 @@ def run_geco(args: argparse.Namespace) -> None:
 
 # ------------------------------------------------------------------------------------------- MACE time before / after
 
-@functools.cache
 def run_before_after(args: argparse.Namespace) -> None:
     """MACE's seconds per explanation at ``--before`` and now, on the same agents, alternating per agent."""
     import warnings

@@ -5,6 +5,7 @@ equal to its white box), an earlier revision's MACE, and number formatting."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -52,6 +53,7 @@ def fmt(v, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+@functools.cache
 def _load_revision(rev: str) -> type:
     """The MACE class of solvers/mace at git revision ``rev``, imported as its own package (in a temp dir)."""
     import importlib
