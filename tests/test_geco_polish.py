@@ -87,3 +87,14 @@ def test_edges_find_a_narrow_interval():
     assert got[0].final_state[0] == pytest.approx(13.37, abs=1e-4) and got[0].final_state[1] == 0.0
     plain = GeCo(plaf=Plaf(), polish=False).fit(world, D).solve(world, x)
     assert plain[0].final_state[1] > 0.9  # without the scan: the data step over the interval
+
+
+def test_only_the_far_corner_is_accepted():
+    """0.267 a + 0.657 b >= 27.09 holds only near (40, 25): P(accept) is flat everywhere the search
+    starts, and GeCo once answered 'unknown' (a case hypothesis drew in CI). Its last resort, the box's
+    far corners, finds it, and the refinement brings the answer to the brute-force optimum."""
+    world = TabularWorld("plane", SCHEMA, _Linear([0.26723696187977797, 0.6574306551834772, 0.0], 27.08546834083905))
+    x = np.array([0.0, 0.0, 1.0])
+    got = GeCo(plaf=Plaf()).fit(world, STATES[::7]).solve(world, x)
+    assert got[0].valid and world.accepts(got[0].final_state[None])[0]
+    assert float(distance(SCHEMA, x, got[0].final_state[None], "one")[0]) <= _best(world, x) + 1e-12

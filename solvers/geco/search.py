@@ -222,6 +222,31 @@ class _Run(Refinement):
                 parts.append(start.take(np.zeros(len(picks), np.int64)).with_group(g, picks, 0))
         return parts
 
+    def corners(self, start: Population) -> list[Population]:
+        """Two candidates beyond the paper, tried when the search found no valid one: every ordered
+        group at its largest, then at its smallest value of the active domain. Where only the far
+        corner of the box is accepted (a P(accept) that is flat elsewhere gives the genetic search
+        no direction), the refinement then brings the answer back toward x."""
+        parts = []
+        for pick in (np.argmax, np.argmin):
+            cand = start.take(np.zeros(1, np.int64))
+            moved = False
+            for g in self.groups:
+                if not self._ordered(g):
+                    continue
+                opts = self.agent.options(g)
+                if not len(opts):
+                    continue
+                c = int(self.agent.space.program.group_cols[g][0])
+                v = self.agent.space.values[opts, 0]
+                k = int(pick(v))
+                if v[k] != self.agent.x[c]:
+                    cand = cand.with_group(g, opts[k:k + 1], 0)
+                    moved = True
+            if moved:
+                parts.append(cand)
+        return parts
+
     def crossover(self, pop: Population, born: int) -> list[Population]:
         """Algorithm 3: the fittest candidate of each distinct Δ' crossed with that of every other Δ'."""
         t0 = time.perf_counter()
@@ -324,6 +349,9 @@ class _Run(Refinement):
             if len(top) == k and np.all(top.proba > p.threshold) and np.all(top.born < gen - int(getattr(p, "patience", 0))):
                 break
         valid = np.flatnonzero(pop.proba > p.threshold)
+        if not len(valid):  # a last resort before giving up: the far corners of the box
+            pop = self._next(pop, self.corners(start))
+            valid = np.flatnonzero(pop.proba > p.threshold)
         if not len(valid):
             return none, "no_recourse" if exhausted else "unknown"
         found = self.answers(pop.take(valid))
