@@ -30,30 +30,19 @@ def value_options(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value:
     """(N, D, e) values to try per numeric column, nearest to the predicted ``value`` first (NaN padded).
 
     A tree ensemble changes its decision only where a value crosses a split, so its options are
-    the two sides of every split threshold of the column within the agent's reachable range
-    (``split_limits``: exact under sklearn's float32 test), nearest to the predicted value; other
-    models get multiples of the predicted change (``LADDER``) and the reachable bound."""
-    from envs.models import TreeEnsemble, split_limits
-
+    split crossings (``crossings``: the value just across each split from the agent, exact under
+    sklearn's float32 test) within the agent's reachable range: half the first ones the agent
+    meets in the predicted direction, half those nearest the predicted value. Other models get
+    multiples of the predicted change (``LADDER``) and the reachable bound."""
     N, D = X.shape
     out = np.full((N, D, e), np.nan)
     lo, hi = geo.box(X)
     cols = np.flatnonzero(geo.numeric & ~geo.fixed)
-    model = getattr(world.model, "model", world.model)  # a counting wrapper forwards to the model
-    if isinstance(model, TreeEnsemble):
-        thresholds: dict[int, list[np.ndarray]] = {}
-        for t in model.trees:
-            inner = t.left >= 0
-            for c in cols:
-                sel = inner & (t.feature == c)
-                if sel.any():
-                    thresholds.setdefault(int(c), []).append(t.threshold[sel])
+    edges = split_edges(world)
+    if edges:
         half = max(1, e // 2)
-        for c, ts in thresholds.items():
-            t = np.unique(np.concatenate(ts))
-            u, lft = split_limits(t)
-            # crossing a split from the agent's side: just right of it going up, just left going down
-            cand = np.where(t[None, :] >= X[:, c, None], lft[None, :], u[None, :])  # (N, T)
+        for c in (int(c) for c in cols if int(c) in edges):
+            cand = crossings(edges[c], X[:, c])  # (N, T): each split crossed from the agent's side
             reach = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != X[:, c, None])
             up = value[:, c, None] >= X[:, c, None]
             same_side = (cand > X[:, c, None]) == up
@@ -113,6 +102,17 @@ def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np
         live = np.arange(e)[None, :] < np.minimum(n_ok, e)[:, None]
         out[:, c, :] = np.where(live, vals, np.nan)
     return out
+
+
+def _numeric_in_subsets(geo: WorldGeometry, subs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For subsets ``subs`` (N, S, J) of raw features: which raw features are numeric (J,), the
+    column of each numeric one (J,; -1 elsewhere) and how many numeric features each subset has (N, S)."""
+    J = subs.shape[2]
+    num_raw = np.zeros(J, bool)
+    num_raw[geo.raw_of_column[geo.numeric]] = True
+    col_of_raw = np.full(J, -1)
+    col_of_raw[geo.raw_of_column[geo.numeric]] = np.flatnonzero(geo.numeric)
+    return num_raw, col_of_raw, (subs & num_raw).sum(-1)
 
 
 @dataclass
@@ -351,11 +351,7 @@ class ChangeValueGenerator(TabularGenerator):
                     levels[(e, k == 1)] = room_levels(world, geo, X, room, e, nearest=k == 1)
         out = np.repeat(X[:, None, :], S * R, axis=1)
         base = geo.project(X, np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :]))  # (N, S, D)
-        num_raw = np.zeros(J, bool)
-        num_raw[geo.raw_of_column[geo.numeric]] = True
-        col_of_raw = np.full(J, -1)
-        col_of_raw[geo.raw_of_column[geo.numeric]] = np.flatnonzero(geo.numeric)
-        k_num = (subs & num_raw).sum(-1)
+        num_raw, col_of_raw, k_num = _numeric_in_subsets(geo, subs)
         for k, shape in shapes.items():
             ii, ss = np.nonzero(k_num == k)
             if not len(ii):
@@ -393,11 +389,7 @@ class ChangeValueGenerator(TabularGenerator):
         options = value_options(world, geo, X, value, E)  # (N, D, E), NaN padded
         out = np.repeat(X[:, None, :], S * R, axis=1)
         base = np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :])  # (N, S, D)
-        num_raw = np.zeros(subs.shape[2], bool)
-        num_raw[geo.raw_of_column[geo.numeric]] = True
-        col_of_raw = np.full(subs.shape[2], -1)
-        col_of_raw[geo.raw_of_column[geo.numeric]] = np.flatnonzero(geo.numeric)
-        k_num = (subs & num_raw).sum(-1)  # (N, S) numeric features per subset
+        num_raw, col_of_raw, k_num = _numeric_in_subsets(geo, subs)
         for k in range(1, int(k_num.max(initial=0)) + 1):
             e = min(E, int(np.floor(R ** (1.0 / k) + 1e-9)))
             if e < 2 and k > 1:
