@@ -8,7 +8,7 @@ Per cell (data set x model, seed 0):
 - **held-out agents**: rejected rows of the data set's *test split* (never generated agents),
   labelled by MACE with a certificate (MILP, l1, rel_tol 1e-3);
 - **training agents**: the rejected rows of the training split, then agents drawn around them
-  (``data_gen.augment.perturb_agents``) up to the largest size, labelled by MACE (rel_tol 1e-2)
+  (``data_gen.perturbed_agents.perturb_agents``) up to the largest size, labelled by MACE (rel_tol 1e-2)
   on ``--jobs`` processes in chunks under ``data_cache/tabular_generators/<cell>-<hash>/``: an
   interrupted run resumes, and a change of any setting that shapes the labels changes the hash;
 - for each label budget n (the learning curve) the first n training labels train the k-NN
@@ -42,9 +42,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox import sample, save  # noqa: E402
-from data_gen.augment import PerturbParams, perturb_agents  # noqa: E402
 from data_gen.classifiers import build, negatives  # noqa: E402
 from data_gen.mace_labels import label_tabular  # noqa: E402
+from data_gen.perturbed_agents import PerturbParams, perturb_agents  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
 from evaluation.counterfactual_metrics import Counted  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
@@ -247,7 +247,7 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     lines = ["# Learned generators against not learning, real data, MACE labels (`benchmarks/tabular_generators.py`)",
              "", f"Command: `{command}`. Seed 0. Held-out agents: rejected rows of each data set's test split, "
              "labelled by MACE with a certificate (l1, rel_tol 1e-3). Training agents: the training split's "
-             "rejected rows, then agents drawn around them (data_gen/augment.py), labelled by MACE (rel_tol 1e-2).",
+             "rejected rows, then agents drawn around them (data_gen/perturbed_agents.py), labelled by MACE (rel_tol 1e-2).",
              "", "**optimal**: share of the MACE-solved held-out agents answered within 1% of MACE's certified "
              "distance. **valid**: share of answers the real model accepts with no constraint broken. "
              "**µs/agent**: batched (GeCo, MD-PSO: one agent per call). **× MACE**: MACE's mean seconds per agent "

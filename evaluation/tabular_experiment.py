@@ -66,7 +66,7 @@ class TabularSection(StrictModel):
     chunk_size: int = Field(25, ge=1, description="agents per MACE chunk (a finished chunk survives interrupts)")
     geco_agents: int = Field(30, ge=0, description="test agents also answered by GeCo in evaluation (0: none)")
     generated_agents: int = Field(0, ge=0, description="extra training agents drawn around the rejected training "
-                                  "agents (data_gen/augment.py), labelled by MACE too; never held out")
+                                  "agents (data_gen/perturbed_agents.py), labelled by MACE too; never held out")
     generated_numeric_scale: float = Field(0.05, ge=0.0, description="generated agents: numeric noise, share of span")
     generated_resample_prob: float = Field(0.15, ge=0.0, le=1.0,
                                            description="generated agents: chance a discrete feature takes another row's value")
@@ -215,7 +215,7 @@ def _with_generated(world: TabularWorld, train_agents: np.ndarray, data: Tabular
     """``data`` plus MACE's answers for ``t.generated_agents`` agents drawn around the training
     agents. Their chunks live under a key of everything that shapes them, so a changed setting
     never reuses another's labels and an interrupted run resumes."""
-    from data_gen.augment import PerturbParams, perturb_agents
+    from data_gen.perturbed_agents import PerturbParams, perturb_agents
 
     params = PerturbParams(t.generated_numeric_scale, t.generated_resample_prob)
     key = hashlib.sha256(json.dumps({"n": t.generated_agents, "seed": t.seed, "perturb": dataclasses.asdict(params),

@@ -1,10 +1,10 @@
-"""Generated training agents (data_gen/augment.py): rejected, in bounds, new, seeded."""
+"""Generated training agents (data_gen/perturbed_agents.py): rejected, in bounds, new, seeded."""
 
 import numpy as np
 import pytest
 
-from data_gen.augment import PerturbParams, perturb_agents
 from data_gen.classifiers import build
+from data_gen.perturbed_agents import PerturbParams, perturb_agents
 
 
 @pytest.fixture(scope="module")
