@@ -182,36 +182,45 @@ class TreeEnsemble(WhiteBoxModel):
 
     def class_probas(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(P(0), P(1)) per row, summed over the trees in order and divided by their number, as sklearn."""
-        X = self._check(X)
-        p0, p1 = np.zeros(len(X)), np.zeros(len(X))
-        leaves = self.leaves(X)
-        for j, t in enumerate(self.trees):  # in tree order: the same float sums as sklearn
-            p0 += t.p0[leaves[:, j]]
-            p1 += t.p1[leaves[:, j]]
-        return p0 / len(self.trees), p1 / len(self.trees)
+        from envs.tree_kernels import forest_sums
 
-    def leaves(self, X: np.ndarray) -> np.ndarray:
-        """(rows, trees) leaf index of each row in each tree: every tree descended at once, one level
-        per step, on the float32 cast as sklearn (a forest's per-tree Python loop cost ~75 µs a tree)."""
+        X32 = np.ascontiguousarray(self._check(X), np.float32)
+        s0, s1 = forest_sums(X32, *self._stacked())
+        return s0 / len(self.trees), s1 / len(self.trees)
+
+    def _stacked(self) -> tuple[np.ndarray, ...]:
+        """Every tree's node arrays in one, built once: root offsets, children (node ids offset per
+        tree; a leaf points to itself), features, thresholds, the deepest leaf's depth, P(0), P(1)."""
         stack = self.__dict__.get("_stack")
         if stack is None:
-            offsets = np.cumsum([0] + [len(t.left) for t in self.trees])[:-1]
+            offsets = np.cumsum([0] + [len(t.left) for t in self.trees])[:-1].astype(np.int64)
             left = np.concatenate([np.where(t.left >= 0, t.left + o, -1) for t, o in zip(self.trees, offsets, strict=True)])
             right = np.concatenate([np.where(t.right >= 0, t.right + o, -1) for t, o in zip(self.trees, offsets, strict=True)])
-            feature = np.concatenate([t.feature for t in self.trees])
+            own = np.arange(len(left))
+            feature = np.concatenate([np.where(t.left >= 0, t.feature, 0) for t in self.trees])
             threshold = np.concatenate([t.threshold for t in self.trees])
-            stack = (offsets, left, right, feature, threshold)
+            depth, level = 0, offsets.copy()
+            while True:  # the deepest leaf, level by level
+                level = level[left[level] >= 0]
+                if not len(level):
+                    break
+                level, depth = np.concatenate([left[level], right[level]]), depth + 1
+            p0 = np.concatenate([np.asarray(t.p0, float) for t in self.trees])
+            p1 = np.concatenate([np.asarray(t.p1, float) for t in self.trees])
+            stack = (offsets, np.where(left >= 0, left, own).astype(np.int64),
+                     np.where(right >= 0, right, own).astype(np.int64), feature.astype(np.int64),
+                     np.ascontiguousarray(threshold, np.float64), np.int64(depth), p0, p1)
             self.__dict__["_stack"] = stack
-        offsets, left, right, feature, threshold = stack
-        X32 = np.asarray(X).astype(np.float32)
-        node = np.broadcast_to(offsets, (len(X32), len(offsets))).copy()
-        rows = np.arange(len(X32))[:, None]
-        inner = left[node] >= 0
-        while inner.any():
-            go_left = X32[rows, feature[node]] <= threshold[node]
-            node = np.where(inner, np.where(go_left, left[node], right[node]), node)
-            inner = left[node] >= 0
-        return node - offsets
+        return stack
+
+    def leaves(self, X: np.ndarray) -> np.ndarray:
+        """(rows, trees) leaf index of each row in each tree, on the float32 cast as sklearn
+        (compiled: a forest's per-tree Python loop cost ~75 µs a tree)."""
+        from envs.tree_kernels import forest_leaves
+
+        X32 = np.ascontiguousarray(self._check(X), np.float32)
+        offsets, left, right, feature, threshold, depth, _, _ = self._stacked()
+        return forest_leaves(X32, offsets, left, right, feature, threshold, depth) - offsets
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return self.class_probas(X)[1]
@@ -355,3 +364,4 @@ def from_sklearn(est: Any, mean: np.ndarray | None = None, scale: np.ndarray | N
     if name == "MLPClassifier":
         return MLPModel.from_sklearn(est, mean, scale)
     raise ValueError(f"est: no white-box copy for {name}")
+

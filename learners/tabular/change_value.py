@@ -82,18 +82,23 @@ def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np
             cand = crossings(edges[c], X[:, c])
         elif c not in edges and edges:
             continue  # a tree ensemble never splits on this column: no value of it changes the decision
-        else:
-            t = np.arange(1, e // 2 + 1) / (e // 2)
-            cand = np.concatenate([X[:, c, None] + reach[:, None] * t, X[:, c, None] - reach[:, None] * t], 1)
+        else:  # e levels each way over the whole reach; an integer column's every step when they fit
+            steps = reach[:, None] * (np.arange(1, e + 1) / e)[None, :]
+            if geo.rounded[c]:
+                steps = np.where(np.floor(reach + 1e-9)[:, None] <= e, np.arange(1, e + 1)[None, :], steps)
+            cand = np.concatenate([X[:, c, None] + steps, X[:, c, None] - steps], 1)
         if geo.rounded[c]:
             gap = cand - X[:, c, None]
             cand = X[:, c, None] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
         ok = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != X[:, c, None]) \
             & (np.abs(cand - X[:, c, None]) <= reach[:, None] + 1e-12)
-        gap = np.where(ok, np.abs(cand - X[:, c, None]), np.inf)
-        order = np.argsort(gap, axis=1, kind="stable")
+        if nearest and edges:
+            key = np.where(ok, np.abs(cand - X[:, c, None]), np.inf)
+        else:  # spread: ordered by value, so that both directions are covered evenly
+            key = np.where(ok, cand, np.inf)
+        order = np.argsort(key, axis=1, kind="stable")
         n_ok = ok.sum(1)
-        if nearest:
+        if nearest and edges:
             pick = np.broadcast_to(np.arange(e)[None, :], (len(X), e))
         else:  # evenly spread over the reachable crossings
             pick = np.floor(np.arange(e)[None, :] * np.maximum(n_ok, 1)[:, None] / e).astype(np.int64)
@@ -127,6 +132,7 @@ class ChangeValueParams:
     grid_values: int = 24  # values tried per numeric feature of a one-feature subset (fewer for larger subsets)
     grid_rows: int = 64  # at most this many grid rows per subset (values per feature = rows ** (1 / features))
     scan_subsets: int = 4  # most probable subsets of one or two numeric features re-searched within the best answer's reach (0: none)
+    scan_features: int = 0  # also scan each of this many most probable numeric features alone and in pairs (0: none)
     scan_levels: tuple[int, int] = (8, 32)  # values of the first and the second feature of a scanned pair
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
@@ -311,7 +317,7 @@ class ChangeValueGenerator(TabularGenerator):
         rows = np.flatnonzero(rec.found & (rec.distance > 0))
         x = X[rows]
         prob, value = self._predict(x)
-        subs = self.subsets(prob)[:, : int(self.params.scan_subsets)]
+        subs = self._scan_sets(geo, prob)
         C = self._scan(world, geo, x, value, subs, rec.distance[rows])  # (n, K, D)
         n, K, D = C.shape
         d = accepted_distances(world, geo, x, C)  # the rows are reachable as built: no projection
@@ -330,6 +336,27 @@ class ChangeValueGenerator(TabularGenerator):
             rec.distance[idx] = dp[take]
         rec.seconds += time.perf_counter() - t0
         return rec
+
+    def _scan_sets(self, geo: WorldGeometry, prob: np.ndarray) -> np.ndarray:
+        """(N, S, J) subsets scanned within reach: the ``scan_subsets`` most probable ones, then each
+        of the ``scan_features`` most probable mutable numeric features alone and in pairs."""
+        subs = self.subsets(prob)[:, : int(self.params.scan_subsets)]
+        N, J = prob.shape
+        movable = np.zeros(J, bool)
+        movable[geo.raw_of_column[geo.numeric & ~geo.fixed]] = True
+        L = min(int(self.params.scan_features), int(movable.sum()))
+        if L <= 0:
+            return subs
+        top = np.argsort(np.where(movable, -prob, np.inf), axis=1, kind="stable")[:, :L]  # (N, L)
+        pairs = [(a, b) for a in range(L) for b in range(a + 1, L)]
+        extra = np.zeros((N, L + len(pairs), J), bool)
+        rows = np.arange(N)
+        for s in range(L):
+            extra[rows, s, top[:, s]] = True
+        for s, (a, b) in enumerate(pairs, start=L):
+            extra[rows, s, top[:, a]] = True
+            extra[rows, s, top[:, b]] = True
+        return np.concatenate([subs, extra], 1)
 
     def _scan(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray,
               best: np.ndarray) -> np.ndarray:

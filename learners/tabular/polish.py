@@ -195,22 +195,26 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     return c
 
 
-TRADE_BACK = (1.0, 2.0)  # integer steps (a real column: these shares of a quarter of its change) a trade gives back
-TRADE_LEVELS = 16  # values tried for the feature that takes the trade up
+TRADE_BACK = (1.0, 2.0, 4.0)  # integer steps (a real column: these quarters of its change) a trade gives back
+# where the feature that takes the trade up moves: these shares of the room the give-back frees (a
+# move past 1 cannot win), fine near 0 for a feature that needs only a nudge
+TRADE_SHARES = np.unique(np.concatenate([[1 / 128, 1 / 64, 1 / 32], np.arange(1, 17) / 16]))
 
 
 def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
     """Trades between two numeric features, where coordinate moves stop one step short: for every
     changed numeric column i and every other mutable numeric column j, i gives back a step toward
-    the agent and j moves on (further from the agent, ``TRADE_LEVELS`` growing steps) until the
-    model accepts again; the nearest accepted trade of each agent is kept if it is nearer. One
-    model call per round, all agents at once."""
+    the agent and j moves on (further from the agent) by ``TRADE_SHARES`` of the room that step
+    frees, the distance j may move and still come out nearer; the nearest accepted trade of each
+    agent is kept if it is nearer. One model call per round, all agents at once."""
     c = c.copy()
     num = np.flatnonzero(geo.numeric & ~geo.fixed)
     if len(num) < 2:
         return c
     lo, hi = geo.box(x)
-    shares = np.array([0.0005, 0.001, 0.002, 0.004, 0.007, 0.01, 0.015, 0.02, 0.03, 0.05, 0.08, 0.12])
+    a_w, b_w, g_w = geo.weights
+    if b_w + g_w <= 0:  # an l0 distance: a numeric trade never shortens it
+        return c
     for _ in range(rounds):
         d_now = geo.distance(x, c)
         gap = c[:, num] - x[:, num]
@@ -223,29 +227,32 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
             g = gap[a_i, p_i]
             step = np.where(geo.rounded[ci], k, k * 0.25 * np.abs(g))
             back = np.where(np.abs(g) > step, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
+            given = c[a_i].copy()
+            given[np.arange(len(a_i)), ci] = back
+            freed = d_now[a_i] - geo.distance(x[a_i], given)  # what the give-back saves
             for cj in num:
-                keep = ci != cj
+                fresh = np.abs(c[a_i, cj] - x[a_i, cj]) <= 1e-12
+                room = (freed - a_w * fresh) / (b_w + g_w)  # normalized move of j that can still win
+                keep = (ci != cj) & (room > 1e-12)
                 if not keep.any():
                     continue
-                aa, ii, bb = a_i[keep], ci[keep], back[keep]
+                aa, ii, bb, rr = a_i[keep], ci[keep], back[keep], room[keep]
                 gj = c[aa, cj] - x[aa, cj]
                 for sgn in (1.0, -1.0):
                     ok_dir = (gj * sgn >= 0)  # j moves on in its own direction (either, if unchanged)
                     if not ok_dir.any():
                         continue
                     a2, i2, b2 = aa[ok_dir], ii[ok_dir], bb[ok_dir]
-                    # small steps first, up to an eighth of the span: an integer column's 1-4 units, then shares
-                    steps = shares * geo.span[cj]
+                    steps = rr[ok_dir, None] * TRADE_SHARES[None, :] * geo.span[cj]  # (n, L)
                     if geo.rounded[cj]:
-                        steps = np.unique(np.concatenate([np.arange(1.0, 5.0), np.ceil(steps)]))[:TRADE_LEVELS]
-                    ladder = steps
-                    V = c[a2, cj][:, None] + sgn * ladder[None, :]
-                    V = np.clip(V, lo[a2, cj][:, None], hi[a2, cj][:, None])
-                    T = np.repeat(c[a2][:, None, :], len(ladder), axis=1)
+                        steps = np.ceil(steps - 1e-9)
+                    V = np.clip(c[a2, cj][:, None] + sgn * steps, lo[a2, cj][:, None], hi[a2, cj][:, None])
+                    L = V.shape[1]
+                    T = np.repeat(c[a2][:, None, :], L, axis=1)
                     T[np.arange(len(a2)), :, i2] = b2[:, None]
                     T[:, :, cj] = V
                     rows.append(T.reshape(-1, c.shape[1]))
-                    owner.append(np.repeat(a2, len(ladder)))
+                    owner.append(np.repeat(a2, L))
         if not rows:
             break
         T, own = np.concatenate(rows), np.concatenate(owner)
