@@ -30,6 +30,8 @@ class Refinement:
     model: Any  # solvers.blackbox.CountingModel
     groups: np.ndarray  # the agent's mutable groups
     refine_rounds: int
+    x_edges: dict[int, np.ndarray]  # ``edges`` through x, kept by ``ascent`` for ``combinations``
+    smooth_groups: set[int]  # ordered groups with no thresholds on their line through x (``edges``)
 
     def distance(self, X: np.ndarray) -> np.ndarray:
         a = self.agent
@@ -164,7 +166,7 @@ class Refinement:
         a, sp = self.agent, self.agent.space
         prog, m = sp.program, int(self.p.refine_samples)
         moves = []  # (columns, (n, |columns|) values) per group
-        edges = self.edges() if self.p.polish else {}
+        edges = self.x_edges = self.edges() if self.p.polish else {}
         for g in self.groups:
             cols = prog.group_cols[g]
             if self._ordered(g):
@@ -204,6 +206,71 @@ class Refinement:
             rows = T[np.unique(np.concatenate(pick))]
             if not len(rows):
                 break
+        F = np.vstack(found)
+        return F[np.argsort(self.distance(F), kind="stable")[:keep]]
+
+    def combinations(self, bound: float, depth: int = 4, cap: int = 20000, keep: int = 5) -> np.ndarray:
+        """Counterfactuals cheaper than ``bound`` made of up to ``depth`` small moves of distinct groups.
+
+        Beyond the paper (issue 34). The moves are those of ``ascent`` (an ordered group to the model's
+        edges on its line through x, or to data values near x; another group to its cheapest values),
+        each cheaper than ``bound`` alone. Every combination of moves of distinct groups whose distance
+        stays below ``bound`` is scored, one batched call per number of moves; a combination the model
+        accepts is not extended (more moves only cost more), and where more than ``cap`` remain the
+        cheapest are kept. The distance only grows as moves are added, so no combination below the
+        bound is pruned before ``cap`` binds: a forest's optimum often needs three or four threshold
+        crossings at once, each of which alone lowers P(accept) or leaves it unchanged, where a beam
+        ranked by P(accept) does not go. Returns the ``keep`` nearest counterfactuals found."""
+        a, sp = self.agent, self.agent.space
+        prog, m = sp.program, int(self.p.refine_samples)
+        if not np.isfinite(bound) or bound <= 0:
+            return np.zeros((0, len(a.x)))
+        edges = getattr(self, "x_edges", {})  # the edges ``ascent`` found on the lines through x
+        moves = []
+        smooth = getattr(self, "smooth_groups", set())
+        for g in self.groups:
+            cols = prog.group_cols[g]
+            if self._ordered(g):
+                if int(g) in smooth:  # a smooth line: the refinement and the polish search it
+                    continue
+                vals = np.unique(np.concatenate([self._local(g, side) for side in (-1.0, 1.0)]
+                                                + [edges.get(g, np.zeros(0))]))[:, None]
+            else:
+                opts = a.options(g)
+                vals = sp.values[opts[np.argsort(a.entry_cost(opts), kind="stable")][:m], :len(cols)]
+            T = np.repeat(a.x[None], len(vals), axis=0)
+            T[:, cols] = vals
+            vals = vals[self.distance(T) < bound]
+            if len(vals):
+                moves.append((cols, vals))
+        level, last = a.x[None].copy(), np.array([-1])
+        found = [np.zeros((0, len(a.x)))]
+        for _ in range(depth):
+            blocks, lasts = [], []
+            for gi, (cols, vals) in enumerate(moves):
+                src = np.flatnonzero(last < gi)  # groups in a fixed order: each combination once
+                if not len(src):
+                    continue
+                T = np.repeat(level[src], len(vals), axis=0)
+                T[:, cols] = np.tile(vals, (len(src), 1))
+                blocks.append(T)
+                lasts.append(np.full(len(T), gi))
+            if not blocks:
+                break
+            T, L = np.vstack(blocks), np.concatenate(lasts)
+            d = self.distance(T)
+            cheap = np.flatnonzero(d < bound)
+            if len(cheap) > cap:
+                cheap = cheap[np.argsort(d[cheap], kind="stable")[:cap]]
+            T, L = T[cheap], L[cheap]
+            if not len(T):
+                break
+            ok = a.rules.violations(T) == 0
+            valid = np.zeros(len(T), bool)
+            valid[ok] = self.model.predict_proba(T[ok]) > self.p.threshold
+            self.refine_rounds += 1
+            found.append(T[valid])
+            level, last = T[~valid], L[~valid]
         F = np.vstack(found)
         return F[np.argsort(self.distance(F), kind="stable")[:keep]]
 
@@ -369,11 +436,13 @@ class Refinement:
         data's values and an even grid, ``grid`` of each at most); each change of P between neighbours
         is then bisected (``rounds`` batched calls) to the far side of the change. A forest's optimum
         is a few such threshold crossings together, often between data values far from x; the beam
-        of ``ascent`` starts from these moves.
+        of ``ascent`` starts from these moves. Through x, the groups on whose lines P changes between
+        most neighbours of the grid (a smooth model: no thresholds there) are kept in ``smooth_groups``.
         """
         a, sp = self.agent, self.agent.space
         schema = sp.program.schema
         lo, hi = schema.bounds()
+        record = base is None
         base = a.x if base is None else np.asarray(base, float)
         lines = []  # (group, column, values sorted away from x)
         for g in self.groups:
@@ -410,13 +479,19 @@ class Refinement:
         p[ok] = self.model.predict_proba(rows[ok])
         self.refine_rounds += 1
         near, far, col, grp = [], [], [], []
+        smooth = set()
         for (g, c, _side, w), s0 in zip(lines, at[:-1], strict=True):
             q = p[s0:s0 + len(w)]
-            change = np.flatnonzero(np.abs(np.diff(q)) > 1e-12)[:per_side]
+            steps = np.abs(np.diff(q)) > 1e-12
+            if steps.mean() > 0.5:  # P changes between most neighbours: no thresholds on this line
+                smooth.add(int(g))
+            change = np.flatnonzero(steps)[:per_side]
             near += list(w[change])
             far += list(w[change + 1])
             col += [c] * len(change)
             grp += [g] * len(change)
+        if record:
+            self.smooth_groups = smooth
         if not near:
             return {}
         near, far, col = np.array(near), np.array(far), np.array(col)

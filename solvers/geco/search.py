@@ -67,7 +67,7 @@ class GeCo(Solver):
                  representation: Representation = "delta", partial_eval: bool = True,
                  refine: bool = True, refine_deltas: int = 20, refine_samples: int = 16, refine_rounds: int = 40,
                  threshold: float = 0.5, polish: bool = True, polish_splits: int = 16, polish_rounds: int = 24,
-                 max_cells: int = 1 << 24, seed: int = 0) -> None:
+                 combine_depth: int = 4, combine_cap: int = 60000, max_cells: int = 1 << 24, seed: int = 0) -> None:
         self.plaf = plaf  # PLAF program; None: the world's Appendix A.1 program (Adult, Credit), else none
         self.n_diverse = n_diverse  # k: counterfactuals returned, and the stopping rule's top-k
         self.population_size = population_size  # q: candidates kept per generation
@@ -88,6 +88,8 @@ class GeCo(Solver):
         self.polish = polish  # two-feature boundary search after the refinement (``polished``; needs refine)
         self.polish_splits = polish_splits  # levels of the first feature of each pair in the polish
         self.polish_rounds = polish_rounds  # bisection rounds of the polish (one batched call each)
+        self.combine_depth = combine_depth  # moves per combination below the best answer (``combinations``; 0: off)
+        self.combine_cap = combine_cap  # combinations scored per number of moves at most (the cheapest)
         self.max_cells = max_cells  # rows x columns per black-box call at most (memory bound)
         self.seed = seed  # random seed of the search
 
@@ -95,9 +97,11 @@ class GeCo(Solver):
 
     def _check_params(self) -> None:
         for name in ("n_diverse", "population_size", "m_init", "m_mut", "max_generations", "refine_deltas",
-                     "refine_samples", "refine_rounds", "polish_splits", "polish_rounds"):
+                     "refine_samples", "refine_rounds", "polish_splits", "polish_rounds", "combine_cap"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
+        if int(self.combine_depth) < 0:
+            raise ValueError(f"combine_depth: must be >= 0, got {self.combine_depth!r}")
         if self.mutate_top is not None and int(self.mutate_top) < 1:
             raise ValueError(f"mutate_top: must be >= 1 or None, got {self.mutate_top!r}")
         if int(self.n_diverse) > int(self.population_size):
@@ -170,7 +174,8 @@ class _Run(Refinement):
         self.pop_class = REPRESENTATIONS[geco.representation]
         self.groups = agent.mutable_groups()
         self.generations = self.explored = self.refine_rounds = 0
-        self.seconds = {"mutate": 0.0, "crossover": 0.0, "cascade": 0.0, "select": 0.0, "refine": 0.0, "polish": 0.0}
+        self.seconds = {"mutate": 0.0, "crossover": 0.0, "cascade": 0.0, "select": 0.0, "refine": 0.0, "polish": 0.0,
+                        "combine": 0.0}
 
     def _timed(self, part: str, t0: float) -> None:
         self.seconds[part] += time.perf_counter() - t0
@@ -388,6 +393,12 @@ class _Run(Refinement):
             if len(P):
                 X = np.vstack([self.refined(P), X])
             self._timed("polish", t0)
+        if self.p.refine and self.p.polish and self.p.combine_depth > 0 and len(X):
+            t0 = time.perf_counter()
+            C = self.combinations(float(self.distance(X).min()), int(self.p.combine_depth), int(self.p.combine_cap))
+            if len(C):
+                X = np.vstack([self.refined(C), X])
+            self._timed("combine", t0)
         _, first = row_ids(X)
         X = X[np.sort(first)]
         X = X[np.argsort(self.distance(X), kind="stable")]
