@@ -100,8 +100,9 @@ def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np
         n_ok = ok.sum(1)
         if nearest and edges:
             pick = np.broadcast_to(np.arange(e)[None, :], (len(X), e))
-        else:  # evenly spread over the reachable crossings
-            pick = np.floor(np.arange(e)[None, :] * np.maximum(n_ok, 1)[:, None] / e).astype(np.int64)
+        else:  # all reachable values where they fit, else e evenly spread over them
+            spread = np.floor(np.arange(e)[None, :] * np.maximum(n_ok, 1)[:, None] / e).astype(np.int64)
+            pick = np.where((n_ok <= e)[:, None], np.arange(e)[None, :], spread)
         pick = np.minimum(pick, cand.shape[1] - 1)
         vals = np.take_along_axis(cand, np.take_along_axis(order, pick, 1), 1)
         live = np.arange(e)[None, :] < np.minimum(n_ok, e)[:, None]
@@ -133,6 +134,7 @@ class ChangeValueParams:
     grid_rows: int = 64  # at most this many grid rows per subset (values per feature = rows ** (1 / features))
     scan_subsets: int = 4  # most probable subsets of one or two numeric features re-searched within the best answer's reach (0: none)
     scan_features: int = 0  # also scan each of this many most probable numeric features alone and in pairs (0: none)
+    scan_depth: int = 2  # the most features together in those subsets (1 to 3)
     scan_levels: tuple[int, int] = (8, 32)  # values of the first and the second feature of a scanned pair
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
@@ -348,14 +350,14 @@ class ChangeValueGenerator(TabularGenerator):
         if L <= 0:
             return subs
         top = np.argsort(np.where(movable, -prob, np.inf), axis=1, kind="stable")[:, :L]  # (N, L)
-        pairs = [(a, b) for a in range(L) for b in range(a + 1, L)]
-        extra = np.zeros((N, L + len(pairs), J), bool)
+        import itertools
+
+        sets = [c for k in range(1, int(self.params.scan_depth) + 1) for c in itertools.combinations(range(L), k)]
+        extra = np.zeros((N, len(sets), J), bool)
         rows = np.arange(N)
-        for s in range(L):
-            extra[rows, s, top[:, s]] = True
-        for s, (a, b) in enumerate(pairs, start=L):
-            extra[rows, s, top[:, a]] = True
-            extra[rows, s, top[:, b]] = True
+        for s, members in enumerate(sets):
+            for m in members:
+                extra[rows, s, top[:, m]] = True
         return np.concatenate([subs, extra], 1)
 
     def _scan(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray,
@@ -379,11 +381,16 @@ class ChangeValueGenerator(TabularGenerator):
         out = np.repeat(X[:, None, :], S * R, axis=1)
         base = geo.project(X, np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :]))  # (N, S, D)
         num_raw, col_of_raw, k_num = _numeric_in_subsets(geo, subs)
+        steps_of_raw = np.full((N, J), 1e12)  # integer steps within reach per agent (a real feature: many)
+        ints = np.flatnonzero(geo.numeric & geo.rounded)
+        steps_of_raw[:, geo.raw_of_column[ints]] = np.floor(room[:, None] * geo.span[ints][None, :] + 1e-9)
         for k, shape in shapes.items():
             ii, ss = np.nonzero(k_num == k)
             if not len(ii):
                 continue
-            cols = col_of_raw[np.argsort(~(subs[ii, ss] & num_raw), axis=1, kind="stable")[:, :k]]  # (n, k)
+            # the features with the fewest reachable steps first: they take the coarse axes, the finest the last one
+            rank = np.where(subs[ii, ss] & num_raw, steps_of_raw[ii], np.inf)
+            cols = col_of_raw[np.argsort(rank, axis=1, kind="stable")[:, :k]]  # (n, k)
             axes = []
             for pos, e in enumerate(shape):
                 v = levels[(e, k == 1)][ii, cols[:, pos]]  # (n, e)

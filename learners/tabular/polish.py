@@ -195,10 +195,11 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     return c
 
 
-TRADE_BACK = (1.0, 2.0, 4.0)  # integer steps (a real column: these quarters of its change) a trade gives back
+TRADE_BACK_STEPS = (1.0, 2.0, 4.0, 8.0)  # what a trade gives back: an integer column's steps,
+TRADE_BACK_SHARES = (1 / 16, 1 / 4, 1 / 2, 1.0)  # a real column's shares of its change
 # where the feature that takes the trade up moves: these shares of the room the give-back frees (a
-# move past 1 cannot win), fine near 0 for a feature that needs only a nudge
-TRADE_SHARES = np.unique(np.concatenate([[1 / 128, 1 / 64, 1 / 32], np.arange(1, 17) / 16]))
+# move of the whole room cannot win; the polish after a trade shortens the move that won)
+TRADE_SHARES = np.array([1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 15 / 16])
 
 
 def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
@@ -222,11 +223,11 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         if not len(a_i):
             break
         rows, owner = [], []
-        for k in TRADE_BACK:
+        for k_int, k_real in zip(TRADE_BACK_STEPS, TRADE_BACK_SHARES, strict=True):
             ci = num[p_i]
             g = gap[a_i, p_i]
-            step = np.where(geo.rounded[ci], k, k * 0.25 * np.abs(g))
-            back = np.where(np.abs(g) > step, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
+            step = np.where(geo.rounded[ci], k_int, k_real * np.abs(g))
+            back = np.where(np.abs(g) > step + 1e-12, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
             given = c[a_i].copy()
             given[np.arange(len(a_i)), ci] = back
             freed = d_now[a_i] - geo.distance(x[a_i], given)  # what the give-back saves
