@@ -5,6 +5,7 @@ and their persistence (``config.json`` + ``arrays.npz``, never a pickle)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from abc import ABC, abstractmethod
@@ -18,6 +19,14 @@ from envs.tabular import TabularWorld
 from learners.tabular.geometry import WorldGeometry, accepted_distances
 from learners.tabular.polish import polish, trade_sweep
 from solvers.mace.distance import Norm
+
+@functools.cache
+def _blas_controller() -> Any:
+    """The process's BLAS libraries, found once (a limit on them then costs ~10 µs)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
 
 TRADE_ROUNDS = 2  # trade sweeps after the polish, each followed by a polish of the traded answers
 
@@ -102,6 +111,14 @@ class TabularGenerator(ABC):
     def recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm = "one", polish_rounds: int | None = None,
                   n_alternatives: int = 0) -> Recommendations:
         """The nearest verified counterfactual per agent (NaN rows where no candidate is accepted)."""
+        # The model calls here multiply thin matrices (rows x features by features x 10 for an MLP):
+        # BLAS threads cost more to wake than they save (5x slower on 2 busy cores), so one thread.
+        with _blas_controller().limit(limits=1, user_api="blas"):
+            return self._recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
+
+    def _recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm, polish_rounds: int | None,
+                   n_alternatives: int) -> Recommendations:
+        """``recommend``'s search (a method that searches further overrides this)."""
         t0 = time.perf_counter()
         X = np.atleast_2d(np.asarray(X, float))
         if X.shape[1] != self.n_columns_:

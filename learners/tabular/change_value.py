@@ -19,7 +19,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.geometry import WorldGeometry, accepted_distances
+from learners.tabular.geometry import WorldGeometry, accepted_distances, nearest_accepted
 from learners.tabular.polish import crossings, polish, split_edges, trade_sweep
 from solvers.mace.distance import Norm
 
@@ -110,6 +110,30 @@ def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np
     return out
 
 
+def discrete_changes(geo: WorldGeometry, X: np.ndarray) -> np.ndarray:
+    """(N, K, D) each agent with one non-numeric raw feature at another value it may reach (each
+    other column of a one-hot group, each other code of a binary or nominal feature); a value an
+    agent may not reach repeats the agent (no answer)."""
+    lo, hi = geo.box(X)
+    blocks = []
+    for j, kind in enumerate(geo.raw_kinds):
+        if kind == "numeric":
+            continue
+        cols = np.flatnonzero(geo.raw_of_column == j)
+        if kind == "group":
+            options = [(cols, (cols == c).astype(float)) for c in cols]
+        else:
+            c = cols[0]
+            options = [(cols, np.array([v])) for v in np.arange(np.ceil(geo.lower[c]), np.floor(geo.upper[c]) + 1)]
+        for cs, vals in options:
+            R = X.copy()
+            R[:, cs] = vals
+            ok = ((vals >= lo[:, cs]) & (vals <= hi[:, cs])).all(1) & (R[:, cs] != X[:, cs]).any(1)
+            R[~ok] = X[~ok]
+            blocks.append(R)
+    return np.stack(blocks, 1) if blocks else np.empty((len(X), 0, X.shape[1]))
+
+
 def _numeric_in_subsets(geo: WorldGeometry, subs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For subsets ``subs`` (N, S, J) of raw features: which raw features are numeric (J,), the
     column of each numeric one (J,; -1 elsewhere) and how many numeric features each subset has (N, S)."""
@@ -129,11 +153,12 @@ class ChangeValueParams:
     top_subsets: int = 8  # most probable subsets of those tried per agent
     donors_per_subset: int = 1  # nearest training agents with exactly that subset that lend their values too
     knn_candidates: int = 4  # plain nearest-neighbour donors too (coverage where the network is unsure; 0: none)
-    grid_subsets: int = 4  # most probable subsets whose values are searched on a grid (0: no grid)
+    grid_subsets: int = 0  # most probable subsets whose values are searched on a grid before the scan (0: none; the scan covers them)
     grid_values: int = 24  # values tried per numeric feature of a one-feature subset (fewer for larger subsets)
     grid_rows: int = 64  # at most this many grid rows per subset (values per feature = rows ** (1 / features))
     scan_subsets: int = 4  # most probable subsets of one or two numeric features re-searched within the best answer's reach (0: none)
-    scan_features: int = 0  # also scan each of this many most probable numeric features alone and in pairs (0: none)
+    scan_features: int = 4  # also scan each of this many most probable numeric features alone and together (0: none)
+    scan_discrete: bool = True  # also try every other value of each discrete feature alone
     scan_depth: int = 2  # the most features together in those subsets (1 to 3)
     scan_levels: tuple[int, int] = (8, 32)  # values of the first and the second feature of a scanned pair
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
@@ -304,13 +329,13 @@ class ChangeValueGenerator(TabularGenerator):
             parts.append(self._grid(world, geo, X, value, subs[:, : int(p.grid_subsets)]))
         return np.concatenate(parts, axis=1)
 
-    def recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm = "one", polish_rounds: int | None = None,
-                  n_alternatives: int = 0) -> Recommendations:
-        """As the base class, then a second search where the answer is known: each of the
-        ``scan_subsets`` most probable subsets with one or two numeric features is scanned within
-        the reach the best answer's distance leaves (first feature on ``scan_levels[0]`` values, the
-        second on ``scan_levels[1]``, in one model call), and a nearer accepted point is polished."""
-        rec = super().recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
+    def _recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm, polish_rounds: int | None,
+                   n_alternatives: int) -> Recommendations:
+        """As the base class, then a second search where the answer is known, in one model call: the
+        subsets of ``_scan_sets`` (the most probable ones, and the top numeric features alone and
+        together) are scanned within the reach the best answer's distance leaves (``_scan``), beside
+        every one-feature change of a discrete feature; a nearer accepted point is polished and traded."""
+        rec = super()._recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
         if int(self.params.scan_subsets) <= 0 or not rec.found.any():
             return rec
         t0 = time.perf_counter()
@@ -320,14 +345,16 @@ class ChangeValueGenerator(TabularGenerator):
         x = X[rows]
         prob, value = self._predict(x)
         subs = self._scan_sets(geo, prob)
-        C = self._scan(world, geo, x, value, subs, rec.distance[rows])  # (n, K, D)
-        n, K, D = C.shape
-        d = accepted_distances(world, geo, x, C)  # the rows are reachable as built: no projection
-        best = d.argmin(1)
-        better = d[np.arange(n), best] < rec.distance[rows] - 1e-12
+        T, own = self._scan(world, geo, x, value, subs, rec.distance[rows])  # (T, D) rows of the agents own
+        if self.params.scan_discrete:  # every one-feature change of a discrete feature too (few rows)
+            Dc = discrete_changes(geo, x)
+            n_of, k_of = np.nonzero((Dc != x[:, None, :]).any(-1))
+            T, own = np.concatenate([T, Dc[n_of, k_of]]), np.concatenate([own, n_of])
+        d_best, i_best = nearest_accepted(world, geo, x, T, own)  # one model call
+        better = d_best < rec.distance[rows] - 1e-12
         if better.any():
             steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
-            P = C[np.flatnonzero(better), best[better]]
+            P = T[i_best[better]]
             if steps >= 0:
                 P = polish(world, geo, x[better], P, rounds=steps, probes=int(self.params.polish_probes))
                 P = trade_sweep(world, geo, x[better], P)
@@ -361,11 +388,12 @@ class ChangeValueGenerator(TabularGenerator):
         return np.concatenate([subs, extra], 1)
 
     def _scan(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray,
-              best: np.ndarray) -> np.ndarray:
-        """(N, S * R, D) rows, R = (e1 + 1) * e2: per subset of one to three numeric features, their
-        values within the reach of the distance ``best`` (N,), the subset's other features at the
-        predicted value. One feature: its R crossings nearest the agent; two: e1 spread values (and
-        the agent's own) times e2 spread values; three: a grid of the same size."""
+              best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows (T, D) and the agent each belongs to (T,): per distinct subset of one to three numeric
+        features, their values within the reach of the distance ``best`` (N,), the subset's other
+        features at the predicted value. One feature: up to R = (e1 + 1) * e2 values (a tree
+        ensemble's crossings nearest the agent); two: e1 values of the feature with the fewest steps
+        (and the agent's own) times e2 of the other; three: a grid of about R rows."""
         a, b, g = geo.weights
         room = best / max(b + g, 1e-12)  # the largest normalized change of one feature that can still win
         e1, e2 = self.params.scan_levels
@@ -378,12 +406,15 @@ class ChangeValueGenerator(TabularGenerator):
             for e in shape:
                 if (e, k == 1) not in levels:
                     levels[(e, k == 1)] = room_levels(world, geo, X, room, e, nearest=k == 1)
-        out = np.repeat(X[:, None, :], S * R, axis=1)
         base = geo.project(X, np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :]))  # (N, S, D)
         num_raw, col_of_raw, k_num = _numeric_in_subsets(geo, subs)
+        keys = self._set_keys(subs.reshape(N * S, J)).reshape(N, S)
+        for s in range(1, S):  # a subset met before for the same agent is scanned once
+            k_num[:, s] = np.where((keys[:, :s] == keys[:, s:s + 1]).any(1), 0, k_num[:, s])
         steps_of_raw = np.full((N, J), 1e12)  # integer steps within reach per agent (a real feature: many)
         ints = np.flatnonzero(geo.numeric & geo.rounded)
         steps_of_raw[:, geo.raw_of_column[ints]] = np.floor(room[:, None] * geo.span[ints][None, :] + 1e-9)
+        out, owner = [np.empty((0, X.shape[1]))], [np.empty(0, np.int64)]
         for k, shape in shapes.items():
             ii, ss = np.nonzero(k_num == k)
             if not len(ii):
@@ -399,17 +430,16 @@ class ChangeValueGenerator(TabularGenerator):
                 axes.append(v)
             sizes = [v.shape[1] for v in axes]
             combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
-            m = len(combos)
-            rows = np.repeat(base[ii, ss][:, None, :], m, axis=1)  # (n, m, D)
-            n_idx = np.arange(len(ii))[:, None]
+            live = ~np.isnan(axes[-1][:, combos[:, -1]])  # (n, m): the last feature has a value there
+            n_of, m_of = np.nonzero(live)
+            rows = base[ii[n_of], ss[n_of]]  # (T_k, D)
             for pos in range(k):
-                v = axes[pos][:, combos[:, pos]]  # (n, m)
-                c = cols[:, pos]
-                rows[n_idx, np.arange(m)[None, :], c[:, None]] = np.where(np.isnan(v), X[ii, c][:, None], v)
-            dead = np.isnan(axes[-1][:, combos[:, -1]])  # the last feature has no value there
-            rows[dead] = X[ii][np.nonzero(dead)[0]]
-            out[ii[:, None], ss[:, None] * R + np.arange(m)[None, :]] = rows
-        return out
+                v = axes[pos][n_of, combos[m_of, pos]]
+                c = cols[n_of, pos]
+                rows[np.arange(len(n_of)), c] = np.where(np.isnan(v), X[ii[n_of], c], v)
+            out.append(rows)
+            owner.append(ii[n_of])
+        return np.concatenate(out), np.concatenate(owner)
 
     def _grid(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray
               ) -> np.ndarray:

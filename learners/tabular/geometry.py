@@ -149,3 +149,23 @@ def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C
         moved = (np.abs(rows - X[i]) > 1e-12).any(-1)  # the agent itself is no answer
         d[i[moved], k[moved]] = geo.distance(X[i[moved]], rows[moved])
     return d
+
+
+def nearest_accepted(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, T: np.ndarray, owner: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """For rows ``T`` (M, D) each proposed for agent ``owner[m]`` of ``X`` (N, D): per agent the
+    distance of its nearest row the model accepts (inf if none) and that row's index (-1 if none).
+    One model call."""
+    N = len(X)
+    best, index = np.full(N, np.inf), np.full(N, -1)
+    if not len(T):
+        return best, index
+    ok = np.flatnonzero(accepts(world, T))
+    ok = ok[(np.abs(T[ok] - X[owner[ok]]) > 1e-12).any(1)]  # the agent itself is no answer
+    if not len(ok):
+        return best, index
+    d = geo.distance(X[owner[ok]], T[ok])
+    order = np.lexsort((d, owner[ok]))
+    first = order[np.r_[True, owner[ok][order][1:] != owner[ok][order][:-1]]]
+    best[owner[ok][first]], index[owner[ok][first]] = d[first], ok[first]
+    return best, index

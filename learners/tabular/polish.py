@@ -195,11 +195,36 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     return c
 
 
-TRADE_BACK_STEPS = (1.0, 2.0, 4.0, 8.0)  # what a trade gives back: an integer column's steps,
-TRADE_BACK_SHARES = (1 / 16, 1 / 4, 1 / 2, 1.0)  # a real column's shares of its change
+# What a trade gives back, four ways: an integer column's steps; a real column's shares of its
+# change; a tree ensemble's real column, splits (k > 0: the k-th split back from the answer; -1: all
+# but the split nearest the agent; 0: all, back at the agent's value)
+TRADE_BACK_STEPS = (1.0, 2.0, 4.0, 8.0, 16.0)
+TRADE_BACK_SHARES = (1 / 16, 1 / 4, 1 / 2, 1.0, 15 / 16)
+TRADE_BACK_SPLITS = (0, 0, 0, 0, -1)
 # where the feature that takes the trade up moves: these shares of the room the give-back frees (a
 # move of the whole room cannot win; the polish after a trade shortens the move that won)
 TRADE_SHARES = np.array([1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 15 / 16])
+
+
+def _splits_back(edges: dict, x: np.ndarray, c: np.ndarray, cols: np.ndarray, k: int, default: np.ndarray
+                 ) -> np.ndarray:
+    """(n,) per row, column ``cols[n]`` moved back toward the agent across splits it crossed: to the
+    k-th split back from ``c`` (k > 0), or to the split nearest the agent (k = -1); the agent's own
+    value when there are too few; ``default`` where the column has no splits."""
+    out = default.copy()
+    for col in np.unique(cols):
+        if int(col) not in edges:
+            continue
+        e = np.flatnonzero(cols == col)
+        xv, cv = x[e, col], c[e, col]
+        v = crossings(edges[int(col)], xv)  # (n, T) just across each split from the agent
+        gx, gc = v - xv[:, None], (cv - xv)[:, None]
+        inside = (np.sign(gx) == np.sign(gc)) & (np.abs(gx) < np.abs(gc) - 1e-12)  # crossed, before c's own
+        key = np.where(inside, -np.abs(gx) if k > 0 else np.abs(gx), np.inf)
+        pick = np.argsort(key, axis=1, kind="stable")[:, min(abs(k), v.shape[1]) - 1]
+        hit = np.isfinite(key[np.arange(len(e)), pick])
+        out[e] = np.where(hit, v[np.arange(len(e)), pick], xv)
+    return out
 
 
 def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
@@ -216,6 +241,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     a_w, b_w, g_w = geo.weights
     if b_w + g_w <= 0:  # an l0 distance: a numeric trade never shortens it
         return c
+    edges = split_edges(world)
     for _ in range(rounds):
         d_now = geo.distance(x, c)
         gap = c[:, num] - x[:, num]
@@ -223,11 +249,14 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         if not len(a_i):
             break
         rows, owner = [], []
-        for k_int, k_real in zip(TRADE_BACK_STEPS, TRADE_BACK_SHARES, strict=True):
+        for k_int, k_real, k_split in zip(TRADE_BACK_STEPS, TRADE_BACK_SHARES, TRADE_BACK_SPLITS, strict=True):
             ci = num[p_i]
             g = gap[a_i, p_i]
             step = np.where(geo.rounded[ci], k_int, k_real * np.abs(g))
             back = np.where(np.abs(g) > step + 1e-12, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
+            if edges and k_split != 0:  # a tree ensemble's real column: whole splits
+                split = _splits_back(edges, x[a_i], c[a_i], ci, k_split, back)
+                back = np.where(geo.rounded[ci], back, split)
             given = c[a_i].copy()
             given[np.arange(len(a_i)), ci] = back
             freed = d_now[a_i] - geo.distance(x[a_i], given)  # what the give-back saves
