@@ -20,6 +20,7 @@ from learners.tabular.geometry import WorldGeometry, accepted_distances
 from learners.tabular.polish import polish, trade_sweep
 from solvers.mace.distance import Norm
 
+
 @functools.cache
 def _blas_controller() -> Any:
     """The process's BLAS libraries, found once (a limit on them then costs ~10 µs)."""

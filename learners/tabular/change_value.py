@@ -19,7 +19,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.geometry import WorldGeometry, accepted_distances, nearest_accepted
+from learners.tabular.geometry import WorldGeometry, nearest_accepted
 from learners.tabular.polish import crossings, polish, split_edges, trade_sweep
 from solvers.mace.distance import Norm
 
