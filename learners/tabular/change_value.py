@@ -158,9 +158,10 @@ class ChangeValueParams:
     grid_rows: int = 64  # at most this many grid rows per subset (values per feature = rows ** (1 / features))
     scan_subsets: int = 4  # most probable subsets of one or two numeric features re-searched within the best answer's reach (0: none)
     scan_features: int = 4  # also scan each of this many most probable numeric features alone and together (0: none)
+    scan_starts: int = 3  # nearest accepted scan rows per agent that are each polished and traded
     scan_discrete: bool = True  # also try every other value of each discrete feature alone
     scan_depth: int = 2  # the most features together in those subsets (1 to 3)
-    scan_levels: tuple[int, int] = (8, 32)  # values of the first and the second feature of a scanned pair
+    scan_levels: tuple[int, int] = (16, 32)  # values of the first and the second feature of a scanned pair
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
@@ -350,19 +351,21 @@ class ChangeValueGenerator(TabularGenerator):
             Dc = discrete_changes(geo, x)
             n_of, k_of = np.nonzero((Dc != x[:, None, :]).any(-1))
             T, own = np.concatenate([T, Dc[n_of, k_of]]), np.concatenate([own, n_of])
-        d_best, i_best = nearest_accepted(world, geo, x, T, own)  # one model call
-        better = d_best < rec.distance[rows] - 1e-12
-        if better.any():
+        k = max(1, int(self.params.scan_starts))
+        d_best, i_best = nearest_accepted(world, geo, x, T, own, k)  # one model call
+        a_of, s_of = np.nonzero(d_best < rec.distance[rows, None] - 1e-12)  # nearer starts, each polished
+        if len(a_of):
             steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
-            P = T[i_best[better]]
+            P = T[i_best[a_of, s_of]]
             if steps >= 0:
-                P = polish(world, geo, x[better], P, rounds=steps, probes=int(self.params.polish_probes))
-                P = trade_sweep(world, geo, x[better], P)
-            dp = geo.distance(x[better], P)
-            take = dp < rec.distance[rows[better]] - 1e-12
-            idx = rows[np.flatnonzero(better)[take]]
-            rec.CF[idx] = P[take]
-            rec.distance[idx] = dp[take]
+                P = polish(world, geo, x[a_of], P, rounds=steps, probes=int(self.params.polish_probes))
+                P = trade_sweep(world, geo, x[a_of], P)
+            dp = geo.distance(x[a_of], P)
+            order = np.lexsort((dp, a_of))
+            first = order[np.r_[True, a_of[order][1:] != a_of[order][:-1]]]  # each agent's nearest
+            take = first[dp[first] < rec.distance[rows[a_of[first]]] - 1e-12]
+            rec.CF[rows[a_of[take]]] = P[take]
+            rec.distance[rows[a_of[take]]] = dp[take]
         rec.seconds += time.perf_counter() - t0
         return rec
 

@@ -151,21 +151,25 @@ def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C
     return d
 
 
-def nearest_accepted(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, T: np.ndarray, owner: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def nearest_accepted(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, T: np.ndarray, owner: np.ndarray,
+                     k: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """For rows ``T`` (M, D) each proposed for agent ``owner[m]`` of ``X`` (N, D): per agent the
-    distance of its nearest row the model accepts (inf if none) and that row's index (-1 if none).
-    One model call."""
+    distances of its ``k`` nearest rows the model accepts, nearest first (N, k; inf where fewer) and
+    those rows' indices (N, k; -1 there). One model call."""
     N = len(X)
-    best, index = np.full(N, np.inf), np.full(N, -1)
+    best, index = np.full((N, k), np.inf), np.full((N, k), -1)
     if not len(T):
         return best, index
     ok = np.flatnonzero(accepts(world, T))
     ok = ok[(np.abs(T[ok] - X[owner[ok]]) > 1e-12).any(1)]  # the agent itself is no answer
     if not len(ok):
         return best, index
-    d = geo.distance(X[owner[ok]], T[ok])
-    order = np.lexsort((d, owner[ok]))
-    first = order[np.r_[True, owner[ok][order][1:] != owner[ok][order][:-1]]]
-    best[owner[ok][first]], index[owner[ok][first]] = d[first], ok[first]
+    d, own = geo.distance(X[owner[ok]], T[ok]), owner[ok]
+    order = np.lexsort((d, own))
+    own_s = own[order]
+    start = np.r_[0, np.flatnonzero(own_s[1:] != own_s[:-1]) + 1]  # each agent's first accepted row
+    rank = np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
+    keep = rank < k
+    best[own_s[keep], rank[keep]] = d[order][keep]
+    index[own_s[keep], rank[keep]] = ok[order][keep]
     return best, index
