@@ -17,6 +17,7 @@ def test_one_tiny_cell_runs_and_resumes(tmp_path, capsys):
     cell = json.loads((tmp_path / "out" / "tabular_generators" / "german_forest.json").read_text())
     assert [p["labels"] for p in cell["curve"]] == [15, 30]
     assert cell["real_training_rows"] == 30  # the real rejected rows come first
+    assert cell["mace"]["timed_in_run"]["agents"] == 6  # MACE re-timed in the run, beside the generators
     for point in cell["curve"]:
         assert set(point["methods"]) == set(bench.METHODS)
         for m in point["methods"].values():
