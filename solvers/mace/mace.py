@@ -178,8 +178,9 @@ class MACE(Solver):
 
         The proof re-solves by a second route (``MilpBackend.minimize(cut=...)``: objective bound
         cut = d - tolerance(d) / 2, another seed, no presolve) on a box that holds every point with
-        distance <= cut: the first solve's MILP, reused, or where d < D / 2 (the box four to a thousand
-        times wider than needed on Credit forests) the smaller MILP of the box of budget d. A search that closes with no point below the cut proves delta_min =
+        distance <= cut: the first solve's MILP, reused, or where d < D / 2 under a norm with an l1 or linf
+        term (the box then up to a thousand times wider than needed on Credit forests) the smaller
+        MILP of the box of budget d. A search that closes with no point below the cut proves delta_min =
         cut - slack, which certifies d. A point below
         the cut means the first solve missed it: a verified one replaces the answer and is proven in
         turn (at most ``_PROOF_ROUNDS`` times); otherwise, and on a time limit, the answer is not
@@ -194,7 +195,8 @@ class MACE(Solver):
             if cut <= 0:  # d <= epsilon / 2: nothing to prove below a non-negative distance
                 return Outcome(x, "optimal", 0.0, calls, proof="d <= epsilon / 2")
             pb = be  # the MILP already passed to HiGHS, its solver state cleared (no rebuild)
-            if cut > D or d < D / 2:  # this box holds only d <= D, or is far wider than needed: prove on
+            if cut > D or (d < D / 2 and inst.weights[1] + inst.weights[2] > 0):  # this box holds only
+                # d <= D, or is far wider than needed (l1 / linf bound the box; l0 does not): prove on
                 pb = MilpBackend(inst, budget=min(1.0, d))  # the box of budget d (its splits, its big-M)
                 for prev in inst.previous:
                     pb.add_diversity(prev)
