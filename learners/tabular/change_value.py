@@ -66,47 +66,49 @@ def value_options(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value:
     return out
 
 
-def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np.ndarray, e: int, *,
-                nearest: bool = False) -> np.ndarray:
-    """(N, D, e) values per numeric column within ``room`` (N,) of normalized change from the agent
-    and within its reachable box (NaN padded): a tree ensemble's split crossings, else evenly
-    spaced values in each allowed direction; the ``e`` nearest the agent when ``nearest``, else
-    ``e`` evenly spread from the nearest to the farthest."""
+def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np.ndarray,
+                requests: list[tuple[int, bool]]) -> dict[tuple[int, bool], np.ndarray]:
+    """Per request (e, nearest), (N, D, e) values per numeric column within ``room`` (N,) of
+    normalized change from the agent and within its reachable box (NaN padded): a tree ensemble's
+    split crossings, else e evenly spaced values each way (an integer column's every step when they
+    fit); the ``e`` nearest the agent when ``nearest`` (crossings), else all reachable values where
+    they fit and ``e`` evenly spread over them (ordered by value: both directions) where not."""
     N, D = X.shape
-    out = np.full((N, D, e), np.nan)
+    out = {r: np.full((N, D, r[0]), np.nan) for r in requests}
     lo, hi = geo.box(X)
     edges = split_edges(world)
+    xc = X[:, :, None]
     for c in np.flatnonzero(geo.numeric & ~geo.fixed):
-        reach = room * geo.span[c]
-        if c in edges:
-            cand = crossings(edges[c], X[:, c])
-        elif c not in edges and edges:
+        if edges and c not in edges:
             continue  # a tree ensemble never splits on this column: no value of it changes the decision
-        else:  # e levels each way over the whole reach; an integer column's every step when they fit
-            steps = reach[:, None] * (np.arange(1, e + 1) / e)[None, :]
+        reach = room * geo.span[c]
+        tree_cand = crossings(edges[c], X[:, c]) if c in edges else None  # the same for every request
+        for e, nearest in requests:
+            if tree_cand is not None:
+                cand = tree_cand
+            else:
+                steps = reach[:, None] * (np.arange(1, e + 1) / e)[None, :]
+                if geo.rounded[c]:
+                    steps = np.where(np.floor(reach + 1e-9)[:, None] <= e, np.arange(1, e + 1)[None, :], steps)
+                cand = np.concatenate([xc[:, c] + steps, xc[:, c] - steps], 1)
             if geo.rounded[c]:
-                steps = np.where(np.floor(reach + 1e-9)[:, None] <= e, np.arange(1, e + 1)[None, :], steps)
-            cand = np.concatenate([X[:, c, None] + steps, X[:, c, None] - steps], 1)
-        if geo.rounded[c]:
-            gap = cand - X[:, c, None]
-            cand = X[:, c, None] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
-        ok = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != X[:, c, None]) \
-            & (np.abs(cand - X[:, c, None]) <= reach[:, None] + 1e-12)
-        if nearest and edges:
-            key = np.where(ok, np.abs(cand - X[:, c, None]), np.inf)
-        else:  # spread: ordered by value, so that both directions are covered evenly
-            key = np.where(ok, cand, np.inf)
-        order = np.argsort(key, axis=1, kind="stable")
-        n_ok = ok.sum(1)
-        if nearest and edges:
-            pick = np.broadcast_to(np.arange(e)[None, :], (len(X), e))
-        else:  # all reachable values where they fit, else e evenly spread over them
-            spread = np.floor(np.arange(e)[None, :] * np.maximum(n_ok, 1)[:, None] / e).astype(np.int64)
-            pick = np.where((n_ok <= e)[:, None], np.arange(e)[None, :], spread)
-        pick = np.minimum(pick, cand.shape[1] - 1)
-        vals = np.take_along_axis(cand, np.take_along_axis(order, pick, 1), 1)
-        live = np.arange(e)[None, :] < np.minimum(n_ok, e)[:, None]
-        out[:, c, :] = np.where(live, vals, np.nan)
+                gap = cand - xc[:, c]
+                cand = xc[:, c] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+            ok = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != xc[:, c]) \
+                & (np.abs(cand - xc[:, c]) <= reach[:, None] + 1e-12)
+            near = nearest and tree_cand is not None
+            key = np.where(ok, np.abs(cand - xc[:, c]) if near else cand, np.inf)
+            order = np.argsort(key, axis=1, kind="stable")
+            n_ok = ok.sum(1)
+            if near:
+                pick = np.broadcast_to(np.arange(e)[None, :], (N, e))
+            else:
+                spread = np.floor(np.arange(e)[None, :] * np.maximum(n_ok, 1)[:, None] / e).astype(np.int64)
+                pick = np.where((n_ok <= e)[:, None], np.arange(e)[None, :], spread)
+            pick = np.minimum(pick, cand.shape[1] - 1)
+            vals = np.take_along_axis(cand, np.take_along_axis(order, pick, 1), 1)
+            live = np.arange(e)[None, :] < np.minimum(n_ok, e)[:, None]
+            out[(e, nearest)][:, c, :] = np.where(live, vals, np.nan)
     return out
 
 
@@ -114,8 +116,24 @@ def discrete_changes(geo: WorldGeometry, X: np.ndarray) -> np.ndarray:
     """(N, K, D) each agent with one non-numeric raw feature at another value it may reach (each
     other column of a one-hot group, each other code of a binary or nominal feature); a value an
     agent may not reach repeats the agent (no answer)."""
+    mask, vals = _discrete_moves(geo)  # (K, D) columns each move sets, and to what
+    if not len(mask):
+        return np.empty((len(X), 0, X.shape[1]))
     lo, hi = geo.box(X)
-    blocks = []
+    R = np.where(mask[None], vals[None], X[:, None, :])
+    inside = ((R >= lo[:, None, :]) & (R <= hi[:, None, :])) | ~mask[None]
+    ok = inside.all(-1) & ((R != X[:, None, :]) & mask[None]).any(-1)
+    return np.where(ok[..., None], R, X[:, None, :])
+
+
+def _discrete_moves(geo: WorldGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """Every one-feature move of a discrete feature as (K, D) masks of the columns it sets and
+    their values (built once per geometry)."""
+    hit = geo.__dict__.get("_discrete_moves")
+    if hit is not None:
+        return hit
+    D = len(geo.lower)
+    masks, values = [], []
     for j, kind in enumerate(geo.raw_kinds):
         if kind == "numeric":
             continue
@@ -123,15 +141,15 @@ def discrete_changes(geo: WorldGeometry, X: np.ndarray) -> np.ndarray:
         if kind == "group":
             options = [(cols, (cols == c).astype(float)) for c in cols]
         else:
-            c = cols[0]
-            options = [(cols, np.array([v])) for v in np.arange(np.ceil(geo.lower[c]), np.floor(geo.upper[c]) + 1)]
-        for cs, vals in options:
-            R = X.copy()
-            R[:, cs] = vals
-            ok = ((vals >= lo[:, cs]) & (vals <= hi[:, cs])).all(1) & (R[:, cs] != X[:, cs]).any(1)
-            R[~ok] = X[~ok]
-            blocks.append(R)
-    return np.stack(blocks, 1) if blocks else np.empty((len(X), 0, X.shape[1]))
+            options = [(cols, np.array([v])) for v in np.arange(np.ceil(geo.lower[cols[0]]), np.floor(geo.upper[cols[0]]) + 1)]
+        for cs, v in options:
+            m, val = np.zeros(D, bool), np.zeros(D)
+            m[cs], val[cs] = True, v
+            masks.append(m)
+            values.append(val)
+    out = (np.array(masks, bool).reshape(-1, D), np.array(values, float).reshape(-1, D))
+    geo.__dict__["_discrete_moves"] = out
+    return out
 
 
 def _numeric_in_subsets(geo: WorldGeometry, subs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -404,11 +422,7 @@ class ChangeValueGenerator(TabularGenerator):
         N, S, J = subs.shape
         t3 = max(1, int(np.floor((R / 2) ** (1 / 3))))  # three features: (t3+1)^2 * 2 t3 <= R rows
         shapes = {1: [R], 2: [e1, e2], 3: [t3, t3, max(1, R // (t3 + 1) ** 2)]}
-        levels = {}
-        for k, shape in shapes.items():
-            for e in shape:
-                if (e, k == 1) not in levels:
-                    levels[(e, k == 1)] = room_levels(world, geo, X, room, e, nearest=k == 1)
+        levels = room_levels(world, geo, X, room, sorted({(e, k == 1) for k, shape in shapes.items() for e in shape}))
         base = geo.project(X, np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :]))  # (N, S, D)
         num_raw, col_of_raw, k_num = _numeric_in_subsets(geo, subs)
         keys = self._set_keys(subs.reshape(N * S, J)).reshape(N, S)

@@ -248,44 +248,39 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         a_i, p_i = np.nonzero(np.abs(gap) > 1e-12)  # agent, position in num of a changed column
         if not len(a_i):
             break
-        rows, owner = [], []
-        for k_int, k_real, k_split in zip(TRADE_BACK_STEPS, TRADE_BACK_SHARES, TRADE_BACK_SPLITS, strict=True):
-            ci = num[p_i]
-            g = gap[a_i, p_i]
+        ci, g = num[p_i], gap[a_i, p_i]
+        E, D = len(a_i), c.shape[1]
+        backs = np.empty((E, len(TRADE_BACK_STEPS)))  # (E, B) what column ci of each entry gives back to
+        for b, (k_int, k_real, k_split) in enumerate(zip(TRADE_BACK_STEPS, TRADE_BACK_SHARES, TRADE_BACK_SPLITS,
+                                                          strict=True)):
             step = np.where(geo.rounded[ci], k_int, k_real * np.abs(g))
             back = np.where(np.abs(g) > step + 1e-12, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
             if edges and k_split != 0:  # a tree ensemble's real column: whole splits
-                split = _splits_back(edges, x[a_i], c[a_i], ci, k_split, back)
-                back = np.where(geo.rounded[ci], back, split)
-            given = c[a_i].copy()
-            given[np.arange(len(a_i)), ci] = back
-            freed = d_now[a_i] - geo.distance(x[a_i], given)  # what the give-back saves
-            for cj in num:
-                fresh = np.abs(c[a_i, cj] - x[a_i, cj]) <= 1e-12
-                room = (freed - a_w * fresh) / (b_w + g_w)  # normalized move of j that can still win
-                keep = (ci != cj) & (room > 1e-12)
-                if not keep.any():
-                    continue
-                aa, ii, bb, rr = a_i[keep], ci[keep], back[keep], room[keep]
-                gj = c[aa, cj] - x[aa, cj]
-                for sgn in (1.0, -1.0):
-                    ok_dir = (gj * sgn >= 0)  # j moves on in its own direction (either, if unchanged)
-                    if not ok_dir.any():
-                        continue
-                    a2, i2, b2 = aa[ok_dir], ii[ok_dir], bb[ok_dir]
-                    steps = rr[ok_dir, None] * TRADE_SHARES[None, :] * geo.span[cj]  # (n, L)
-                    if geo.rounded[cj]:
-                        steps = np.ceil(steps - 1e-9)
-                    V = np.clip(c[a2, cj][:, None] + sgn * steps, lo[a2, cj][:, None], hi[a2, cj][:, None])
-                    L = V.shape[1]
-                    T = np.repeat(c[a2][:, None, :], L, axis=1)
-                    T[np.arange(len(a2)), :, i2] = b2[:, None]
-                    T[:, :, cj] = V
-                    rows.append(T.reshape(-1, c.shape[1]))
-                    owner.append(np.repeat(a2, L))
-        if not rows:
+                back = np.where(geo.rounded[ci], back, _splits_back(edges, x[a_i], c[a_i], ci, k_split, back))
+            backs[:, b] = back
+        B = backs.shape[1]
+        given = np.repeat(c[a_i][:, None, :], B, axis=1)
+        given[np.arange(E)[:, None], np.arange(B)[None, :], ci[:, None]] = backs
+        freed = d_now[a_i, None] - geo.distance(x[a_i][:, None, :], given)  # (E, B) what each give-back saves
+        gj = c[a_i][:, num] - x[a_i][:, num]  # (E, M) every partner column j
+        room = (freed[:, :, None] - a_w * (np.abs(gj) <= 1e-12)[:, None, :]) / (b_w + g_w)  # normalized move of j that can still win
+        signs = np.array([1.0, -1.0])
+        live = ((ci[:, None] != num[None, :])[:, None, :, None] & (room > 1e-12)[..., None]
+                & (gj[:, None, :, None] * signs >= 0))  # (E, B, M, 2): j moves on its own way (either, if unchanged)
+        e, b, m, sg = np.nonzero(live)
+        if not len(e):
             break
-        T, own = np.concatenate(rows), np.concatenate(owner)
+        cj = num[m]
+        steps = room[e, b, m][:, None] * TRADE_SHARES[None, :] * geo.span[cj][:, None]  # (Q, L)
+        steps = np.where(geo.rounded[cj][:, None], np.ceil(steps - 1e-9), steps)
+        V = np.clip(c[a_i[e], cj][:, None] + signs[sg][:, None] * steps, lo[a_i[e], cj][:, None],
+                    hi[a_i[e], cj][:, None])
+        L = V.shape[1]
+        T = np.repeat(c[a_i[e]][:, None, :], L, axis=1)  # (Q, L, D)
+        q, lv = np.arange(len(e))[:, None], np.arange(L)[None, :]
+        T[q, lv, ci[e][:, None]] = backs[e, b][:, None]
+        T[q, lv, cj[:, None]] = V
+        T, own = T.reshape(-1, D), np.repeat(a_i[e], L)
         ok = accepts(world, T)
         if not ok.any():
             break
