@@ -387,3 +387,82 @@ def test_a_trade_beats_the_coordinate_optimum():
     assert accepts(world, c).all() and not accepts(world, np.array([[13.0, 0.0]])).all()
     out = trade_sweep(world, geo, x, c)
     assert accepts(world, out).all() and geo.distance(x, out)[0] < geo.distance(x, c)[0]
+
+
+def test_forest_probabilities_are_sklearns_bit_for_bit():
+    """The compiled descent (envs/tree_kernels.py) against sklearn itself, on rows that sit on the
+    thresholds' float32 edges, where a cast or a comparison in the wrong precision flips a branch."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(0, 1, (400, 5)) * [1, 10, 100, 1e4, 1e-3]
+    y = (X[:, 0] + X[:, 1] / 10 + rng.normal(0, 0.5, 400) > 0).astype(int)
+    est = RandomForestClassifier(n_estimators=7, max_depth=6, random_state=0).fit(X, y)
+    model = TreeEnsemble.from_sklearn(est)
+    t = np.concatenate([tr.threshold[tr.left >= 0] for tr in model.trees])
+    f = np.concatenate([tr.feature[tr.left >= 0] for tr in model.trees])
+    Z = np.repeat(X[:len(t)], 3, axis=0)
+    for k, (ti, fi) in enumerate(zip(t, f, strict=True)):  # on, just below and just above each threshold
+        Z[3 * k:3 * k + 3, fi] = [ti, np.nextafter(np.float32(ti), -np.inf), np.nextafter(np.float32(ti), np.inf)]
+    np.testing.assert_array_equal(model.predict_proba(Z), est.predict_proba(Z)[:, 1])
+    np.testing.assert_array_equal(model.predict(Z), est.predict(Z) == 1)
+    np.testing.assert_array_equal(model.leaves(Z), np.stack([e.apply(Z.astype(np.float32)) for e in est.estimators_], 1))
+
+
+def test_nearest_accepted_matches_a_loop():
+    from learners.tabular.geometry import nearest_accepted
+
+    world = _threshold_world()
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 2, (6, 2))
+    T = rng.uniform(0, 10, (300, 2))
+    own = rng.integers(0, 6, 300)
+    d, idx = nearest_accepted(world, geo, X, T, own, k=3)
+    ok = accepts(world, T)
+    for i in range(6):
+        mine = np.flatnonzero(ok & (own == i))
+        want = np.sort(geo.distance(X[i][None], T[mine]))[:3]
+        np.testing.assert_allclose(d[i][np.isfinite(d[i])], want)
+        assert ((idx[i] >= 0) == np.isfinite(d[i])).all()
+        live = idx[i][idx[i] >= 0]
+        assert (own[live] == i).all() and ok[live].all()
+
+
+def test_discrete_changes_are_every_reachable_value(german):
+    from learners.tabular.change_value import discrete_changes
+
+    world, neg = german
+    geo = WorldGeometry.of(world)
+    x = neg[:5]
+    R = discrete_changes(geo, x)
+    moved = (R != x[:, None, :]).any(-1)
+    assert moved.any(1).all()
+    for i in range(len(x)):
+        rows = R[i][moved[i]]
+        d = geo.deltas(x[i][None], rows)
+        assert ((d > 0).sum(1) == 1).all()  # one raw feature each
+        assert not geo.violations(np.repeat(x[i][None], len(rows), 0), rows).any()  # reachable, groups one-hot
+        assert len(np.unique(rows, axis=0)) == len(rows)
+    # an immutable discrete feature never moves
+    fixed = [j for j, k in enumerate(geo.raw_kinds) if k != "numeric"
+             and geo.fixed[geo.raw_of_column == j].all()]
+    for j in fixed:
+        assert (geo.deltas(x[:, None, :], R)[..., j] == 0).all()
+
+
+def test_room_levels_take_every_reachable_step_that_fits():
+    """An integer feature with 3 steps within reach gets all 3 (a regression: the spread pick once
+    returned the first step e times), and a real one e values over its whole reach, both ways."""
+    from envs.models import LinearModel
+    from learners.tabular.change_value import room_levels
+
+    schema = FeatureSchema((Feature("a", "numeric", 0, 100, integer=True, mutability="increase"),
+                            Feature("b", "numeric", 0, 10)))
+    world = TabularWorld("toy/levels", schema, LinearModel(np.array([1.0, 1.0]), -5.0))
+    geo = WorldGeometry.of(world)
+    x = np.array([[50.0, 5.0]])
+    out = room_levels(world, geo, x, np.array([0.035]), [(8, False)])[(8, False)][0]
+    assert sorted(out[0][~np.isnan(out[0])]) == [51.0, 52.0, 53.0]  # increase-only: 3.5 steps of reach
+    b = out[1][~np.isnan(out[1])]
+    assert len(b) == 8 and (b < 5).any() and (b > 5).any() and np.abs(b - 5).max() <= 0.35 + 1e-9
