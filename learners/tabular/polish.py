@@ -203,7 +203,8 @@ TRADE_BACK_SHARES = (1 / 16, 1 / 4, 1 / 2, 1.0, 15 / 16)
 TRADE_BACK_SPLITS = (0, 0, 0, 0, -1)
 # where the feature that takes the trade up moves: these shares of the room the give-back frees (a
 # move of the whole room cannot win; the polish after a trade shortens the move that won)
-TRADE_SHARES = np.array([1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 15 / 16])
+TRADE_SHARES = np.array([1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 15 / 16, 31 / 32, 63 / 64])  # fine near 1: a
+# smooth boundary's trades often win by a few percent
 
 
 def _splits_back(edges: dict, x: np.ndarray, c: np.ndarray, cols: np.ndarray, k: int, default: np.ndarray
