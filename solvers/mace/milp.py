@@ -371,10 +371,14 @@ class MilpBackend:
             else:
                 Wp, Wn = np.maximum(W, 0), np.minimum(W, 0)
                 z_lo, z_hi = bias + h_lo @ Wp + h_hi @ Wn, bias + h_hi @ Wp + h_lo @ Wn
-                if self.lp_bounds:
-                    exprs = [([h_idx[i] for i in live], W[live, k], float(bias[k])) for k in range(W.shape[1])]
+                # LP only where interval arithmetic leaves the neuron unstable: a neuron it already fixes
+                # on or off needs no binary and no big-M, and its interval bounds are valid as they are.
+                need = np.flatnonzero((z_lo < 0) & (z_hi > 0)) if self.lp_bounds else np.zeros(0, int)
+                if len(need):
+                    exprs = [([h_idx[i] for i in live], W[live, k], float(bias[k])) for k in need]
                     l2, u2 = p.lp_range(exprs, self.tol)
-                    z_lo, z_hi = np.maximum(z_lo, l2), np.minimum(z_hi, u2)
+                    z_lo, z_hi = z_lo.copy(), z_hi.copy()
+                    z_lo[need], z_hi[need] = np.maximum(z_lo[need], l2), np.minimum(z_hi[need], u2)
                     z_hi = np.maximum(z_hi, z_lo)  # padding keeps them ordered; guard round-off anyway
             new_idx: list[int | None] = []
             for k in range(W.shape[1]):
