@@ -228,6 +228,31 @@ def _splits_back(edges: dict, x: np.ndarray, c: np.ndarray, cols: np.ndarray, k:
     return out
 
 
+def _crossings_within(edges: dict, x: np.ndarray, c: np.ndarray, cols: np.ndarray, sign: np.ndarray, V: np.ndarray,
+                      rounded: np.ndarray) -> np.ndarray:
+    """(Q, L) per entry, the first ``L`` split crossings of column ``cols[q]`` beyond ``c`` in
+    direction ``sign[q]`` and no farther than the farthest of ``V[q]`` (the room), an integer
+    column's first integer across each; NaN padded. A column with no splits moves nowhere (all NaN)."""
+    out = np.full(V.shape, np.nan)
+    L = V.shape[1]
+    for col in np.unique(cols):
+        e = np.flatnonzero(cols == col)
+        if int(col) not in edges:
+            continue
+        cv = c[e, col]
+        v = crossings(edges[int(col)], x[e, col])  # (n, T)
+        if rounded[col]:  # the first integer across each split
+            v = np.where(v > x[e, col, None], np.ceil(v - 1e-9), np.floor(v + 1e-9))
+        ahead = sign[e, None] * (v - cv[:, None])
+        reach = np.nanmax(sign[e, None] * (V[e] - cv[:, None]), axis=1)
+        key = np.where((ahead > 1e-12) & (ahead <= reach[:, None] + 1e-12), ahead, np.inf)
+        order = np.argsort(key, axis=1, kind="stable")[:, :L]
+        vals = np.take_along_axis(v, order, 1)
+        ok = np.isfinite(np.take_along_axis(key, order, 1))
+        out[e, : vals.shape[1]] = np.where(ok, vals, np.nan)
+    return out
+
+
 def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
     """Trades between two numeric features, where coordinate moves stop one step short: for every
     changed numeric column i and every other mutable numeric column j, i gives back a step toward
@@ -276,12 +301,17 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         steps = np.where(geo.rounded[cj][:, None], np.ceil(steps - 1e-9), steps)
         V = np.clip(c[a_i[e], cj][:, None] + signs[sg][:, None] * steps, lo[a_i[e], cj][:, None],
                     hi[a_i[e], cj][:, None])
+        if edges:  # a tree ensemble: j's moves are the splits it crosses within the room, no others
+            V = _crossings_within(edges, x[a_i[e]], c[a_i[e]], cj, signs[sg], V, geo.rounded)
         L = V.shape[1]
         T = np.repeat(c[a_i[e]][:, None, :], L, axis=1)  # (Q, L, D)
         q, lv = np.arange(len(e))[:, None], np.arange(L)[None, :]
         T[q, lv, ci[e][:, None]] = backs[e, b][:, None]
-        T[q, lv, cj[:, None]] = V
-        T, own = T.reshape(-1, D), np.repeat(a_i[e], L)
+        T[q, lv, cj[:, None]] = np.nan_to_num(V)
+        live = ~np.isnan(V).reshape(-1)
+        T, own = T.reshape(-1, D)[live], np.repeat(a_i[e], L)[live]
+        if not len(T):
+            break
         ok = accepts(world, T)
         if not ok.any():
             break
