@@ -60,9 +60,9 @@ def free_port() -> int:
 
 
 def start_server(run_dir: Path, model: str | None, port: int, max_batch: int, log: Path,
-                 timeout: float) -> subprocess.Popen:
+                 timeout: float, extra: list[str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, str(ROOT / "serve.py"), str(run_dir), "--host", "127.0.0.1", "--port", str(port),
-           "--max-batch", str(max_batch), "--log-level", "warning"] + (["--model", model] if model else [])
+           "--max-batch", str(max_batch), "--log-level", "warning"] + (["--model", model] if model else []) + (extra or [])
     with log.open("w") as f:  # a file, not a pipe: a full pipe would block the server
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f)
     t_end = time.monotonic() + timeout
