@@ -54,9 +54,12 @@ from solvers.mace import MACE  # noqa: E402
 CELLS = [f"{d}/{m}" for d in ("adult", "german", "compas", "credit") for m in ("forest", "mlp")]
 METHODS = {"nearest_cfe": "k-NN (no learning)", "named_cfe": "named-CFE (learned)",
            "change_value_fast": "change-and-value, no scan (learned)",
+           "change_value_no_net": "change-and-value search, no network (ablation)",
            "change_value": "change-and-value (learned)"}
 VARIANTS = {"change_value_fast": ("change_value", {"scan_subsets": 0, "scan_features": 0, "scan_discrete": False,
-                                                   "grid_subsets": 4})}  # a method with other parameters
+                                                   "grid_subsets": 4}),
+            # the same search with the network's per-agent predictions replaced by the labels' averages
+            "change_value_no_net": ("change_value", {"use_network": False})}  # a method with other parameters
 ONLINE = {"geco": "GeCo (online)", "md_pso": "MD-PSO (online)"}
 RESULTS = Path("benchmarks/results")
 TRAIN_MACE = {"backend": "milp", "norm": "one", "rel_tol": 1e-2, "time_limit": 10.0}

@@ -183,6 +183,7 @@ class ChangeValueParams:
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
+    use_network: bool = True  # False: no per-agent prediction (the training labels' change rates for all; an ablation)
     hidden: tuple[int, ...] = (256, 256)  # network MLP widths
     max_epochs: int = 80  # training epochs
     batch_size: int = 128  # training batch size
@@ -280,6 +281,9 @@ class ChangeValueGenerator(TabularGenerator):
 
     def _predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(N, J) change probabilities and (N, D) predicted encoded values."""
+        if not self.params.use_network:  # the ablation: every agent gets the training labels' averages
+            return (np.repeat(self.changed_.mean(0)[None], len(X), 0),
+                    X + np.mean(self.CF_ - self.X_, axis=0)[None])
         import torch
 
         from learners.torch_training import predict_batched
