@@ -273,6 +273,12 @@ def test_change_value_rejects_bad_params():
         build_tabular_generator("change_value", {"top_features": 20})
     with pytest.raises(ValueError, match="top_subsets"):
         build_tabular_generator("change_value", {"top_subsets": 0})
+    with pytest.raises(ValueError, match="scan_depth"):
+        build_tabular_generator("change_value", {"scan_depth": 4})
+    with pytest.raises(ValueError, match="scan_starts"):
+        build_tabular_generator("change_value", {"scan_starts": 0})
+    with pytest.raises(ValueError, match="scan_features"):
+        build_tabular_generator("change_value", {"scan_features": -1})
 
 
 def test_experiment_adds_generated_training_agents(tmp_path):

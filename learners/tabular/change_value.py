@@ -3,10 +3,11 @@
 A network with two heads predicts, per raw feature, whether MACE's answer changes it (one sigmoid
 each: the named-action idea, factored per feature as MCf factors classes) and, per encoded
 column, the change (the full-action idea on tabular rows). The most probable subsets of the top
-features are filled with the predicted values, pushed to the reachable bound, lent by the
-nearest training agent with that subset, and searched on a grid of split crossings (a tree
-ensemble) or multiples of the predicted change; once an answer is known, the most probable
-subsets of one to three numeric features are scanned within the reach its distance leaves."""
+features are filled with the predicted values, pushed to the reachable bound and lent by the
+nearest training agent with that subset (optionally also searched on a grid of split crossings or
+multiples of the predicted change); once an answer is known, the most probable subsets, the top
+numeric features alone and together, and every one-feature change of a discrete feature are
+scanned within the room its distance leaves, and the nearest finds are polished and traded."""
 
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ class ChangeValueParams:
     scan_features: int = 4  # also scan each of this many most probable numeric features alone and together (0: none)
     scan_starts: int = 3  # nearest accepted scan rows per agent that are each polished and traded
     scan_discrete: bool = True  # also try every other value of each discrete feature alone
-    scan_depth: int = 2  # the most features together in those subsets (1 to 3)
+    scan_depth: int = 2  # the most of those features scanned together (1 to 3)
     scan_levels: tuple[int, int] = (16, 32)  # values of the first and the second feature of a scanned pair
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
@@ -201,6 +202,13 @@ class ChangeValueParams:
         self.scan_levels = tuple(int(v) for v in self.scan_levels)
         if len(self.scan_levels) != 2 or min(self.scan_levels) < 1:
             raise ValueError(f"scan_levels: two counts >= 1, got {self.scan_levels}")
+        if int(self.scan_depth) not in (1, 2, 3):
+            raise ValueError(f"scan_depth: 1, 2 or 3 features scanned together, got {self.scan_depth}")
+        for name in ("scan_features", "scan_subsets", "grid_subsets"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        if int(self.scan_starts) < 1:
+            raise ValueError(f"scan_starts: must be >= 1, got {self.scan_starts}")
 
 
 def _change_value_net(n_columns: int, n_raw: int, hidden: tuple[int, ...], dropout: float):
@@ -392,8 +400,9 @@ class ChangeValueGenerator(TabularGenerator):
         return rec
 
     def _scan_sets(self, geo: WorldGeometry, prob: np.ndarray) -> np.ndarray:
-        """(N, S, J) subsets scanned within reach: the ``scan_subsets`` most probable ones, then each
-        of the ``scan_features`` most probable mutable numeric features alone and in pairs."""
+        """(N, S, J) subsets scanned within reach: the ``scan_subsets`` most probable ones, then the
+        ``scan_features`` most probable mutable numeric features alone and together (up to
+        ``scan_depth`` at once)."""
         subs = self.subsets(prob)[:, : int(self.params.scan_subsets)]
         N, J = prob.shape
         movable = np.zeros(J, bool)
