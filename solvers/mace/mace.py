@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from envs.models import LinearModel
 from envs.recourse import Recourse
 from envs.tabular import TabularWorld
 from solvers.base import Solver
@@ -55,6 +56,7 @@ def _z3_backend():
 
 _TIGHTEN = (1.0, 100.0, 10000.0)  # robust margin multipliers of the point fallback
 _PROOF_ROUNDS = 3  # proof re-solves per answer that may each replace it by a closer one
+_REBOX = 0.7  # the proof rebuilds the MILP on the box of budget d when d < _REBOX x the solve's budget
 
 
 class MACE(Solver):
@@ -178,26 +180,28 @@ class MACE(Solver):
 
         The proof re-solves by a second route (``MilpBackend.minimize(cut=...)``: objective bound
         cut = d - tolerance(d) / 2, another seed, no presolve) on a box that holds every point with
-        distance <= cut: the first solve's MILP, reused, or where d < D / 2 under a norm with an l1 or linf
-        term (the box then up to a thousand times wider than needed on Credit forests) the smaller
-        MILP of the box of budget d. A search that closes with no point below the cut proves delta_min =
-        cut - slack, which certifies d. A point below
-        the cut means the first solve missed it: a verified one replaces the answer and is proven in
+        distance <= cut: the first solve's MILP, reused (no rebuild), or, for forests and MLPs under a
+        norm with an l1 or linf term, where d < 0.7 D, the smaller MILP of the box of budget d
+        (fewer splits, tighter big-M; the box of D can be a thousand times wider on Credit forests).
+        A search that closes with no point below the cut proves delta_min = cut - slack, which
+        certifies d. A point below the cut means the first solve missed it: a verified one replaces the answer and is proven in
         turn (at most ``_PROOF_ROUNDS`` times); otherwise, and on a time limit, the answer is not
         flagged optimal, delta_min is the smaller of the two routes' dual bounds, and ``why`` says why.
         """
         if status != "optimal":
             return Outcome(x, status, floor, calls, why="time limit before HiGHS closed the gap")
         why = ""
+        # A smaller box pays for its build where it removes splits (forests) or tightens big-M (MLPs),
+        # and only under a norm with an l1 or linf term (an l0 budget does not shrink the box).
+        shrinks = inst.weights[1] + inst.weights[2] > 0 and not isinstance(inst.model, LinearModel)
         for _ in range(_PROOF_ROUNDS):
             d = float(inst.distance(x[None])[0])
             cut = d - inst.tolerance(d) / 2
             if cut <= 0:  # d <= epsilon / 2: nothing to prove below a non-negative distance
                 return Outcome(x, "optimal", 0.0, calls, proof="d <= epsilon / 2")
             pb = be  # the MILP already passed to HiGHS, its solver state cleared (no rebuild)
-            if cut > D or (d < D / 2 and inst.weights[1] + inst.weights[2] > 0):  # this box holds only
-                # d <= D, or is far wider than needed (l1 / linf bound the box; l0 does not): prove on
-                pb = MilpBackend(inst, budget=min(1.0, d))  # the box of budget d (its splits, its big-M)
+            if cut > D or (d < _REBOX * D and shrinks):  # this box holds only d <= D, or is wider
+                pb = MilpBackend(inst, budget=min(1.0, d))  # than needed: prove on the box of budget d
                 for prev in inst.previous:
                     pb.add_diversity(prev)
             left = deadline - time.perf_counter()
