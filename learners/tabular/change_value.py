@@ -247,7 +247,7 @@ class ChangeValueGenerator(TabularGenerator):
         import torch
 
         from learners.base import FitContext
-        from learners.torch_training import TorchParams, fit_lightning
+        from learners.torch_training import TorchParams, fit_lightning, seed_everything
 
         self._store(world, labels)
         p = self.params
@@ -274,6 +274,7 @@ class ChangeValueGenerator(TabularGenerator):
         if not n_val:
             val = order
         tensors = [torch.as_tensor(a) for a in (X, self.changed_.astype(np.float32), Y, col_changed)]
+        seed_everything(seed)  # the initial weights too: a refit with the same seed is the same net
         self.net_ = _change_value_net(D, J, p.hidden, p.dropout)
         tp = TorchParams(hidden=p.hidden, dropout=p.dropout, lr=p.lr, batch_size=p.batch_size, max_epochs=p.max_epochs,
                          patience=max(10, p.max_epochs // 4), batch_norm=True)
