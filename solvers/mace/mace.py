@@ -41,7 +41,7 @@ from solvers.mace.domain import (
     plausible_box,
     validate,
 )
-from solvers.mace.milp import MilpBackend, bound_slack
+from solvers.mace.milp import MilpBackend, bound_slack, proof_closes
 
 BACKENDS = ("milp", "z3")
 
@@ -210,14 +210,16 @@ class MACE(Solver):
             pr = pb.minimize(left, cut=cut)
             calls += 1
             v = float(inst.distance(pr.x[None])[0]) if pr.x is not None else math.inf
-            if pr.status == "infeasible" or (pr.status == "optimal" and v >= cut):
+            if proof_closes(pr.status, v, pr.delta_min, cut):
                 # HiGHS under an objective bound ends "optimal" with a point above the bound (one its
                 # heuristics saw and the bound rejected) when the search closed with nothing below it.
                 lb = inst.round_bound(cut - bound_slack(cut))
                 return Outcome(x, "optimal", lb, calls, proof=f"second route: no point below {cut:.9g}")
-            if pr.x is None or v >= cut:  # time limit, no point below the cut
-                return Outcome(x, "feasible", min(floor, max(pr.delta_min, 0.0)), calls,
-                               why="time limit in the proof re-solve")
+            if pr.x is None or v >= cut:  # time limit, or a bound below the cut without a point below it
+                why = ("time limit in the proof re-solve" if pr.status != "optimal" else
+                       f"the proof re-solve's bound {pr.delta_min:.9g} lies below the cut {cut:.9g}, "
+                       "and it returned no point below it")
+                return Outcome(x, "feasible", min(floor, max(pr.delta_min, 0.0)), calls, why=why)
             y = self._validator(inst, pr.cells)(pr.x)
             v = float(inst.distance(pr.x[None])[0])
             floor = inst.round_bound(min(floor, max(pr.delta_min, 0.0)))

@@ -61,6 +61,19 @@ def bound_slack(bound: float) -> float:
     return BOUND_SLACK_ABS + BOUND_SLACK_REL * abs(bound)
 
 
+def proof_closes(status: str, distance: float, delta_min: float, cut: float) -> bool:
+    """The proof route's verdict: the search closed with no point of distance < ``cut``.
+
+    "infeasible"; or "optimal" with a point at or above the cut (HiGHS 1.15 reports a point its
+    heuristics saw and the bound rejected) and a dual bound (``delta_min``, slack already taken) not
+    below the cut. Without presolve, HiGHS 1.15 can also end "optimal" with a point above the cut
+    and a dual bound below it, at the distance of a point below the cut that it does not return
+    (an all-discrete forest under l0, cut 0.301: point 0.4, bound 0.2, and 0.2 exists): no proof.
+    """
+    return status == "infeasible" or (status == "optimal" and distance >= cut
+                                      and delta_min >= cut - bound_slack(cut))
+
+
 class _Program:
     """A minimisation MILP assembled column by column and row by row (flat lists: cheap to append)."""
 
@@ -438,8 +451,9 @@ class MilpBackend:
         ``cut``: the proof route. HiGHS gets ``objective_bound = cut`` (it prunes every node whose
         bound reaches the cut; no objective-parallel row, see below), another random seed and no
         presolve, so a different search tree. "infeasible", or "optimal" with a point above the cut
-        (HiGHS 1.15 reports a heuristic point the bound rejected), proves that no point of the box
-        has distance < cut (less ``bound_slack``); a point below the cut, that the first solve missed it.
+        (HiGHS 1.15 reports a heuristic point the bound rejected) and a dual bound not below it
+        (``proof_closes``), proves that no point of the box has distance < cut (less ``bound_slack``);
+        a point below the cut, that the first solve missed it.
         """
         # No explicit row d <= budget: the box already holds every point with d <= budget, and HiGHS
         # 1.15 once returned a wrong optimum with that objective-parallel row (tests/test_mace.py).
