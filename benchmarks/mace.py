@@ -50,6 +50,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+from benchmarks.blackbox import save  # noqa: E402
 from benchmarks.mace_audit import AUDIT_DATASETS, run_audit  # noqa: E402
 from benchmarks.mace_common import NORM_INDEX, _load_revision, fmt, sample  # noqa: E402
 from envs.models import SklearnOracle  # noqa: E402
@@ -124,10 +125,7 @@ def run_cell(dataset: str, model: str, norm: str, args: argparse.Namespace, cell
         "paper_seconds": PAPER_SECONDS.get((dataset, model), (None,) * 3)[NORM_INDEX[norm]],
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    tmp = cell_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cell, indent=1))
-    os.replace(tmp, cell_path)
-    return cell
+    return save(cell, cell_path)
 
 
 def check_cell(dataset: str, model: str, norm: str, args: argparse.Namespace) -> dict:
@@ -280,9 +278,7 @@ def geco_cell(job: tuple) -> dict:
             "geco_params": {k: v for k, v in vars(geco).items() if not k.endswith("_") and k != "plaf"},
             "records": records, "load_average": os.getloadavg()[0],
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cell, indent=1, default=float))
-    os.replace(tmp, path)
+    save(cell, path)
     print(f"geco {dataset}/{model}: {cell['within_1pct']}/{cell['certified']} within 1%, worst "
           f"{fmt(cell['worst_ratio'], '.4f')}, {cell['geco_seconds_mean']:.3f}s", flush=True)
     return cell

@@ -17,6 +17,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.blackbox import save  # noqa: E402
 from benchmarks.mace_common import NORM_INDEX, _load_revision, fmt, sample  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 
@@ -142,9 +143,7 @@ def audit_cell(job: tuple) -> dict:
             "seconds_mean": float(np.mean([r["seconds"] for r in records])) if records else None,
             "records": records, "load_average": os.getloadavg()[0],
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cell, indent=1, default=float))
-    os.replace(tmp, path)
+    save(cell, path)
     print(f"audit {dataset}/{model}/{norm}: {cell['answers']} answers, flagged {cell['flagged']}, unsound "
           f"{cell['unsound']}, {cell['seconds_mean']:.2f}s", flush=True)
     return cell
