@@ -187,6 +187,30 @@ class Cell:
                              progress=not args.quiet)
 
 
+def label_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Only the cell's MACE labels (held-out, training, and fresh agents with ``--fresh-agents``),
+    into the resumable cache: ``--labels-only`` runs this on a larger machine, and the benchmark
+    then reads the chunks (the cache key holds the model's weights, so labels never meet another model)."""
+    c = Cell.of(cell, args)
+    world, data = c.build.world, c.build.data
+    t0 = time.perf_counter()
+    test = c.test_labels(args)
+    fresh_n = 0
+    if args.fresh_agents > 0:
+        fresh = _fresh_agents(c, args)
+        if len(fresh):
+            label_tabular(world, fresh, MACE(**TEST_MACE), c.cache / f"fresh-{args.fresh_agents}", n_jobs=args.jobs,
+                          progress=not args.quiet)
+        fresh_n = len(fresh)
+    pool, _ = training_pool(world, data.X_train, c.sizes[-1], args.seed, c.perturb)
+    train = label_tabular(world, pool, MACE(**TRAIN_MACE), c.cache / "train", n_jobs=args.jobs,
+                          progress=not args.quiet)
+    out = {"cell": cell, "cache": str(c.cache), "test": int(len(test.X)), "fresh": fresh_n, "train": int(len(train.X)),
+           "train_cpu_hours": float(train.runtime.sum() / 3600), "seconds": time.perf_counter() - t0}
+    print(f"[{cell}] labels: {out}", flush=True)
+    return out
+
+
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     c = Cell.of(cell, args)
     dataset, model = cell.split("/")
@@ -249,16 +273,21 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 FRESH_METHODS = ("nearest_cfe", "change_value_no_net", "change_value")
 
 
+def _fresh_agents(c: Cell, args: argparse.Namespace) -> np.ndarray:
+    """Up to ``--fresh-agents`` rejected test rows outside the held-out sample (seeded order)."""
+    neg = negatives(c.build.world, c.build.data.X_test)
+    seen = {r.tobytes() for r in c.test}
+    fresh = neg[[r.tobytes() not in seen for r in neg]]
+    return fresh[np.random.default_rng(args.seed + 1).permutation(len(fresh))[: args.fresh_agents]]
+
+
 def fresh_check(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     """The generators at the largest label budget on up to ``--fresh-agents`` rejected test rows
     outside the held-out sample: agents no parameter of the generators was ever chosen on (the
     sample's agents were looked at while the search was built). MACE labels them first (cached)."""
     c = Cell.of(cell, args)
-    world, data, test = c.build.world, c.build.data, c.test
-    neg = negatives(world, data.X_test)
-    seen = {r.tobytes() for r in test}
-    fresh = neg[[r.tobytes() not in seen for r in neg]]
-    fresh = fresh[np.random.default_rng(args.seed + 1).permutation(len(fresh))[: args.fresh_agents]]
+    world, data = c.build.world, c.build.data
+    fresh = _fresh_agents(c, args)
     out: dict[str, Any] = {"agents": int(len(fresh)), "methods": {}}
     if not len(fresh):
         return out
@@ -403,7 +432,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--force", action="store_true", help="recompute cells whose JSON exists")
     p.add_argument("--keep-online", action="store_true", help="with --force: keep the GeCo / MD-PSO results of the cell")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--labels-only", action="store_true",
+                   help="only compute the cells' MACE labels into --cache (e.g. on a machine with more cores)")
     args = p.parse_args(argv)
+    if args.labels_only:
+        for cell in args.cells.split(","):
+            if cell not in CELLS:
+                raise SystemExit(f"--cells: unknown cell {cell!r}; known: {', '.join(CELLS)}")
+        for cell in args.cells.split(","):
+            label_cell(cell, args)
+        return
     out = Path(args.out)
     cell_dir = out / "tabular_generators"
     cell_dir.mkdir(parents=True, exist_ok=True)

@@ -158,7 +158,8 @@ def _solve_chunk(shared: tuple[Any, TabularWorld], X: np.ndarray) -> ChunkResult
     solver, world = shared
     D = X.shape[1]
     out = {"cf": np.full((len(X), D), np.nan), "distance": np.full(len(X), np.inf),
-           "delta_min": np.zeros(len(X)), "status": np.empty(len(X), dtype="<U16"), "runtime": np.zeros(len(X))}
+           "delta_min": np.zeros(len(X)), "status": np.empty(len(X), dtype="<U16"), "runtime": np.zeros(len(X)),
+           "X": np.asarray(X, float)}  # the agents themselves: a resumed chunk is checked against its input
     for i, x in enumerate(X):  # MACE solves one agent at a time (one MILP or SMT problem each)
         t = time.perf_counter()
         r = solver.solve(world, x)[0]
@@ -187,6 +188,11 @@ def label_tabular(world: TabularWorld, X: np.ndarray, solver: Any, work_dir: str
     bounds = chunk_bounds(len(X), compute.chunk_size or chunk_size)
     parts = run_chunks(_solve_chunk, (solver, world), [X[s:e] for s, e in bounds], work_dir, compute=compute,
                        sizes=[e - s for s, e in bounds], desc=f"MACE labels ({world.name})", progress=progress)
+    for (s, e), p in zip(bounds, parts, strict=True):
+        # chunks may come from another run or machine; a chunk of other agents must never label these
+        if "X" in p and not np.array_equal(p["X"], X[s:e]):
+            raise ValueError(f"work_dir: {work_dir} holds labels of other agents for rows {s}-{e} "
+                             "(a cache from another data split or model); remove it")
     names, of_column = raw_feature_index(world.schema)
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in
            ("cf", "distance", "delta_min", "status", "runtime")}
