@@ -72,13 +72,14 @@ def _key(**parts: Any) -> str:
 
 def training_pool(world: TabularWorld, X_train: np.ndarray, n: int, seed: int, perturb: PerturbParams
                   ) -> tuple[np.ndarray, int]:
-    """The first ``n`` training agents: the real rejected rows (seeded order), then generated ones.
+    """The first ``n`` training agents: the real rejected rows (seeded order), then generated ones
+    (fewer where the draws find no more new rejected rows: COMPAS's few discrete values).
     Returns the agents and how many of them are real."""
     real = negatives(world, X_train)
     real = real[np.random.default_rng(seed).permutation(len(real))]
     if n <= len(real):
         return real[:n], n
-    extra = perturb_agents(world, real, n - len(real), seed=seed, params=perturb)
+    extra = perturb_agents(world, real, n - len(real), seed=seed, params=perturb, allow_fewer=True)
     return np.concatenate([real, extra]), len(real)
 
 
@@ -247,7 +248,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     for n in sizes:
         rows = np.flatnonzero(train_labels.ok[:n])
         labels = TabularLabels(train_labels.X[rows], train_labels.cf[rows], train_labels.distance[rows])
-        point: dict[str, Any] = {"labels": n, "solved": int(len(rows)),
+        point: dict[str, Any] = {"labels": n, "agents": int(min(n, len(pool))), "solved": int(len(rows)),
                                  "label_cpu_hours": float(train_labels.runtime[:n].sum() / 3600), "methods": {}}
         for method in METHODS:
             t = time.perf_counter()

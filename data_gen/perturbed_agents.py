@@ -49,11 +49,14 @@ def _raw_blocks(world: TabularWorld) -> list[tuple[str, np.ndarray]]:
 
 
 def perturb_agents(world: TabularWorld, rows: np.ndarray, n: int, *, seed: int = 0,
-                   params: PerturbParams | None = None, max_rounds: int = 50) -> np.ndarray:
+                   params: PerturbParams | None = None, max_rounds: int = 50,
+                   allow_fewer: bool = False) -> np.ndarray:
     """``n`` new rejected agents drawn around ``rows`` (encoded, rejected by the model).
 
     Raises ``ValueError`` when ``rows`` is empty, and when fewer than ``n`` new rejected agents
-    turn up in ``max_rounds`` draws (the noise keeps crossing the decision boundary)."""
+    turn up in ``max_rounds`` draws (the noise keeps crossing the decision boundary, or a data set
+    of few discrete values has no new rows left near its rejected ones); with ``allow_fewer`` it
+    returns those it found instead."""
     params = params or PerturbParams()
     rows = world.schema.validate(np.atleast_2d(np.asarray(rows, float)), name="rows")
     if n <= 0:
@@ -95,5 +98,7 @@ def perturb_agents(world: TabularWorld, rows: np.ndarray, n: int, *, seed: int =
             total += len(fresh)
         if total >= n:
             return np.concatenate(kept)[:n]
+    if allow_fewer:
+        return np.concatenate(kept) if kept else np.zeros((0, rows.shape[1]))
     raise ValueError(f"perturb_agents: only {total} of {n} new rejected agents in {max_rounds} rounds "
                      f"(lower numeric_scale / resample_prob, or give more rows)")

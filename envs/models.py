@@ -32,6 +32,30 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
 
 
+def variant_rows(base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """(T, D) the rows that variants describe: row t is ``base[index[t]]`` with column ``cols[t, i]``
+    set to ``vals[t, i]`` for each ``i`` where ``cols[t, i] >= 0`` (the columns of a row distinct)."""
+    rows = np.asarray(base, float)[index]
+    t, i = np.nonzero(cols >= 0)
+    rows[t, cols[t, i]] = vals[t, i]
+    return rows
+
+
+def _first_layer_variants(W: np.ndarray, b: np.ndarray, base: np.ndarray, index: np.ndarray, cols: np.ndarray,
+                          vals: np.ndarray) -> np.ndarray:
+    """(T, H) ``row @ W + b`` of every variant row from its base's product and a rank-k update for
+    the k changed columns: no (T, D) row is built (equal to the full product up to rounding)."""
+    base = np.asarray(base, float)
+    Z = (base @ W + b)[index]
+    for j in range(cols.shape[1]):
+        c = cols[:, j]
+        live = c >= 0
+        cj = np.where(live, c, 0)
+        delta = np.where(live, vals[:, j] - base[index, cj], 0.0)
+        Z += delta[:, None] * W[cj]
+    return Z
+
+
 def split_limits(threshold: float | np.ndarray) -> tuple[Any, Any]:
     """(U, L): sklearn's test ``float32(x) <= threshold`` holds iff x <= U and fails iff x >= L.
 
@@ -150,6 +174,12 @@ class WhiteBoxModel:
         """Boolean acceptance, with sklearn's tie-breaking."""
         return self.score(np.atleast_2d(np.asarray(X, float))) > 0
 
+    def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """``score`` of the rows ``variant_rows(base, index, cols, vals)`` describe (a few columns of a
+        base row changed): one model call. The white boxes below evaluate them without building the
+        rows; this default builds them."""
+        return self.score(variant_rows(base, index, cols, vals))
+
     def _check(self, X: np.ndarray) -> np.ndarray:
         X = np.atleast_2d(np.asarray(X, float))
         if X.shape[1] != self.n_features:
@@ -225,6 +255,18 @@ class TreeEnsemble(WhiteBoxModel):
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return self.class_probas(X)[1]
 
+    def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """``score`` of variant rows, bit for bit: the compiled descent copies each base row and its
+        changed columns into one float32 row buffer (the same cast as ``score``)."""
+        from envs.tree_kernels import forest_sums_variants
+
+        base32 = np.ascontiguousarray(self._check(base), np.float32)
+        s0, s1 = forest_sums_variants(base32, np.ascontiguousarray(index, np.int64),
+                                      np.ascontiguousarray(cols, np.int64),
+                                      np.ascontiguousarray(vals, np.float64).astype(np.float32), *self._stacked())
+        n = len(self.trees)
+        return s1 / n - s0 / n
+
     def score(self, X: np.ndarray) -> np.ndarray:
         """P(1) - P(0): > 0 exactly where sklearn's argmax picks class 1 (a - b > 0 iff a > b in IEEE)."""
         p0, p1 = self.class_probas(X)
@@ -256,6 +298,11 @@ class LinearModel(WhiteBoxModel):
 
     def score(self, X: np.ndarray) -> np.ndarray:
         return self._check(X) @ self.w + self.b
+
+    def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """``score`` of variant rows by a rank-k update of each base's score (equal up to rounding)."""
+        return _first_layer_variants(self.w[:, None], np.array([self.b]), self._check(base), index, cols,
+                                     vals).reshape(-1)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return _sigmoid(self.score(X))
@@ -303,6 +350,25 @@ class MLPModel(WhiteBoxModel):
         hs = self.hidden(X)
         h = hs[-1] if hs else self._check(X)
         return (h @ self.weights[-1] + self.biases[-1]).reshape(-1)
+
+    def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        """``score`` of variant rows: the first layer by a rank-k update of each base's product (no
+        (rows, features) matrix; equal up to rounding), the other layers as ``score``."""
+        from envs.tree_kernels import mlp_scores_variants
+
+        base = self._check(base)
+        if len(self.weights) == 1:
+            return _first_layer_variants(self.weights[0], self.biases[0], base, index, cols, vals).reshape(-1)
+        packed = self.__dict__.get("_packed")
+        if packed is None:  # the later layers flattened for the compiled loop, once
+            packed = (np.array([W.shape[1] for W in self.weights[1:]], np.int64),
+                      np.concatenate([W.reshape(-1) for W in self.weights[1:]]),
+                      np.concatenate(self.biases[1:]))
+            self.__dict__["_packed"] = packed
+        Z0 = np.ascontiguousarray(base @ self.weights[0] + self.biases[0])
+        return mlp_scores_variants(Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64),
+                                   np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64),
+                                   np.ascontiguousarray(self.weights[0]), *packed)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return _sigmoid(self.score(X))

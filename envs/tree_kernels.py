@@ -49,3 +49,73 @@ def forest_sums(X, offsets, left, right, feature, threshold, depth, p0, p1):
         s0[i] = a
         s1[i] = b
     return s0, s1
+
+
+@nb.njit(cache=True)
+def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature, threshold, depth, p0, p1):
+    """``forest_sums`` of variant rows: row t is ``base[index[t]]`` with column ``cols[t, i]`` (>= 0)
+    set to ``vals[t, i]`` (float32 like ``base``); each row is assembled in one buffer, never stored."""
+    T, D, K = index.shape[0], base.shape[1], cols.shape[1]
+    s0 = np.zeros(T)
+    s1 = np.zeros(T)
+    nodes = np.empty(offsets.shape[0], np.int64)
+    x = np.empty(D, np.float32)
+    for i in range(T):
+        b = index[i]
+        for d in range(D):
+            x[d] = base[b, d]
+        for j in range(K):
+            c = cols[i, j]
+            if c >= 0:
+                x[c] = vals[i, j]
+        _descend_all(x, nodes, offsets, left, right, feature, threshold, depth)
+        a, s = 0.0, 0.0
+        for t in range(offsets.shape[0]):
+            a += p0[nodes[t]]
+            s += p1[nodes[t]]
+        s0[i] = a
+        s1[i] = s
+    return s0, s1
+
+
+@nb.njit(cache=True, fastmath=False)
+def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
+    """A ReLU MLP's output score of variant rows (see ``forest_sums_variants``): the first layer from
+    the base rows' products ``Z0`` (B, H1) and a rank-k update per changed column, the later layers
+    (``dims``: their widths, ending in 1; ``weights`` and ``biases`` flattened in order) row by row,
+    so no (rows, features) matrix and no (rows, width) temporary is built."""
+    T, K, H1 = index.shape[0], cols.shape[1], Z0.shape[1]
+    width = H1
+    for w in dims:
+        width = max(width, w)
+    out = np.empty(T)
+    h = np.empty(width)
+    g = np.empty(width)
+    for i in range(T):
+        b = index[i]
+        for u in range(H1):
+            h[u] = Z0[b, u]
+        for j in range(K):
+            c = cols[i, j]
+            if c >= 0:
+                delta = vals[i, j] - base[b, c]
+                for u in range(H1):
+                    h[u] += delta * W0[c, u]
+        n_in, w_off, b_off = H1, 0, 0
+        for layer in range(dims.shape[0]):
+            for u in range(n_in):  # ReLU of the layer below
+                if h[u] < 0.0:
+                    h[u] = 0.0
+            n_out = dims[layer]
+            for v in range(n_out):
+                acc = biases[b_off + v]
+                for u in range(n_in):
+                    acc += h[u] * weights[w_off + u * n_out + v]
+                g[v] = acc
+            for v in range(n_out):
+                h[v] = g[v]
+            w_off += n_in * n_out
+            b_off += n_out
+            n_in = n_out
+        out[i] = h[0]
+    return out

@@ -20,7 +20,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.geometry import WorldGeometry, nearest_accepted
+from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants
 from learners.tabular.polish import crossings, polish, split_edges, trade_sweep
 from solvers.mace.distance import Norm
 
@@ -377,17 +377,17 @@ class ChangeValueGenerator(TabularGenerator):
         x = X[rows]
         prob, value = self._predict(x)
         subs = self._scan_sets(geo, prob)
-        T, own = self._scan(world, geo, x, value, subs, rec.distance[rows])  # (T, D) rows of the agents own
+        V, own = self._scan(world, geo, x, value, subs, rec.distance[rows])  # variant rows of the agents own
         if self.params.scan_discrete:  # every one-feature change of a discrete feature too (few rows)
             Dc = discrete_changes(geo, x)
             n_of, k_of = np.nonzero((Dc != x[:, None, :]).any(-1))
-            T, own = np.concatenate([T, Dc[n_of, k_of]]), np.concatenate([own, n_of])
+            V, own = Variants.concat([V, Variants.of_rows(Dc[n_of, k_of])]), np.concatenate([own, n_of])
         k = max(1, int(self.params.scan_starts))
-        d_best, i_best = nearest_accepted(world, geo, x, T, own, k)  # one model call
+        d_best, _, starts = nearest_accepted_variants(world, geo, x, V, own, k)  # one model call
         a_of, s_of = np.nonzero(d_best < rec.distance[rows, None] - 1e-12)  # nearer starts, each polished
         if len(a_of):
             steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
-            P = T[i_best[a_of, s_of]]
+            P = starts[a_of, s_of]
             if steps >= 0:
                 P = polish(world, geo, x[a_of], P, rounds=steps, probes=int(self.params.polish_probes))
                 P = trade_sweep(world, geo, x[a_of], P)
@@ -423,8 +423,8 @@ class ChangeValueGenerator(TabularGenerator):
         return np.concatenate([subs, extra], 1)
 
     def _scan(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray,
-              best: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows (T, D) and the agent each belongs to (T,): per distinct subset of one to three numeric
+              best: np.ndarray) -> tuple[Variants, np.ndarray]:
+        """Rows (``Variants`` of the subsets' base rows) and the agent each belongs to (T,): per distinct subset of one to three numeric
         features, their values within the reach of the distance ``best`` (N,), the subset's other
         features at the predicted value. One feature: up to R = (e1 + 1) * e2 values (a tree
         ensemble's crossings nearest the agent); two: e1 values of the feature with the fewest steps
@@ -445,7 +445,8 @@ class ChangeValueGenerator(TabularGenerator):
         steps_of_raw = np.full((N, J), 1e12)  # integer steps within reach per agent (a real feature: many)
         ints = np.flatnonzero(geo.numeric & geo.rounded)
         steps_of_raw[:, geo.raw_of_column[ints]] = np.floor(room[:, None] * geo.span[ints][None, :] + 1e-9)
-        out, owner = [np.empty((0, X.shape[1]))], [np.empty(0, np.int64)]
+        index, cols_out, vals_out, owner = [np.empty(0, np.int64)], [np.empty((0, 3), np.int64)], [np.empty((0, 3))], \
+            [np.empty(0, np.int64)]
         for k, shape in shapes.items():
             ii, ss = np.nonzero(k_num == k)
             if not len(ii):
@@ -463,14 +464,17 @@ class ChangeValueGenerator(TabularGenerator):
             combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
             live = ~np.isnan(axes[-1][:, combos[:, -1]])  # (n, m): the last feature has a value there
             n_of, m_of = np.nonzero(live)
-            rows = base[ii[n_of], ss[n_of]]  # (T_k, D)
+            vc, vv = np.full((len(n_of), 3), -1, np.int64), np.zeros((len(n_of), 3))
             for pos in range(k):
                 v = axes[pos][n_of, combos[m_of, pos]]
                 c = cols[n_of, pos]
-                rows[np.arange(len(n_of)), c] = np.where(np.isnan(v), X[ii[n_of], c], v)
-            out.append(rows)
+                vc[:, pos], vv[:, pos] = c, np.where(np.isnan(v), X[ii[n_of], c], v)
+            index.append(ii[n_of] * S + ss[n_of])
+            cols_out.append(vc)
+            vals_out.append(vv)
             owner.append(ii[n_of])
-        return np.concatenate(out), np.concatenate(owner)
+        V = Variants(base.reshape(N * S, -1), np.concatenate(index), np.concatenate(cols_out), np.concatenate(vals_out))
+        return V, np.concatenate(owner)
 
     def _grid(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray
               ) -> np.ndarray:

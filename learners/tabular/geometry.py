@@ -173,3 +173,88 @@ def nearest_accepted(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, T: 
     best[own_s[keep], rank[keep]] = d[order][keep]
     index[own_s[keep], rank[keep]] = ok[order][keep]
     return best, index
+
+
+# ---------------------------------------------------------------------------------------- variants
+
+@dataclass
+class Variants:
+    """Candidate rows as a few columns of base rows changed: row t is ``base[index[t]]`` with column
+    ``cols[t, i]`` set to ``vals[t, i]`` where ``cols[t, i] >= 0``. The scans and sweeps try many
+    rows that differ from a few base rows in one to three columns; a white-box model scores them
+    without the (rows, columns) matrix (``WhiteBoxModel.score_variants``), which cost more to build
+    than to score."""
+
+    base: np.ndarray  # (B, D)
+    index: np.ndarray  # (T,) base row of each variant
+    cols: np.ndarray  # (T, k) changed columns, -1 padded
+    vals: np.ndarray  # (T, k) their values
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def rows(self, which: np.ndarray | None = None) -> np.ndarray:
+        """(n, D) the rows (all, or those at ``which``)."""
+        from envs.models import variant_rows
+
+        if which is None:
+            return variant_rows(self.base, self.index, self.cols, self.vals)
+        return variant_rows(self.base, self.index[which], self.cols[which], self.vals[which])
+
+    @classmethod
+    def of_rows(cls, rows: np.ndarray) -> Variants:
+        """Whole rows as variants that change nothing."""
+        n = len(rows)
+        return cls(np.asarray(rows, float), np.arange(n), np.full((n, 1), -1), np.zeros((n, 1)))
+
+    @classmethod
+    def concat(cls, parts: list[Variants]) -> Variants:
+        """One set of variants from several (their bases stacked, columns padded to the widest)."""
+        k = max(p.cols.shape[1] for p in parts)
+        offs = np.cumsum([0] + [len(p.base) for p in parts])[:-1]
+
+        def pad(a: np.ndarray, fill: float) -> np.ndarray:
+            return np.pad(a, ((0, 0), (0, k - a.shape[1])), constant_values=fill)
+
+        return cls(np.concatenate([p.base for p in parts]), np.concatenate([p.index + o for p, o in zip(parts, offs, strict=True)]),
+                   np.concatenate([pad(p.cols, -1) for p in parts]), np.concatenate([pad(p.vals, 0.0) for p in parts]))
+
+
+def accepts_variants(world: TabularWorld, V: Variants) -> np.ndarray:
+    """``accepts`` of the rows ``V`` describes, in one model call: scored as variants where the model
+    can (``score_variants``), else built and scored as rows."""
+    if not len(V):
+        return np.zeros(0, bool)
+    score = getattr(world.model, "score_variants", None)
+    if score is None:
+        return accepts(world, V.rows())
+    s = score(V.base, V.index, V.cols, V.vals)
+    return s > 0 if getattr(world.model, "exact", False) else s >= MARGIN
+
+
+def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, V: Variants,
+                              owner: np.ndarray, k: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``nearest_accepted`` of variant rows: per agent the distances of its ``k`` nearest accepted
+    rows (N, k) and their positions in ``V`` (N, k; -1 where fewer), and the (N, k, D) rows (NaN
+    where none); one model call, and only accepted rows are ever built."""
+    N, D = X.shape
+    best, index = np.full((N, k), np.inf), np.full((N, k), -1)
+    rows = np.full((N, k, D), np.nan)
+    if not len(V):
+        return best, index, rows
+    ok = np.flatnonzero(accepts_variants(world, V))
+    if not len(ok):
+        return best, index, rows
+    R = V.rows(ok)
+    moved = (np.abs(R - X[owner[ok]]) > 1e-12).any(1)  # the agent itself is no answer
+    ok, R = ok[moved], R[moved]
+    d, own = geo.distance(X[owner[ok]], R), owner[ok]
+    order = np.lexsort((d, own))
+    own_s = own[order]
+    start = np.r_[0, np.flatnonzero(own_s[1:] != own_s[:-1]) + 1]
+    rank = np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
+    keep = rank < k
+    best[own_s[keep], rank[keep]] = d[order][keep]
+    index[own_s[keep], rank[keep]] = ok[order][keep]
+    rows[own_s[keep], rank[keep]] = R[order][keep]
+    return best, index, rows

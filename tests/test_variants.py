@@ -1,0 +1,143 @@
+"""Variant rows (a few columns of base rows changed): every white box scores them as it scores the
+built rows (a forest bit for bit, LR / MLP up to rounding), the counting wrapper counts them as one
+query, and the nearest accepted variants are those of the built rows."""
+
+import functools
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envs.models import LinearModel, MLPModel, TreeEnsemble, WhiteBoxModel, variant_rows
+from evaluation.counterfactual_metrics import Counted
+from learners.tabular.geometry import (
+    Variants,
+    WorldGeometry,
+    accepts,
+    accepts_variants,
+    nearest_accepted,
+    nearest_accepted_variants,
+)
+
+
+@functools.cache
+def _models(D: int, seed: int) -> tuple[list[WhiteBoxModel], np.ndarray]:
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(0, 1, (300, D)) * np.geomspace(1e-2, 1e3, D)
+    y = (X[:, 0] / X[:, 0].std() + X[:, -1] / X[:, -1].std() + rng.normal(0, 0.5, 300) > 0).astype(int)
+    forest = RandomForestClassifier(n_estimators=5, max_depth=5, random_state=seed).fit(X, y)
+    mu, sd = X.mean(0), X.std(0)
+    Xs = (X - mu) / sd
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a few iterations make a fine test network
+        mlp = MLPClassifier(hidden_layer_sizes=(7, 5), max_iter=60, random_state=seed).fit(Xs, y)
+    lr = LogisticRegression().fit(Xs, y)
+    return [TreeEnsemble.from_sklearn(forest), MLPModel.from_sklearn(mlp, mu, sd), LinearModel.from_sklearn(lr, mu, sd),
+            MLPModel([np.ones((D, 1))], [np.zeros(1)])], X
+
+
+def _variants(X: np.ndarray, rng: np.random.Generator, T: int, k: int) -> Variants:
+    D = X.shape[1]
+    base = X[rng.integers(0, len(X), 12)]
+    cols = np.full((T, k), -1)
+    cols[:, :min(k, D)] = np.argsort(rng.random((T, D)), 1)[:, :k]  # distinct columns per row
+    cols[rng.random((T, k)) < 0.2] = -1
+    vals = X[rng.integers(0, len(X), (T, k)), np.maximum(cols, 0)]  # values the data takes: split edges too
+    return Variants(base, rng.integers(0, len(base), T), cols, vals)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 3), D=st.integers(2, 7))
+def test_every_white_box_scores_variants_as_their_rows(seed, k, D):
+    models, X = _models(D, seed % 7)
+    V = _variants(X, np.random.default_rng(seed), 200, k)
+    rows = V.rows()
+    for model in models:
+        got, want = model.score_variants(V.base, V.index, V.cols, V.vals), model.score(rows)
+        if isinstance(model, TreeEnsemble):
+            np.testing.assert_array_equal(got, want)  # the decision must be bit-exact
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_variant_rows_change_only_the_named_columns():
+    base = np.arange(12.0).reshape(3, 4)
+    R = variant_rows(base, np.array([2, 0, 0]), np.array([[1, -1], [-1, -1], [3, 0]]), np.array([[9.0, 7.0], [5, 5], [-1, -2]]))
+    np.testing.assert_array_equal(R, [[8, 9, 10, 11], [0, 1, 2, 3], [-2, 1, 2, -1]])
+
+
+def test_a_forest_scores_variants_bit_exact_on_its_thresholds():
+    """Values on, just below and just above every split (float32 edges) as variants of one base."""
+    models, X = _models(5, 1)
+    forest = models[0]
+    t = np.concatenate([tr.threshold[tr.left >= 0] for tr in forest.trees])
+    f = np.concatenate([tr.feature[tr.left >= 0] for tr in forest.trees])
+    vals = np.stack([t, np.nextafter(np.float32(t), -np.inf).astype(float), np.nextafter(np.float32(t), np.inf).astype(float)], 1)
+    V = Variants(X[:3], np.repeat(np.arange(3), 3 * len(t)) % 3, np.repeat(f, 3)[None].repeat(3, 0).reshape(-1, 1),
+                 np.tile(vals.reshape(-1), 3)[:, None])
+    np.testing.assert_array_equal(forest.score_variants(V.base, V.index, V.cols, V.vals), forest.score(V.rows()))
+
+
+def _world(model: WhiteBoxModel, D: int):
+    from envs.schema import Feature, FeatureSchema
+    from envs.tabular import TabularWorld
+
+    schema = FeatureSchema([Feature(f"x{j}", "numeric", -1e4, 1e4) for j in range(D)])
+    return TabularWorld("v", schema, model)
+
+
+def test_variants_are_one_counted_query_and_accepted_as_rows():
+    models, X = _models(4, 2)
+    V = _variants(np.clip(X, -1e4, 1e4), np.random.default_rng(0), 300, 2)
+    for model in models[:3]:
+        counted = Counted(model)
+        world = _world(counted, 4)
+        ok = accepts_variants(world, V)
+        assert (counted.calls, counted.rows) == (1, 300)
+        np.testing.assert_array_equal(ok, accepts(_world(model, 4), V.rows()))
+
+
+class _BlackBox:
+    """A model with ``predict`` and ``score`` only: variants are built and scored as rows."""
+
+    def __init__(self, model):
+        self.m, self.n_features = model, model.n_features
+
+    def score(self, X):
+        return self.m.score(X)
+
+    def predict(self, X):
+        return self.m.predict(X)
+
+
+def test_a_black_box_gets_the_built_rows():
+    models, X = _models(3, 4)
+    V = _variants(np.clip(X, -1e4, 1e4), np.random.default_rng(1), 100, 3)
+    counted = Counted(_BlackBox(models[1]))
+    ok = accepts_variants(_world(counted, 3), V)
+    assert counted.calls == 1 and counted.rows == 100
+    np.testing.assert_array_equal(ok, accepts(_world(models[1], 3), V.rows()))
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_nearest_accepted_variants_are_those_of_the_rows(which):
+    models, X = _models(4, 5)
+    X = np.clip(X, -1e4, 1e4)
+    world = _world(models[which], 4)
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(2)
+    V = Variants.concat([_variants(X, rng, 400, 2), Variants.of_rows(X[:50])])
+    own = rng.integers(0, 6, len(V))
+    agents = X[50:56]
+    d, idx, rows = nearest_accepted_variants(world, geo, agents, V, own, k=3)
+    d0, idx0 = nearest_accepted(world, geo, agents, V.rows(), own, k=3)
+    np.testing.assert_allclose(d, d0)
+    live = idx >= 0
+    np.testing.assert_array_equal(rows[live], V.rows()[idx[live]])
+    assert np.isnan(rows[~live]).all()
