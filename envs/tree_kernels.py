@@ -78,7 +78,7 @@ def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature,
     return s0, s1
 
 
-@nb.njit(cache=True, fastmath=False)
+@nb.njit(cache=True)
 def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
     """A ReLU MLP's output score of variant rows (see ``forest_sums_variants``): the first layer from
     the base rows' products ``Z0`` (B, H1) and a rank-k update per changed column, the later layers

@@ -447,6 +447,10 @@ class ChangeValueGenerator(TabularGenerator):
         steps_of_raw[:, geo.raw_of_column[ints]] = np.floor(room[:, None] * geo.span[ints][None, :] + 1e-9)
         index, cols_out, vals_out, owner = [np.empty(0, np.int64)], [np.empty((0, 3), np.int64)], [np.empty((0, 3))], \
             [np.empty(0, np.int64)]
+        # a row's distance from its agent, but for a max term's base part, is known before the model sees it:
+        # rows that cannot come out nearer than the best answer are never built (no answer is lost)
+        bdel = geo.deltas(X[:, None, :], base)  # (N, S, J)
+        b_sum, b_nnz = bdel.sum(-1), (bdel > 1e-12).sum(-1)
         for k, shape in shapes.items():
             ii, ss = np.nonzero(k_num == k)
             if not len(ii):
@@ -469,10 +473,20 @@ class ChangeValueGenerator(TabularGenerator):
                 v = axes[pos][n_of, combos[m_of, pos]]
                 c = cols[n_of, pos]
                 vc[:, pos], vv[:, pos] = c, np.where(np.isnan(v), X[ii[n_of], c], v)
-            index.append(ii[n_of] * S + ss[n_of])
-            cols_out.append(vc)
-            vals_out.append(vv)
-            owner.append(ii[n_of])
+            bi, bs = ii[n_of], ss[n_of]
+            lb_sum, lb_nnz, lb_max = b_sum[bi, bs], b_nnz[bi, bs].astype(float), np.zeros(len(bi))
+            for pos in range(k):
+                c = vc[:, pos]
+                old = bdel[bi, bs, geo.raw_of_column[c]]
+                new = np.abs(vv[:, pos] - X[bi, c]) / geo.span[c]
+                lb_sum += new - old
+                lb_nnz += (new > 1e-12).astype(float) - (old > 1e-12)
+                lb_max = np.maximum(lb_max, new)
+            keep = a * lb_nnz + b * lb_sum + g * lb_max < best[bi] - 1e-12
+            index.append((bi * S + bs)[keep])
+            cols_out.append(vc[keep])
+            vals_out.append(vv[keep])
+            owner.append(bi[keep])
         V = Variants(base.reshape(N * S, -1), np.concatenate(index), np.concatenate(cols_out), np.concatenate(vals_out))
         return V, np.concatenate(owner)
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from envs.tabular import TabularWorld
-from learners.tabular.geometry import WorldGeometry, accepts
+from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants
 
 
 def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
@@ -34,7 +34,8 @@ def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, i
         live = V != far[:, None]
         if not live.any():
             break
-        ok = accepts(world, make(V)).reshape(n, probes) & live
+        R = make(V)
+        ok = (accepts_variants(world, R) if isinstance(R, Variants) else accepts(world, R)).reshape(n, probes) & live
         has = ok.any(1)
         j = ok.argmax(1)
         last_live = np.where(live.any(1), probes - 1 - live[:, ::-1].argmax(1), 0)
@@ -161,7 +162,7 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
             for m in np.unique(m_idx):
                 by_col[int(cols_all[m])] = a_idx[m_idx == m]
             width = max(len(edges[col][0]) for col in by_col)
-            rows, owners, vals = [], [], []
+            owners, vals = [], []
             for col, agents in by_col.items():
                 v = crossings(edges[col], x[agents, col])  # (n, T)
                 if geo.rounded[col]:
@@ -171,20 +172,17 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
                     & (np.sign(v - x[agents, col][:, None]) == np.sign(c[agents, col] - x[agents, col])[:, None])
                 v = np.where(closer, v, np.nan)
                 v = np.pad(v, ((0, 0), (0, width - v.shape[1])), constant_values=np.nan)
-                T = np.repeat(c[agents][:, None, :], width, axis=1)
-                T[:, :, col] = np.where(np.isnan(v), c[agents, col][:, None], v)
-                rows.append(T)
                 owners.append(np.repeat(agents[:, None], width, 1))
                 vals.append(v)
-            T = np.concatenate(rows)  # (n, width, D)
-            V = np.concatenate(vals)
+            V = np.concatenate(vals)  # (n, width): each entry's column at each crossing
             own = np.concatenate(owners)[:, 0]
             col_of = np.concatenate([np.full(len(a), col) for col, a in by_col.items()])
             live = ~np.isnan(V)
             if not live.any():
                 continue
             ok = np.zeros(V.shape, bool)
-            ok[live] = accepts(world, T[live])
+            e_of, w_of = np.nonzero(live)
+            ok[live] = accepts_variants(world, Variants(c, own[e_of], col_of[e_of][:, None], V[e_of, w_of][:, None]))
             gap = np.where(ok, np.abs(V - x[own, col_of][:, None]), np.inf)
             best = gap.argmin(1)
             hit = np.isfinite(gap[np.arange(len(own)), best])
@@ -303,19 +301,15 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
                     hi[a_i[e], cj][:, None])
         if edges:  # a tree ensemble: j's moves are the splits it crosses within the room, no others
             V = _crossings_within(edges, x[a_i[e]], c[a_i[e]], cj, signs[sg], V, geo.rounded)
-        L = V.shape[1]
-        T = np.repeat(c[a_i[e]][:, None, :], L, axis=1)  # (Q, L, D)
-        q, lv = np.arange(len(e))[:, None], np.arange(L)[None, :]
-        T[q, lv, ci[e][:, None]] = backs[e, b][:, None]
-        T[q, lv, cj[:, None]] = np.nan_to_num(V)
-        live = ~np.isnan(V).reshape(-1)
-        T, own = T.reshape(-1, D)[live], np.repeat(a_i[e], L)[live]
-        if not len(T):
+        q_of, l_of = np.nonzero(~np.isnan(V))  # the trades: row c of the agent, ci given back, cj moved on
+        if not len(q_of):
             break
-        ok = accepts(world, T)
+        own = a_i[e][q_of]
+        trades = Variants(c, own, np.stack([ci[e][q_of], cj[q_of]], 1), np.stack([backs[e, b][q_of], V[q_of, l_of]], 1))
+        ok = accepts_variants(world, trades)
         if not ok.any():
             break
-        T, own = T[ok], own[ok]
+        T, own = trades.rows(np.flatnonzero(ok)), own[ok]
         d = geo.distance(x[own], T)
         better = d < d_now[own] - 1e-12
         if not better.any():
@@ -363,10 +357,8 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         if len(a_idx):
             base = c[a_idx]
 
-            def moved(V: np.ndarray) -> np.ndarray:
-                T = np.repeat(base[:, None, :], P, axis=1)
-                T[np.arange(len(a_idx))[:, None], np.arange(P)[None, :], cols[:, None]] = V
-                return T.reshape(-1, c.shape[1])
+            def moved(V: np.ndarray) -> Variants:  # (n, P) values of each entry's column, as variants of its row
+                return Variants(base, np.repeat(np.arange(len(a_idx)), P), np.repeat(cols, P)[:, None], V.reshape(-1, 1))
 
             far = _line_search(world, moved, x[a_idx, cols], c[a_idx, cols], geo.integral[cols], rounds=rounds,
                                probes=P)
