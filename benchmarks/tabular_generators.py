@@ -360,7 +360,9 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
               "|---|---|---:|---:|---:|" + "---:|" * len(METHODS)]
     for c in cells:
         for p in c["curve"]:
-            lines.append(f"| {c['dataset']} | {c['model']} | {p['labels']:,} | {min(p['labels'], c['real_training_rows']):,} | "
+            drawn = p.get("agents", p["labels"])  # fewer where the draws found no more new rejected rows
+            shown = f"{p['labels']:,}" + (f" ({drawn:,} drawn)" if drawn < p["labels"] else "")
+            lines.append(f"| {c['dataset']} | {c['model']} | {shown} | {min(p['labels'], c['real_training_rows']):,} | "
                          f"{p['label_cpu_hours']:.3f} | "
                          + " | ".join(_f(p["methods"][k]["optimal_share"]) for k in METHODS) + " |")
     fresh = [c for c in cells if c.get("fresh", {}).get("methods")]

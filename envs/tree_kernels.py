@@ -60,15 +60,22 @@ def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature,
     s1 = np.zeros(T)
     nodes = np.empty(offsets.shape[0], np.int64)
     x = np.empty(D, np.float32)
+    cur = -1
     for i in range(T):
         b = index[i]
-        for d in range(D):
-            x[d] = base[b, d]
+        if b != cur:  # variants of one base come in runs: copy a base row once, then undo each change
+            for d in range(D):
+                x[d] = base[b, d]
+            cur = b
         for j in range(K):
             c = cols[i, j]
             if c >= 0:
                 x[c] = vals[i, j]
         _descend_all(x, nodes, offsets, left, right, feature, threshold, depth)
+        for j in range(K):
+            c = cols[i, j]
+            if c >= 0:
+                x[c] = base[b, c]
         a, s = 0.0, 0.0
         for t in range(offsets.shape[0]):
             a += p0[nodes[t]]
@@ -108,10 +115,13 @@ def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
                     h[u] = 0.0
             n_out = dims[layer]
             for v in range(n_out):
-                acc = biases[b_off + v]
-                for u in range(n_in):
-                    acc += h[u] * weights[w_off + u * n_out + v]
-                g[v] = acc
+                g[v] = biases[b_off + v]
+            for u in range(n_in):  # row-major weights: the inner loop runs along a row; a ReLU zero adds nothing
+                hu = h[u]
+                if hu != 0.0:
+                    row = w_off + u * n_out
+                    for v in range(n_out):
+                        g[v] += hu * weights[row + v]
             for v in range(n_out):
                 h[v] = g[v]
             w_off += n_in * n_out

@@ -273,7 +273,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         if not len(a_i):
             break
         ci, g = num[p_i], gap[a_i, p_i]
-        E, D = len(a_i), c.shape[1]
+        E = len(a_i)
         backs = np.empty((E, len(TRADE_BACK_STEPS)))  # (E, B) what column ci of each entry gives back to
         for b, (k_int, k_real, k_split) in enumerate(zip(TRADE_BACK_STEPS, TRADE_BACK_SHARES, TRADE_BACK_SPLITS,
                                                           strict=True)):
