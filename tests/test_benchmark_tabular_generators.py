@@ -40,6 +40,34 @@ def test_one_tiny_cell_runs_and_resumes(tmp_path, capsys):
     assert "labels ready" not in capsys.readouterr().out
 
 
+def test_labels_only_fills_the_cache_the_benchmark_resumes_from(tmp_path, capsys):
+    """``--labels-only`` (run where there are more cores) writes every label chunk; the benchmark then
+    computes no label again (its chunks' times sum to ~0 s on resume)."""
+    args = ["--cells", "german/forest", "--sizes", "10", "--test-agents", "4", "--jobs", "1", "--quiet", "--epochs", "2",
+            "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--no-online"]
+    bench.main(args + ["--labels-only"])
+    assert "labels: {" in capsys.readouterr().out
+    assert not (tmp_path / "out" / "tabular_generators").exists() or not any((tmp_path / "out" / "tabular_generators").glob("*.json"))
+    chunks = sorted(p.relative_to(tmp_path) for p in (tmp_path / "cache").rglob("chunk_*.npz"))
+    assert chunks and any("test" in str(p) for p in chunks) and any("train" in str(p) for p in chunks)
+    stamps = {p: (tmp_path / p).stat().st_mtime_ns for p in chunks}
+    bench.main(args)
+    assert {p: (tmp_path / p).stat().st_mtime_ns for p in chunks} == stamps  # read, not redone
+    assert json.loads((tmp_path / "out" / "tabular_generators" / "german_forest.json").read_text())["curve"]
+
+
+def test_a_pool_larger_than_the_draws_allow_is_what_they_found():
+    """COMPAS has few distinct rows: past a point the draws find no new rejected agent, and the pool
+    is what they found (the curve records the agents drawn) rather than an error."""
+    from data_gen.classifiers import build, negatives
+
+    b = build("german", "forest")
+    real = negatives(b.world, b.data.X_train)
+    pool, n_real = bench.training_pool(b.world, b.data.X_train, len(real) + 10, 0,
+                                       bench.PerturbParams(numeric_scale=0.0, resample_prob=0.0))
+    assert n_real == len(real) and len(pool) == len(real)
+
+
 def test_training_pool_is_real_rows_then_generated():
     from data_gen.classifiers import build, negatives
 

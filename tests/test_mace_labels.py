@@ -96,3 +96,15 @@ def test_a_tiny_training_run_does_not_break_the_lr_schedule(compas, labels):
     # 5 epochs of one batch = 5 steps: OneCycleLR's 20% warm-up spans zero steps and divided by zero
     model = build_generator("named_cfe", {"hidden": (8,), "max_epochs": 5, "batch_size": 10_000}).fit(split, None, ctx)
     assert model.predict(split.X).sets.shape[0] == len(split)
+
+
+def test_a_chunk_of_other_agents_is_refused(compas, tmp_path):
+    """Chunks may come from another run or machine (``--labels-only`` on a larger one): a chunk whose
+    agents are not the rows asked for must never label them."""
+    world, X = compas
+    solver = MACE(backend="milp", norm="one")
+    label_tabular(world, X[:10], solver, tmp_path, chunk_size=5, n_jobs=1, progress=False)
+    again = label_tabular(world, X[:10], solver, tmp_path, chunk_size=5, n_jobs=1, progress=False)
+    np.testing.assert_array_equal(again.X, X[:10])
+    with pytest.raises(ValueError, match="labels of other agents for rows 0-5"):
+        label_tabular(world, X[10:20], solver, tmp_path, chunk_size=5, n_jobs=1, progress=False)

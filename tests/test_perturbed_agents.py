@@ -47,3 +47,18 @@ def test_bad_input_is_named(german):
     with pytest.raises(ValueError, match="rows"):
         perturb_agents(world, neg[:0], 5)
     assert perturb_agents(world, neg, 0).shape == (0, neg.shape[1])
+
+
+def test_too_few_new_agents_raise_or_come_back_with_allow_fewer(german):
+    """No noise and no resampling: every draw repeats a real row, so no new agent exists. Strict, that
+    is an error naming the shortfall; with ``allow_fewer`` the (empty) set of those found comes back."""
+    world, neg = german
+    still = PerturbParams(numeric_scale=0.0, resample_prob=0.0)
+    with pytest.raises(ValueError, match=r"only 0 of 5 new rejected agents"):
+        perturb_agents(world, neg, 5, params=still, max_rounds=3)
+    assert perturb_agents(world, neg, 5, params=still, max_rounds=3, allow_fewer=True).shape == (0, neg.shape[1])
+    # a few possible values only (one numeric column moved by a tiny noise, rounded): fewer than asked, all new
+    some = perturb_agents(world, neg[:3], 500, params=PerturbParams(numeric_scale=0.002, resample_prob=0.0),
+                          max_rounds=5, allow_fewer=True, seed=0)
+    assert 0 < len(some) < 500 and len({r.tobytes() for r in some}) == len(some)
+    assert not world.accepts(some).any()
