@@ -483,3 +483,50 @@ def test_change_value_refits_to_the_same_net(german, german_labels):
             for _ in range(2)]
     probs = [g._predict(neg[:20])[0] for g in nets]
     np.testing.assert_array_equal(probs[0], probs[1])
+
+
+def test_combinations_within_are_every_winning_product_of_the_options(german):
+    """``combinations_within`` with no cap against a brute-force product: every combination of two or
+    more numeric features at their option values (or unchanged) nearer than the budget, and no other;
+    a cap keeps that many per agent, the farthest first."""
+    import itertools
+
+    from learners.tabular.change_value import combinations_within, room_levels
+    from learners.tabular.polish import split_edges
+
+    world, neg = german
+    geo = WorldGeometry.of(world)
+    X = neg[:4]
+    best = np.array([0.02, 0.05, 0.03, 0.0])
+    cols = [c for c in np.flatnonzero(geo.numeric & ~geo.fixed) if c in split_edges(world)]
+    common = np.full((X.shape[1], 2), np.nan)
+    common[cols[0]] = [X[:, cols[0]].max() + 1, np.nan]  # a value the training answers would lend
+    V, own = combinations_within(world, geo, X, best, 2, 10**9, common)
+    rows = V.rows()
+    d = geo.distance(X[own], rows)
+    assert len(rows) > 10 and (d < best[own]).all()
+    assert ((np.abs(rows - X[own]) > 1e-12).sum(1) >= 2).all()
+    room = best / geo.weights[1]
+    lv = room_levels(world, geo, X, room, [(2, True)])[(2, True)]
+    for i in range(len(X)):
+        opts = []
+        for c in cols:
+            o = [v for v in lv[i, c] if not np.isnan(v)]
+            v = common[c, 0]
+            lo, hi = geo.box(X[i:i + 1])
+            if not np.isnan(v) and lo[0, c] <= v <= hi[0, c] and v != X[i, c] and abs(v - X[i, c]) <= room[i] * geo.span[c] + 1e-12:
+                o.append(v)
+            opts.append([X[i, c]] + o)
+        want = set()
+        for combo in itertools.product(*opts):
+            r = X[i].copy()
+            r[cols] = combo
+            if (np.abs(r - X[i]) > 1e-12).sum() >= 2 and geo.distance(X[i], r) < best[i] - 1e-12:
+                want.add(r.tobytes())
+        assert {r.tobytes() for r in rows[own == i]} == want
+    assert not (own == 3).any()  # a zero budget: nothing can win
+    V2, own2 = combinations_within(world, geo, X, best, 2, 5, common)
+    assert np.bincount(own2, minlength=4).max() <= 5
+    for i in np.unique(own2):  # the farthest of the agent's combinations
+        kept = geo.distance(X[i], V2.rows(np.flatnonzero(own2 == i)))
+        assert kept.min() >= np.sort(d[own == i])[::-1][:5].min() - 1e-12

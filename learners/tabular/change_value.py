@@ -113,6 +113,58 @@ def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np
     return out
 
 
+def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, best: np.ndarray, values: int,
+                        cap: int, common: np.ndarray | None = None) -> tuple[Variants, np.ndarray]:
+    """Variants of the agents ``X`` (N, D) that change two or more mutable numeric columns at once, each
+    to one of its ``values`` split crossings nearest the agent within the room of the distance
+    ``best`` (N,), and come out nearer than ``best`` (by Eq. 3 on the changed columns, exact here):
+    enumerated feature by feature, a partial combination dropped as soon as it cannot win, at most
+    ``cap`` per agent (the nearest). ``common`` (D, m; NaN padded): further values per column to try
+    where they are reachable and within the room (the values the training answers move a column to).
+    The answers a tree ensemble needs several features for, each moved a little, which a scan of one
+    to three features misses (GeCo's combinations, batched)."""
+    a, b, g = geo.weights
+    room = best / max(b + g, 1e-12)
+    N = len(X)
+    cols = np.array([c for c in np.flatnonzero(geo.numeric & ~geo.fixed) if c in split_edges(world)], np.int64)
+    if len(cols) < 2 or values < 1:
+        return Variants(X, np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2))), np.zeros(0, np.int64)
+    lv = room_levels(world, geo, X, room, [(values, True)])[(values, True)][:, cols]  # (N, F, e)
+    if common is not None and common.shape[1]:
+        lo, hi = geo.box(X)
+        cv = np.broadcast_to(common[cols][None], (N, len(cols), common.shape[1])).copy()
+        xc = X[:, cols, None]
+        fine = (cv >= lo[:, cols, None]) & (cv <= hi[:, cols, None]) & (cv != xc) \
+            & (np.abs(cv - xc) <= (room[:, None] * geo.span[cols][None, :])[..., None] + 1e-12)
+        lv = np.concatenate([lv, np.where(fine, cv, np.nan)], axis=2)
+    step = np.abs(lv - X[:, cols, None]) / geo.span[cols][None, :, None]  # normalized change of each option
+    # partial combinations: (agent, chosen option per feature so far: -1 unchanged), with their sum, count, max
+    who = np.arange(N)
+    pick = np.full((N, 0), -1, np.int64)
+    tot, nnz, top = np.zeros(N), np.zeros(N), np.zeros(N)
+    for f in range(len(cols)):
+        e_f = step[who, f]  # (P, e)
+        ok = np.isfinite(e_f) & ~np.isnan(lv[who, f])
+        p_of, o_of = np.nonzero(np.concatenate([np.ones((len(who), 1), bool), ok], 1))  # option 0: unchanged
+        add = np.where(o_of > 0, e_f[p_of, np.maximum(o_of - 1, 0)], 0.0)
+        t2, n2, m2 = tot[p_of] + add, nnz[p_of] + (o_of > 0), np.maximum(top[p_of], add)
+        live = a * n2 + b * t2 + g * m2 < best[who[p_of]] - 1e-12
+        p_of, o_of = p_of[live], o_of[live]
+        who, tot, nnz, top = who[p_of], t2[live], n2[live], m2[live]
+        pick = np.concatenate([pick[p_of], (o_of - 1)[:, None]], 1)
+    many = nnz >= 2  # one feature alone the scan has already tried
+    who, pick, d = who[many], pick[many], (a * nnz + b * tot + g * top)[many]
+    order = np.lexsort((-d, who))  # the farthest first: a combination only just inside the room is the likeliest accepted
+    who, pick = who[order], pick[order]
+    first = np.r_[0, np.flatnonzero(who[1:] != who[:-1]) + 1] if len(who) else np.zeros(0, np.int64)
+    rank = np.arange(len(who)) - np.repeat(first, np.diff(np.r_[first, len(who)]))
+    keep = rank < cap
+    who, pick = who[keep], pick[keep]
+    vc = np.where(pick >= 0, cols[None, :], -1)
+    vv = np.where(pick >= 0, lv[who[:, None], np.arange(len(cols))[None, :], np.maximum(pick, 0)], 0.0)
+    return Variants(X, who, vc, vv), who
+
+
 def discrete_changes(geo: WorldGeometry, X: np.ndarray) -> np.ndarray:
     """(N, K, D) each agent with one non-numeric raw feature at another value it may reach (each
     other column of a one-hot group, each other code of a binary or nominal feature); a value an
@@ -180,6 +232,9 @@ class ChangeValueParams:
     scan_starts: int = 3  # nearest accepted scan rows per agent that are each polished and traded
     scan_discrete: bool = True  # also try every other value of each discrete feature alone
     scan_depth: int = 2  # the most of those features scanned together (1 to 3)
+    combo_rows: int = 1000  # a tree ensemble: up to this many combinations per agent of split crossings of all its numeric features within the room, nearest first (0: none)
+    combo_values: int = 2  # split crossings per numeric feature in those combinations (the nearest to the agent, either way)
+    combo_common: int = 6  # and the values the training answers most often move the feature to (where within the room)
     scan_levels: tuple[int, int] = (16, 32)  # values of the first and the second feature of a scanned pair
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
@@ -205,6 +260,9 @@ class ChangeValueParams:
         if int(self.scan_depth) not in (1, 2, 3):
             raise ValueError(f"scan_depth: 1, 2 or 3 features scanned together, got {self.scan_depth}")
         for name in ("scan_features", "scan_subsets", "grid_subsets"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
+        for name in ("combo_rows", "combo_values", "combo_common"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if int(self.scan_starts) < 1:
@@ -368,11 +426,14 @@ class ChangeValueGenerator(TabularGenerator):
         together) are scanned within the reach the best answer's distance leaves (``_scan``), beside
         every one-feature change of a discrete feature; a nearer accepted point is polished and traded."""
         rec = super()._recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
-        if int(self.params.scan_subsets) <= 0 or not rec.found.any():
-            return rec
         t0 = time.perf_counter()
         X = np.atleast_2d(np.asarray(X, float))
         geo = WorldGeometry.of(world, norm)
+        if int(self.params.combo_rows) > 0 and not rec.found.all() and split_edges(world):
+            self._first_answers(world, geo, X, rec, polish_rounds)
+        if int(self.params.scan_subsets) <= 0 or not rec.found.any():
+            rec.seconds += time.perf_counter() - t0
+            return rec
         rows = np.flatnonzero(rec.found & (rec.distance > 0))
         x = X[rows]
         prob, value = self._predict(x)
@@ -382,6 +443,10 @@ class ChangeValueGenerator(TabularGenerator):
             Dc = discrete_changes(geo, x)
             n_of, k_of = np.nonzero((Dc != x[:, None, :]).any(-1))
             V, own = Variants.concat([V, Variants.of_rows(Dc[n_of, k_of])]), np.concatenate([own, n_of])
+        if int(self.params.combo_rows) > 0 and split_edges(world):  # several features' crossings at once
+            Vc, oc = combinations_within(world, geo, x, rec.distance[rows], int(self.params.combo_values),
+                                         int(self.params.combo_rows), self._common_values(int(self.params.combo_common)))
+            V, own = Variants.concat([V, Vc]), np.concatenate([own, oc])
         k = max(1, int(self.params.scan_starts))
         d_best, _, starts = nearest_accepted_variants(world, geo, x, V, own, k)  # one model call
         a_of, s_of = np.nonzero(d_best < rec.distance[rows, None] - 1e-12)  # nearer starts, each polished
@@ -399,6 +464,44 @@ class ChangeValueGenerator(TabularGenerator):
             rec.distance[rows[a_of[take]]] = dp[take]
         rec.seconds += time.perf_counter() - t0
         return rec
+
+    def _first_answers(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, rec: Recommendations,
+                       polish_rounds: int | None) -> None:
+        """A tree ensemble's agents no candidate answered: combinations of their numeric features'
+        crossings anywhere in reach (the farthest first), the nearest accepted one polished; ``rec``
+        is updated in place (the scan then starts from it)."""
+        miss = np.flatnonzero(~rec.found)
+        x = X[miss]
+        V, own = combinations_within(world, geo, x, np.full(len(x), np.inf), int(self.params.combo_values),
+                                     int(self.params.combo_rows), self._common_values(int(self.params.combo_common)))
+        d, _, start = nearest_accepted_variants(world, geo, x, V, own, 1)
+        hit = np.flatnonzero(np.isfinite(d[:, 0]))
+        if not len(hit):
+            return
+        steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
+        P = start[hit, 0]
+        if steps >= 0:
+            P = trade_sweep(world, geo, x[hit], polish(world, geo, x[hit], P, rounds=steps,
+                                                       probes=int(self.params.polish_probes)))
+        rec.CF[miss[hit]] = P
+        rec.distance[miss[hit]] = geo.distance(x[hit], P)
+        rec.found[miss[hit]] = True
+
+    def _common_values(self, m: int = 6) -> np.ndarray:
+        """(D, m) per column the values the training answers most often move it to (NaN padded):
+        a tree ensemble's answers land on a few split crossings again and again."""
+        hit = self.__dict__.get("common_values_")
+        if hit is not None and hit.shape[1] == m:
+            return hit
+        D = self.n_columns_
+        out = np.full((D, m), np.nan)
+        moved = np.abs(self.CF_ - self.X_) > 1e-12
+        for c in range(D):
+            vals, counts = np.unique(self.CF_[moved[:, c], c], return_counts=True)
+            top = vals[np.argsort(-counts, kind="stable")[:m]]
+            out[c, : len(top)] = top
+        self.__dict__["common_values_"] = out
+        return out
 
     def _scan_sets(self, geo: WorldGeometry, prob: np.ndarray) -> np.ndarray:
         """(N, S, J) subsets scanned within reach: the ``scan_subsets`` most probable ones, then the
