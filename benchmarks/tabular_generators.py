@@ -1,7 +1,11 @@
 """Learned generators against not learning on real data with MACE labels (issue 35).
 
-    python benchmarks/tabular_generators.py                      # the 8 cells, labels 500 / 2,000
+    python benchmarks/tabular_generators.py                      # the 8 cells, labels 500 / 2,000, 150 held-out agents
     python benchmarks/tabular_generators.py --cells german/forest --sizes 250,1000 --test-agents 100
+    # the published run: labels first (--labels-only, here or on a machine with more cores: the chunks
+    # carry their agents and the cache key the model's weights), then the generators
+    python benchmarks/tabular_generators.py --sizes 250,1000,2000 --fresh-agents 60 --labels-only --jobs 16
+    python benchmarks/tabular_generators.py --sizes 250,1000,2000 --fresh-agents 60
 
 Per cell (data set x model, seed 0):
 
