@@ -24,6 +24,7 @@ from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_
 from learners.tabular.polish import crossings, polish, split_edges, trade_sweep
 from solvers.mace.distance import Norm
 
+PARTIAL_CAP = 2  # partial combinations kept per agent and step, in units of the final cap (combinations_within)
 LADDER = np.array([0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0])  # multiples of a predicted change
 
 
@@ -119,7 +120,7 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     to one of its ``values`` split crossings nearest the agent within the room of the distance
     ``best`` (N,), and come out nearer than ``best`` (by Eq. 3 on the changed columns, exact here):
     enumerated feature by feature, a partial combination dropped as soon as it cannot win (and, where
-    more than ``8 * cap`` per agent remain, all but the farthest), at most ``cap`` per agent (the
+    more than ``PARTIAL_CAP * cap`` per agent remain, all but the farthest), at most ``cap`` per agent (the
     farthest: a combination only just inside the room is the likeliest accepted). ``common`` (D, m; NaN padded): further values per column to try
     where they are reachable and within the room (the values the training answers move a column to).
     The answers a tree ensemble needs several features for, each moved a little, which a scan of one
@@ -153,11 +154,11 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
         p_of, o_of = p_of[live], o_of[live]
         who, tot, nnz, top = who[p_of], t2[live], n2[live], m2[live]
         pick = np.concatenate([pick[p_of], (o_of - 1)[:, None]], 1)
-        if len(who) > 8 * cap * N:  # a wide room (or none): keep each agent's 8 * cap farthest partial combinations
+        if len(who) > PARTIAL_CAP * cap * N:  # a wide room (or none): keep each agent's farthest partial combinations
             order = np.lexsort((-(a * nnz + b * tot + g * top), who))
             first = np.r_[0, np.flatnonzero(who[order][1:] != who[order][:-1]) + 1]
             rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
-            kept = order[rank < 8 * cap]
+            kept = order[rank < PARTIAL_CAP * cap]
             who, tot, nnz, top, pick = who[kept], tot[kept], nnz[kept], top[kept], pick[kept]
     many = nnz >= 2  # one feature alone the scan has already tried
     who, pick, d = who[many], pick[many], (a * nnz + b * tot + g * top)[many]
