@@ -85,23 +85,29 @@ def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np
             continue  # a tree ensemble never splits on this column: no value of it changes the decision
         reach = room * geo.span[c]
         tree_cand = crossings(edges[c], X[:, c]) if c in edges else None  # the same for every request
+        sorted_by: dict[bool, tuple] = {}  # a tree's candidates, ok mask and order per key, shared by the requests
         for e, nearest in requests:
-            if tree_cand is not None:
-                cand = tree_cand
-            else:
-                steps = reach[:, None] * (np.arange(1, e + 1) / e)[None, :]
-                if geo.rounded[c]:
-                    steps = np.where(np.floor(reach + 1e-9)[:, None] <= e, np.arange(1, e + 1)[None, :], steps)
-                cand = np.concatenate([xc[:, c] + steps, xc[:, c] - steps], 1)
-            if geo.rounded[c]:
-                gap = cand - xc[:, c]
-                cand = xc[:, c] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
-            ok = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != xc[:, c]) \
-                & (np.abs(cand - xc[:, c]) <= reach[:, None] + 1e-12)
             near = nearest and tree_cand is not None
-            key = np.where(ok, np.abs(cand - xc[:, c]) if near else cand, np.inf)
-            order = np.argsort(key, axis=1, kind="stable")
-            n_ok = ok.sum(1)
+            if near in sorted_by:
+                cand, ok, order, n_ok = sorted_by[near]
+            else:
+                if tree_cand is not None:
+                    cand = tree_cand
+                else:
+                    steps = reach[:, None] * (np.arange(1, e + 1) / e)[None, :]
+                    if geo.rounded[c]:
+                        steps = np.where(np.floor(reach + 1e-9)[:, None] <= e, np.arange(1, e + 1)[None, :], steps)
+                    cand = np.concatenate([xc[:, c] + steps, xc[:, c] - steps], 1)
+                if geo.rounded[c]:
+                    gap = cand - xc[:, c]
+                    cand = xc[:, c] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+                ok = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != xc[:, c]) \
+                    & (np.abs(cand - xc[:, c]) <= reach[:, None] + 1e-12)
+                key = np.where(ok, np.abs(cand - xc[:, c]) if near else cand, np.inf)
+                order = np.argsort(key, axis=1, kind="stable")
+                n_ok = ok.sum(1)
+                if tree_cand is not None:
+                    sorted_by[near] = (cand, ok, order, n_ok)
             if near:
                 pick = np.broadcast_to(np.arange(e)[None, :], (N, e))
             else:
