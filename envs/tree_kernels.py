@@ -24,6 +24,16 @@ def _descend_all(x, nodes, offsets, left, right, feature, threshold, depth):
             nodes[t] = right[k] + go_left * (left[k] - right[k])
 
 
+@nb.njit(cache=True, inline="always")
+def _leaf_sums(nodes, p0, p1):
+    """The sums over the trees, in estimator order, of the reached leaves' P(0) and P(1)."""
+    a, b = 0.0, 0.0
+    for t in range(nodes.shape[0]):
+        a += p0[nodes[t]]
+        b += p1[nodes[t]]
+    return a, b
+
+
 @nb.njit(cache=True)
 def forest_leaves(X, offsets, left, right, feature, threshold, depth):
     """(rows, trees) stacked node id of each row's leaf in each tree (``left``/``right``: a leaf
@@ -42,12 +52,7 @@ def forest_sums(X, offsets, left, right, feature, threshold, depth, p0, p1):
     nodes = np.empty(offsets.shape[0], np.int64)
     for i in range(X.shape[0]):
         _descend_all(X[i], nodes, offsets, left, right, feature, threshold, depth)
-        a, b = 0.0, 0.0
-        for t in range(offsets.shape[0]):
-            a += p0[nodes[t]]
-            b += p1[nodes[t]]
-        s0[i] = a
-        s1[i] = b
+        s0[i], s1[i] = _leaf_sums(nodes, p0, p1)
     return s0, s1
 
 
@@ -76,12 +81,7 @@ def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature,
             c = cols[i, j]
             if c >= 0:
                 x[c] = base[b, c]
-        a, s = 0.0, 0.0
-        for t in range(offsets.shape[0]):
-            a += p0[nodes[t]]
-            s += p1[nodes[t]]
-        s0[i] = a
-        s1[i] = s
+        s0[i], s1[i] = _leaf_sums(nodes, p0, p1)
     return s0, s1
 
 
