@@ -20,7 +20,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants
+from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants, rank_within
 from learners.tabular.polish import crossings, polish, split_edges, trade_sweep
 from solvers.mace.distance import Norm
 
@@ -161,19 +161,13 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
         who, tot, nnz, top = who[p_of], t2[live], n2[live], m2[live]
         pick = np.concatenate([pick[p_of], (o_of - 1)[:, None]], 1)
         if len(who) > PARTIAL_CAP * cap * N:  # a wide room (or none): keep each agent's farthest partial combinations
-            order = np.lexsort((-(a * nnz + b * tot + g * top), who))
-            first = np.r_[0, np.flatnonzero(who[order][1:] != who[order][:-1]) + 1]
-            rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+            order, rank = rank_within(-(a * nnz + b * tot + g * top), who)
             kept = order[rank < PARTIAL_CAP * cap]
             who, tot, nnz, top, pick = who[kept], tot[kept], nnz[kept], top[kept], pick[kept]
     many = nnz >= 2  # one feature alone the scan has already tried
     who, pick, d = who[many], pick[many], (a * nnz + b * tot + g * top)[many]
-    order = np.lexsort((-d, who))  # the farthest first: a combination only just inside the room is the likeliest accepted
-    who, pick = who[order], pick[order]
-    first = np.r_[0, np.flatnonzero(who[1:] != who[:-1]) + 1] if len(who) else np.zeros(0, np.int64)
-    rank = np.arange(len(who)) - np.repeat(first, np.diff(np.r_[first, len(who)]))
-    keep = rank < cap
-    who, pick = who[keep], pick[keep]
+    order, rank = rank_within(-d, who)  # the farthest first: a combination only just inside the room is the likeliest accepted
+    who, pick = who[order][rank < cap], pick[order][rank < cap]
     vc = np.where(pick >= 0, cols[None, :], -1)
     vv = np.where(pick >= 0, lv[who[:, None], np.arange(len(cols))[None, :], np.maximum(pick, 0)], 0.0)
     return Variants(X, who, vc, vv), who

@@ -151,28 +151,22 @@ def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C
     return d
 
 
+def rank_within(key: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order that sorts by ``group``, then ``key``, and each sorted entry's rank within its group
+    (0 for the smallest key of each group)."""
+    order = np.lexsort((key, group))
+    g = group[order]
+    start = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1] if len(g) else np.zeros(0, np.int64)
+    return order, np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
+
+
 def nearest_accepted(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, T: np.ndarray, owner: np.ndarray,
                      k: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """For rows ``T`` (M, D) each proposed for agent ``owner[m]`` of ``X`` (N, D): per agent the
     distances of its ``k`` nearest rows the model accepts, nearest first (N, k; inf where fewer) and
     those rows' indices (N, k; -1 there). One model call."""
-    N = len(X)
-    best, index = np.full((N, k), np.inf), np.full((N, k), -1)
-    if not len(T):
-        return best, index
-    ok = np.flatnonzero(accepts(world, T))
-    ok = ok[(np.abs(T[ok] - X[owner[ok]]) > 1e-12).any(1)]  # the agent itself is no answer
-    if not len(ok):
-        return best, index
-    d, own = geo.distance(X[owner[ok]], T[ok]), owner[ok]
-    order = np.lexsort((d, own))
-    own_s = own[order]
-    start = np.r_[0, np.flatnonzero(own_s[1:] != own_s[:-1]) + 1]  # each agent's first accepted row
-    rank = np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
-    keep = rank < k
-    best[own_s[keep], rank[keep]] = d[order][keep]
-    index[own_s[keep], rank[keep]] = ok[order][keep]
-    return best, index
+    d, index, _ = nearest_accepted_variants(world, geo, X, Variants.of_rows(T), owner, k)
+    return d, index
 
 
 # ---------------------------------------------------------------------------------------- variants
@@ -249,10 +243,8 @@ def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.nda
     moved = (np.abs(R - X[owner[ok]]) > 1e-12).any(1)  # the agent itself is no answer
     ok, R = ok[moved], R[moved]
     d, own = geo.distance(X[owner[ok]], R), owner[ok]
-    order = np.lexsort((d, own))
+    order, rank = rank_within(d, own)
     own_s = own[order]
-    start = np.r_[0, np.flatnonzero(own_s[1:] != own_s[:-1]) + 1]
-    rank = np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
     keep = rank < k
     best[own_s[keep], rank[keep]] = d[order][keep]
     index[own_s[keep], rank[keep]] = ok[order][keep]
