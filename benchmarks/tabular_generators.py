@@ -6,6 +6,8 @@
     # carry their agents and the cache key the model's weights), then the generators
     python benchmarks/tabular_generators.py --sizes 250,1000,2000 --fresh-agents 60 --labels-only --jobs 16
     python benchmarks/tabular_generators.py --sizes 250,1000,2000 --fresh-agents 60
+    # a further point on some cells only (their 2,000 labels are reused; the others keep --sizes):
+    python benchmarks/tabular_generators.py --sizes 250,1000,2000 --fresh-agents 60 --keep-online --sizes-for german/forest=250,1000,2000,8000
 
 Per cell (data set x model, seed 0):
 
@@ -15,6 +17,15 @@ Per cell (data set x model, seed 0):
   (``data_gen.perturbed_agents.perturb_agents``) up to the largest size, labelled by MACE (rel_tol 1e-2)
   on ``--jobs`` processes in chunks under ``data_cache/tabular_generators/<cell>-<hash>/``: an
   interrupted run resumes, and a change of any setting that shapes the labels changes the hash;
+- **past 2,000 agents** (``BASE_POOL``) the pool grows by tiers (``pool_tiers``): the pool of 2,000
+  (one draw, as before), then the real rows not in it, then blocks of 2,000 drawn with seeds derived
+  from the seed, each excluding every agent before it (the first block that comes back short ends the
+  pool: COMPAS). A larger budget's pool starts with a smaller one's, and its cache is the 2,000-label
+  one (the hash takes the largest size only up to 2,000): ``train/`` keeps those labels, ``train-more/``
+  gets the agents past them; a budget of 8,000 labels only the 6,000 new agents;
+- **per-cell budgets**: ``--sizes-for CELL=SIZES`` (repeatable) gives one cell its own curve, the
+  others keep ``--sizes``; a cell whose JSON holds other sizes is recomputed (``--keep-online`` keeps its
+  GeCo / MD-PSO results), and the report and the plot take each cell's curve as it is;
 - for each label budget n (the learning curve) the first n training labels train the k-NN
   baseline (``nearest_cfe``, no learning), the named-CFE classifier (``named_cfe``) and the
   change-and-value network (``change_value``); each answers every held-out agent batched (time)
@@ -47,7 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox import sample, save  # noqa: E402
 from data_gen.classifiers import build, negatives  # noqa: E402
-from data_gen.mace_labels import label_tabular  # noqa: E402
+from data_gen.mace_labels import MaceLabelSet, label_tabular  # noqa: E402
 from data_gen.perturbed_agents import PerturbParams, perturb_agents  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
 from evaluation.counterfactual_metrics import Counted  # noqa: E402
@@ -68,23 +79,102 @@ ONLINE = {"geco": "GeCo (online)", "md_pso": "MD-PSO (online)"}
 RESULTS = Path("benchmarks/results")
 TRAIN_MACE = {"backend": "milp", "norm": "one", "rel_tol": 1e-2, "time_limit": 10.0}
 TEST_MACE = {"backend": "milp", "norm": "one", "rel_tol": 1e-3, "time_limit": 30.0}
+BASE_POOL = 2000  # training agents drawn at once; larger budgets add blocks past them (``pool_tiers``)
+POOL_BLOCK = 2000  # agents per block past BASE_POOL
+LABEL_CHUNK = 25  # agents per label chunk (label_tabular's default)
 
 
 def _key(**parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def training_pool(world: TabularWorld, X_train: np.ndarray, n: int, seed: int, perturb: PerturbParams
-                  ) -> tuple[np.ndarray, int]:
-    """The first ``n`` training agents: the real rejected rows (seeded order), then generated ones
-    (fewer where the draws find no more new rejected rows: COMPAS's few discrete values).
-    Returns the agents and how many of them are real."""
+def _first_pool(world: TabularWorld, X_train: np.ndarray, n: int, seed: int, perturb: PerturbParams
+                ) -> tuple[np.ndarray, int, np.ndarray]:
+    """One draw of ``n`` agents (the pool up to ``BASE_POOL``), how many are real, and the real rows (seeded order)."""
     real = negatives(world, X_train)
     real = real[np.random.default_rng(seed).permutation(len(real))]
     if n <= len(real):
-        return real[:n], n
+        return real[:n], n, real
     extra = perturb_agents(world, real, n - len(real), seed=seed, params=perturb, allow_fewer=True)
-    return np.concatenate([real, extra]), len(real)
+    return np.concatenate([real, extra]), len(real), real
+
+
+def _block_seed(seed: int, k: int) -> int:
+    return int(np.random.SeedSequence([seed, k]).generate_state(1)[0])
+
+
+def pool_tiers(world: TabularWorld, X_train: np.ndarray, n: int, seed: int, perturb: PerturbParams,
+               base: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """The training pool of budget ``n`` in two tiers: ``first``, one draw of ``min(n, base)`` agents
+    (``base`` 0: ``BASE_POOL``), and ``more``, the agents past it (empty for ``n <= base``): the real rows
+    not in ``first`` (seeded order), then blocks of ``POOL_BLOCK`` agents drawn around the real rows,
+    block k with a seed derived from (``seed``, k), excluding every agent before it. The first block
+    that comes back short (the draws find no more new rejected rows) ends the pool. Each block depends
+    only on the ones before, so ``more`` of a larger ``n`` extends ``more`` of a smaller one.
+    Returns (first, more, how many agents of first + more are real)."""
+    base = base or BASE_POOL
+    first, n_real, real = _first_pool(world, X_train, min(n, base), seed, perturb)
+    if n <= base:
+        return first, first[:0], n_real
+    need = n - len(first)
+    rest = real[len(first):] if n_real == len(first) else real[:0]  # first holds generated rows: all real ones are in it
+    parts = [rest[:need]]
+    got, k = len(parts[0]), 0
+    while got < need:
+        k += 1
+        block = perturb_agents(world, real, POOL_BLOCK, seed=_block_seed(seed, k), params=perturb, allow_fewer=True,
+                               exclude=np.concatenate([first, *parts]))
+        parts.append(block)
+        got += len(block)
+        if len(block) < POOL_BLOCK:
+            break
+    return first, np.concatenate(parts)[:need], n_real + len(parts[0])
+
+
+def training_pool(world: TabularWorld, X_train: np.ndarray, n: int, seed: int, perturb: PerturbParams,
+                  base: int = 0) -> tuple[np.ndarray, int]:
+    """The first ``n`` training agents: the real rejected rows (seeded order), then generated ones
+    (fewer where the draws find no more new rejected rows: COMPAS's few discrete values).
+    Returns the agents and how many of them are real.
+
+    Up to ``base`` (``BASE_POOL``, 2,000) agents this is one draw of ``n`` agents (the generated part
+    of a smaller budget is another draw); beyond, the pool of ``base`` agents followed by further
+    blocks (``pool_tiers``), so ``training_pool(n)[:m]`` equals ``training_pool(m)`` for ``base <= m <= n``
+    and a larger budget only adds labels to those cached."""
+    first, more, n_real = pool_tiers(world, X_train, n, seed, perturb, base)
+    return (np.concatenate([first, more]) if len(more) else first), n_real
+
+
+def _cat_labels(a: MaceLabelSet, b: MaceLabelSet, n: int) -> MaceLabelSet:
+    return MaceLabelSet(*(np.concatenate([getattr(a, k), getattr(b, k)])[:n]
+                          for k in ("X", "cf", "distance", "delta_min", "status", "runtime")),
+                        a.feature_names, a.column_feature)
+
+
+def training_labels(world: TabularWorld, X_train: np.ndarray, n: int, seed: int, perturb: PerturbParams, cache: Path,
+                    *, jobs: int, progress: bool, base: int = 0) -> tuple[MaceLabelSet, np.ndarray, int]:
+    """MACE labels of ``training_pool(n)`` (resumable), with the pool and its real rows' count.
+
+    The first tier (up to ``base`` agents) is labelled in ``cache/train``, as it always was; the agents
+    past it in ``cache/train-more``, in whole chunks of ``LABEL_CHUNK`` counted from the tier's start
+    (up to 24 labels more than ``n``), so a larger budget resumes every chunk of a smaller one."""
+    base = base or BASE_POOL
+    if n <= base:
+        pool, n_real = training_pool(world, X_train, n, seed, perturb, base)
+        return label_tabular(world, pool, MACE(**TRAIN_MACE), cache / "train", n_jobs=jobs, chunk_size=LABEL_CHUNK,
+                             progress=progress), pool, n_real
+    first, more, n_real = pool_tiers(world, X_train, n + LABEL_CHUNK, seed, perturb, base)  # a prefix is pool(n)'s
+    need = n - len(first)
+    pool = np.concatenate([first, more[:need]])
+    n_real = min(n_real, len(pool))  # the real rows come first
+    a = label_tabular(world, first, MACE(**TRAIN_MACE), cache / "train", n_jobs=jobs, chunk_size=LABEL_CHUNK,
+                      progress=progress)
+    more = more[: -(-need // LABEL_CHUNK) * LABEL_CHUNK]
+    if not len(more):
+        return a, pool, n_real
+    b = label_tabular(world, more, MACE(**TRAIN_MACE), cache / "train-more", n_jobs=jobs, chunk_size=LABEL_CHUNK,
+                      progress=progress)
+    return _cat_labels(a, b, len(pool)), pool, n_real
 
 
 def _counted_world(world: TabularWorld) -> tuple[TabularWorld, Counted]:
@@ -179,11 +269,12 @@ class Cell:
     @classmethod
     def of(cls, cell: str, args: argparse.Namespace) -> Cell:
         dataset, model = cell.split("/")
-        sizes = sorted(int(s) for s in args.sizes.split(","))
+        sizes = cell_sizes(cell, args)
         perturb = PerturbParams(args.numeric_scale, args.resample_prob)
         b = build(dataset, model, seed=args.seed)
         cache = Path(args.cache) / (f"{dataset}-{model}-" + _key(
-            seed=args.seed, max_n=sizes[-1], perturb=perturb, train_mace=TRAIN_MACE, test_mace=TEST_MACE,
+            # past BASE_POOL the labels of the pool of BASE_POOL agents are extended in place (``training_labels``)
+            seed=args.seed, max_n=min(sizes[-1], BASE_POOL), perturb=perturb, train_mace=TRAIN_MACE, test_mace=TEST_MACE,
             test_agents=args.test_agents, world=b.world.model.to_dict()))
         return cls(cell, b, sizes, perturb, cache, sample(b.world, b.data.X_test, args.test_agents, args.seed))
 
@@ -191,13 +282,30 @@ class Cell:
         return label_tabular(self.build.world, self.test, MACE(**TEST_MACE), self.cache / "test", n_jobs=args.jobs,
                              progress=not args.quiet)
 
+    def train_labels(self, args: argparse.Namespace, progress: bool = True) -> tuple[MaceLabelSet, np.ndarray, int]:
+        """MACE labels of the training pool of the largest budget, the pool, and how many of it are real rows."""
+        return training_labels(self.build.world, self.build.data.X_train, self.sizes[-1], args.seed, self.perturb,
+                               self.cache, jobs=args.jobs, progress=progress and not args.quiet)
+
+
+def cell_sizes(cell: str, args: argparse.Namespace) -> list[int]:
+    """The cell's label budgets: its ``--sizes-for CELL=SIZES`` where given, else ``--sizes``."""
+    sizes = args.sizes
+    for item in getattr(args, "sizes_for", None) or []:
+        name, sep, value = item.partition("=")
+        if not sep or name not in CELLS:
+            raise SystemExit(f"--sizes-for: expected CELL=SIZES with a known cell, got {item!r}")
+        if name == cell:
+            sizes = value
+    return sorted(int(s) for s in sizes.split(","))
+
 
 def label_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     """Only the cell's MACE labels (held-out, training, and fresh agents with ``--fresh-agents``),
     into the resumable cache: ``--labels-only`` runs this on a larger machine, and the benchmark
     then reads the chunks (the cache key holds the model's weights, so labels never meet another model)."""
     c = Cell.of(cell, args)
-    world, data = c.build.world, c.build.data
+    world = c.build.world
     t0 = time.perf_counter()
     test = c.test_labels(args)
     fresh_n = 0
@@ -207,10 +315,9 @@ def label_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
             label_tabular(world, fresh, MACE(**TEST_MACE), c.cache / f"fresh-{args.fresh_agents}", n_jobs=args.jobs,
                           progress=not args.quiet)
         fresh_n = len(fresh)
-    pool, _ = training_pool(world, data.X_train, c.sizes[-1], args.seed, c.perturb)
-    train = label_tabular(world, pool, MACE(**TRAIN_MACE), c.cache / "train", n_jobs=args.jobs,
-                          progress=not args.quiet)
-    out = {"cell": cell, "cache": str(c.cache), "test": int(len(test.X)), "fresh": fresh_n, "train": int(len(train.X)),
+    train, _, _ = c.train_labels(args)
+    out = {"cell": cell, "cache": str(c.cache), "sizes": c.sizes, "test": int(len(test.X)), "fresh": fresh_n,
+           "train": int(len(train.X)),
            "train_cpu_hours": float(train.runtime.sum() / 3600), "seconds": time.perf_counter() - t0}
     print(f"[{cell}] labels: {out}", flush=True)
     return out
@@ -219,19 +326,17 @@ def label_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     c = Cell.of(cell, args)
     dataset, model = cell.split("/")
-    sizes, perturb, b, cache, test = c.sizes, c.perturb, c.build, c.cache, c.test
-    world, data = b.world, b.data
+    sizes, perturb, b, test = c.sizes, c.perturb, c.build, c.test
+    world = b.world
 
     def log(*a: Any) -> None:
         print(f"[{cell}]", *a, flush=True)
 
-    pool, n_real = training_pool(world, data.X_train, sizes[-1], args.seed, perturb)
-    log(f"test accuracy {b.metrics['test_accuracy']:.3f}; {len(test)} held-out rejected test rows; "
-        f"{len(pool)} training agents ({n_real} real rejected rows, {len(pool) - n_real} generated)")
     t0 = time.perf_counter()
     test_labels = c.test_labels(args)
-    train_labels = label_tabular(world, pool, MACE(**TRAIN_MACE), cache / "train", n_jobs=args.jobs,
-                                 progress=not args.quiet)
+    train_labels, pool, n_real = c.train_labels(args)
+    log(f"test accuracy {b.metrics['test_accuracy']:.3f}; {len(test)} held-out rejected test rows; "
+        f"{len(pool)} training agents ({n_real} real rejected rows, {len(pool) - n_real} generated)")
     log(f"labels ready in {time.perf_counter() - t0:.0f} s (resumed chunks count 0 s)")
     mace_d, mace_ok = test_labels.distance, test_labels.ok
     timing = time_mace(world, test, args.mace_timing) if args.mace_timing > 0 else None
@@ -291,15 +396,14 @@ def fresh_check(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     outside the held-out sample: agents no parameter of the generators was ever chosen on (the
     sample's agents were looked at while the search was built). MACE labels them first (cached)."""
     c = Cell.of(cell, args)
-    world, data = c.build.world, c.build.data
+    world = c.build.world
     fresh = _fresh_agents(c, args)
     out: dict[str, Any] = {"agents": int(len(fresh)), "methods": {}}
     if not len(fresh):
         return out
     labels = label_tabular(world, fresh, MACE(**TEST_MACE), c.cache / f"fresh-{args.fresh_agents}", n_jobs=args.jobs,
                            progress=not args.quiet)
-    pool, _ = training_pool(world, data.X_train, c.sizes[-1], args.seed, c.perturb)
-    train = label_tabular(world, pool, MACE(**TRAIN_MACE), c.cache / "train", n_jobs=args.jobs, progress=False)
+    train, _, _ = c.train_labels(args, progress=False)
     rows = np.flatnonzero(train.ok[: c.sizes[-1]])
     tl = TabularLabels(train.X[rows], train.cf[rows], train.distance[rows])
     out["mace_solved"] = int(labels.ok.sum())
@@ -336,8 +440,13 @@ def _f(v: Any, fmt: str = ".3f") -> str:
 
 
 def report(cells: list[dict[str, Any]], command: str) -> str:
+    budgets: dict[int, list[str]] = {}
+    for c in cells:
+        budgets.setdefault(c["curve"][-1]["labels"], []).append(f"{c['dataset']}/{c['model']}")
+    per_cell = ("" if len(budgets) < 2 else " Largest label budget per cell (`--sizes-for`): " + "; ".join(
+        f"{n:,} for {', '.join(names)}" for n, names in sorted(budgets.items(), reverse=True)) + ".")
     lines = ["# Learned generators against not learning, real data, MACE labels (`benchmarks/tabular_generators.py`)",
-             "", f"Command: `{command}`. Seed 0. Held-out agents: rejected rows of each data set's test split, "
+             "", f"Command: `{command}`.{per_cell} Seed 0. Held-out agents: rejected rows of each data set's test split, "
              "labelled by MACE with a certificate (l1, rel_tol 1e-3). Training agents: the training split's "
              "rejected rows, then agents drawn around them (data_gen/perturbed_agents.py), labelled by MACE (rel_tol 1e-2).",
              "", "**optimal**: share of the MACE-solved held-out agents answered within 1% of MACE's certified "
@@ -401,7 +510,8 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
             if k in c["online"]:
                 ax.axhline(c["online"][k]["optimal_share"], ls="--", lw=1, label=name, color="grey" if k == "geco" else "tan")
         ax.set_xscale("log")
-        ax.set_xticks(n, [f"{v:,}" for v in n])
+        drawn = [p.get("agents", p["labels"]) for p in c["curve"]]  # fewer where the draws ran out (COMPAS)
+        ax.set_xticks(n, [f"{v:,}" + (f"\n({d:,})" if d < v else "") for v, d in zip(n, drawn, strict=True)])
         ax.minorticks_off()
         ax.set_ylim(0.5, 1.02)  # the curves differ near 1; a method below 0.5 leaves the plot at the bottom
         ax.set_title(f"{c['dataset']} × {c['model']}", pad=22)
@@ -424,6 +534,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", default=",".join(CELLS), help="comma-separated dataset/model cells")
     p.add_argument("--sizes", default="500,2000", help="training label budgets of the learning curve")
+    p.add_argument("--sizes-for", action="append", default=[], metavar="CELL=SIZES",
+                   help="another curve for one cell, e.g. german/forest=250,1000,2000,8000 (repeatable; the others keep --sizes)")
     p.add_argument("--test-agents", type=int, default=150, help="held-out rejected test rows per cell (at most)")
     p.add_argument("--seed", type=int, default=0, help="world, split, sample and training seed")
     p.add_argument("--jobs", type=int, default=2, help="MACE labelling worker processes")
@@ -461,7 +573,7 @@ def main(argv: list[str] | None = None) -> None:
         path = cell_dir / f"{cell.replace('/', '_')}.json"
         if path.exists() and not args.force:
             done = json.loads(path.read_text())
-            if done.get("sizes") == sorted(int(s) for s in args.sizes.split(",")):
+            if done.get("sizes") == cell_sizes(cell, args):
                 if args.redo_online:
                     done["online"] = online_methods(cell, args, done["mace"]["s_per_agent_mean"])
                     save(done, path)

@@ -50,13 +50,14 @@ def _raw_blocks(world: TabularWorld) -> list[tuple[str, np.ndarray]]:
 
 def perturb_agents(world: TabularWorld, rows: np.ndarray, n: int, *, seed: int = 0,
                    params: PerturbParams | None = None, max_rounds: int = 50,
-                   allow_fewer: bool = False) -> np.ndarray:
+                   allow_fewer: bool = False, exclude: np.ndarray | None = None) -> np.ndarray:
     """``n`` new rejected agents drawn around ``rows`` (encoded, rejected by the model).
 
     Raises ``ValueError`` when ``rows`` is empty, and when fewer than ``n`` new rejected agents
     turn up in ``max_rounds`` draws (the noise keeps crossing the decision boundary, or a data set
     of few discrete values has no new rows left near its rejected ones); with ``allow_fewer`` it
-    returns those it found instead."""
+    returns those it found instead. Rows equal to one of ``exclude`` (e.g. agents an earlier call
+    drew) are never returned either: they count as seen, as ``rows`` do."""
     params = params or PerturbParams()
     rows = world.schema.validate(np.atleast_2d(np.asarray(rows, float)), name="rows")
     if n <= 0:
@@ -70,6 +71,8 @@ def perturb_agents(world: TabularWorld, rows: np.ndarray, n: int, *, seed: int =
                         or bool(getattr(f, "integer", False)) for f in world.schema.features])
     blocks = _raw_blocks(world)
     seen = {r.tobytes() for r in rows}
+    if exclude is not None and len(exclude):
+        seen.update(r.tobytes() for r in np.asarray(exclude, float).reshape(-1, rows.shape[1]))
     kept: list[np.ndarray] = []
     total = 0
     for _ in range(max_rounds):
