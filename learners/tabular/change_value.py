@@ -11,6 +11,7 @@ scanned within the room its distance leaves, and the nearest finds are polished 
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,11 @@ import numpy as np
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
 from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants, rank_within
-from learners.tabular.polish import crossings, polish, split_edges, trade_sweep
+from learners.tabular.polish import crossings, padded_edges, polish, split_edges, trade_sweep
+from learners.tabular.search_kernels import combinations_kernel
 from solvers.mace.distance import Norm
 
+_LAST = threading.local()  # per thread, the last candidates' network prediction (the second search reuses it)
 PARTIAL_CAP = 2  # partial combinations kept per agent and step, in units of the final cap (combinations_within)
 LADDER = np.array([0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0])  # multiples of a predicted change
 
@@ -74,49 +77,56 @@ def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np
     normalized change from the agent and within its reachable box (NaN padded): a tree ensemble's
     split crossings, else e evenly spaced values each way (an integer column's every step when they
     fit); the ``e`` nearest the agent when ``nearest`` (crossings), else all reachable values where
-    they fit and ``e`` evenly spread over them (ordered by value: both directions) where not."""
+    they fit and ``e`` evenly spread over them (ordered by value: both directions) where not.
+    All columns at once (a tree's crossings padded to its most split column)."""
     N, D = X.shape
     out = {r: np.full((N, D, r[0]), np.nan) for r in requests}
-    lo, hi = geo.box(X)
     edges = split_edges(world)
-    xc = X[:, :, None]
-    for c in np.flatnonzero(geo.numeric & ~geo.fixed):
-        if edges and c not in edges:
-            continue  # a tree ensemble never splits on this column: no value of it changes the decision
-        reach = room * geo.span[c]
-        tree_cand = crossings(edges[c], X[:, c]) if c in edges else None  # the same for every request
-        sorted_by: dict[bool, tuple] = {}  # a tree's candidates, ok mask and order per key, shared by the requests
-        for e, nearest in requests:
-            near = nearest and tree_cand is not None
-            if near in sorted_by:
-                cand, ok, order, n_ok = sorted_by[near]
-            else:
-                if tree_cand is not None:
-                    cand = tree_cand
-                else:
-                    steps = reach[:, None] * (np.arange(1, e + 1) / e)[None, :]
-                    if geo.rounded[c]:
-                        steps = np.where(np.floor(reach + 1e-9)[:, None] <= e, np.arange(1, e + 1)[None, :], steps)
-                    cand = np.concatenate([xc[:, c] + steps, xc[:, c] - steps], 1)
-                if geo.rounded[c]:
-                    gap = cand - xc[:, c]
-                    cand = xc[:, c] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
-                ok = (cand >= lo[:, c, None]) & (cand <= hi[:, c, None]) & (cand != xc[:, c]) \
-                    & (np.abs(cand - xc[:, c]) <= reach[:, None] + 1e-12)
-                key = np.where(ok, np.abs(cand - xc[:, c]) if near else cand, np.inf)
-                order = np.argsort(key, axis=1, kind="stable")
-                n_ok = ok.sum(1)
-                if tree_cand is not None:
-                    sorted_by[near] = (cand, ok, order, n_ok)
-            if near:
-                pick = np.broadcast_to(np.arange(e)[None, :], (N, e))
-            else:
-                spread = np.floor(np.arange(e)[None, :] * np.maximum(n_ok, 1)[:, None] / e).astype(np.int64)
-                pick = np.where((n_ok <= e)[:, None], np.arange(e)[None, :], spread)
-            pick = np.minimum(pick, cand.shape[1] - 1)
-            vals = np.take_along_axis(cand, np.take_along_axis(order, pick, 1), 1)
-            live = np.arange(e)[None, :] < np.minimum(n_ok, e)[:, None]
-            out[(e, nearest)][:, c, :] = np.where(live, vals, np.nan)
+    cols = np.flatnonzero(geo.numeric & ~geo.fixed)
+    if edges:  # a column a tree ensemble never splits on changes no decision
+        cols = np.array([c for c in cols if int(c) in edges], np.int64)
+    if not len(cols):
+        return out
+    lo, hi = geo.box(X)
+    xc, loc, hic = X[:, cols, None], lo[:, cols, None], hi[:, cols, None]
+    reach = (room[:, None] * geo.span[cols][None, :])[..., None]  # (N, C, 1)
+    rnd = geo.rounded[cols][None, :, None]
+    any_rnd = bool(rnd.any())
+
+    def inside(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if any_rnd:  # an integer column: the first integer at least that far from the agent
+            gap = cand - xc
+            cand = np.where(rnd, xc + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9), cand)
+        ok = (cand >= loc) & (cand <= hic) & (cand != xc) & (np.abs(cand - xc) <= reach + 1e-12)  # NaN padding: False
+        return cand, ok
+
+    sorted_by: dict[bool, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # a tree's order per key, shared by requests
+    if edges:
+        t, u, lft = padded_edges(world, cols)  # (C, T), NaN padded
+        tree_cand, tree_ok = inside(np.where(t[None] >= xc, lft[None], u[None]))
+    for e, nearest in requests:
+        if edges:
+            if nearest not in sorted_by:
+                key = np.where(tree_ok, np.abs(tree_cand - xc) if nearest else tree_cand, np.inf)
+                sorted_by[nearest] = (tree_cand, np.argsort(key, axis=-1, kind="stable"), tree_ok.sum(-1))
+            cand, order, n_ok = sorted_by[nearest]
+            near = nearest
+        else:
+            steps = reach * (np.arange(1, e + 1) / e)  # (N, C, e)
+            if any_rnd:
+                steps = np.where(rnd & (np.floor(reach + 1e-9) <= e), np.arange(1, e + 1), steps)
+            cand, ok = inside(np.concatenate([xc + steps, xc - steps], -1))
+            order, n_ok, near = np.argsort(np.where(ok, cand, np.inf), axis=-1, kind="stable"), ok.sum(-1), False
+        ar = np.arange(e)
+        if near:
+            pick = np.broadcast_to(ar, (N, len(cols), e))
+        else:
+            spread = np.floor(ar * np.maximum(n_ok, 1)[..., None] / e).astype(np.int64)
+            pick = np.where((n_ok <= e)[..., None], ar, spread)
+        pick = np.minimum(pick, cand.shape[-1] - 1)
+        vals = np.take_along_axis(cand, np.take_along_axis(order, pick, -1), -1)
+        live = ar < np.minimum(n_ok, e)[..., None]
+        out[(e, nearest)][:, cols, :] = np.where(live, vals, np.nan)
     return out
 
 
@@ -145,29 +155,9 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
         fine = (cv >= lo[:, cols, None]) & (cv <= hi[:, cols, None]) & (cv != xc) \
             & (np.abs(cv - xc) <= (room[:, None] * geo.span[cols][None, :])[..., None] + 1e-12)
         lv = np.concatenate([lv, np.where(fine, cv, np.nan)], axis=2)
-    step = np.abs(lv - X[:, cols, None]) / geo.span[cols][None, :, None]  # normalized change of each option
-    # partial combinations: (agent, chosen option per feature so far: -1 unchanged), with their sum, count, max
-    who = np.arange(N)
-    pick = np.full((N, 0), -1, np.int64)
-    tot, nnz, top = np.zeros(N), np.zeros(N), np.zeros(N)
-    for f in range(len(cols)):
-        e_f = step[who, f]  # (P, e)
-        ok = np.isfinite(e_f) & ~np.isnan(lv[who, f])
-        p_of, o_of = np.nonzero(np.concatenate([np.ones((len(who), 1), bool), ok], 1))  # option 0: unchanged
-        add = np.where(o_of > 0, e_f[p_of, np.maximum(o_of - 1, 0)], 0.0)
-        t2, n2, m2 = tot[p_of] + add, nnz[p_of] + (o_of > 0), np.maximum(top[p_of], add)
-        live = a * n2 + b * t2 + g * m2 < best[who[p_of]] - 1e-12
-        p_of, o_of = p_of[live], o_of[live]
-        who, tot, nnz, top = who[p_of], t2[live], n2[live], m2[live]
-        pick = np.concatenate([pick[p_of], (o_of - 1)[:, None]], 1)
-        if len(who) > PARTIAL_CAP * cap * N:  # a wide room (or none): keep each agent's farthest partial combinations
-            order, rank = rank_within(-(a * nnz + b * tot + g * top), who)
-            kept = order[rank < PARTIAL_CAP * cap]
-            who, tot, nnz, top, pick = who[kept], tot[kept], nnz[kept], top[kept], pick[kept]
-    many = nnz >= 2  # one feature alone the scan has already tried
-    who, pick, d = who[many], pick[many], (a * nnz + b * tot + g * top)[many]
-    order, rank = rank_within(-d, who)  # the farthest first: a combination only just inside the room is the likeliest accepted
-    who, pick = who[order][rank < cap], pick[order][rank < cap]
+    step = np.abs(lv - X[:, cols, None]) / geo.span[cols][None, :, None]  # normalized change of each option (NaN: none)
+    who, pick = combinations_kernel(np.ascontiguousarray(step), np.asarray(best, float), float(a), float(b), float(g),
+                                    int(cap), int(PARTIAL_CAP * cap))
     vc = np.where(pick >= 0, cols[None, :], -1)
     vv = np.where(pick >= 0, lv[who[:, None], np.arange(len(cols))[None, :], np.maximum(pick, 0)], 0.0)
     return Variants(X, who, vc, vv), who
@@ -355,21 +345,48 @@ class ChangeValueGenerator(TabularGenerator):
         return (changed.astype(np.int64) << np.arange(changed.shape[1], dtype=np.int64)).sum(1)
 
     def _predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(N, J) change probabilities and (N, D) predicted encoded values."""
+        """(N, J) change probabilities and (N, D) predicted encoded values (the network in numpy: a
+        request's one or two rows cost microseconds, not torch's dispatch)."""
         if not self.params.use_network:  # the ablation: every agent gets the training labels' averages
             return (np.repeat(self.changed_.mean(0)[None], len(X), 0),
                     X + np.mean(self.CF_ - self.X_, axis=0)[None])
+        layers, W, b = self._numpy_net()
+        h = self._scaled(X)
+        for kind, p, q in layers:
+            if kind == "linear":
+                h = h @ p + q
+            elif kind == "affine":  # batch norm in eval mode
+                h = h * p + q
+            else:
+                h = np.maximum(h, 0.0)
+        out = np.maximum(h, 0.0) @ W + b
+        J = out.shape[1] - self.n_columns_
+        prob = 1.0 / (1.0 + np.exp(-out[:, :J].astype(float)))
+        return prob, X + np.tanh(out[:, J:]).astype(float) * self.scale_span_
+
+    def _numpy_net(self) -> tuple[list[tuple[str, Any, Any]], np.ndarray, np.ndarray]:
+        """The trained network as float32 numpy layers (trunk: linear, affine batch norm, ReLU; the
+        two heads as one matrix), built once per fitted or loaded network."""
+        hit = self.__dict__.get("_numpy_net_cache")
+        if hit is not None and hit[0] is self.net_:
+            return hit[1]
         import torch
 
-        from learners.torch_training import predict_batched
-
-        def both(m, xb):
-            logit, value = m(xb)
-            return torch.cat([torch.sigmoid(logit), torch.tanh(value)], 1)
-
-        out = predict_batched(self.net_, self._scaled(X), both)
-        J = out.shape[1] - self.n_columns_
-        return out[:, :J].astype(float), X + out[:, J:] * self.scale_span_
+        layers: list[tuple[str, Any, Any]] = []
+        with torch.no_grad():
+            for m in self.net_.trunk:
+                if isinstance(m, torch.nn.Linear):
+                    layers.append(("linear", m.weight.T.numpy().copy(), m.bias.numpy().copy()))
+                elif isinstance(m, torch.nn.BatchNorm1d):
+                    scale = (m.weight / torch.sqrt(m.running_var + m.eps)).numpy()
+                    layers.append(("affine", scale.copy(), (m.bias - m.running_mean * scale).numpy().copy()))
+                elif isinstance(m, torch.nn.ReLU):
+                    layers.append(("relu", None, None))
+            W = torch.cat([self.net_.change.weight, self.net_.value.weight]).T.numpy().copy()
+            b = torch.cat([self.net_.change.bias, self.net_.value.bias]).numpy().copy()
+        out = (layers, W, b)
+        self.__dict__["_numpy_net_cache"] = (self.net_, out)
+        return out
 
     def subsets(self, prob: np.ndarray) -> np.ndarray:
         """(N, S, J) bool: the ``top_subsets`` most probable non-empty subsets of each agent's
@@ -395,6 +412,7 @@ class ChangeValueGenerator(TabularGenerator):
         p = self.params
         geo = WorldGeometry.of(world)
         prob, value = self._predict(X)
+        _LAST.prediction = (self, X, prob, value)  # the second search of this request reuses it
         subs = self.subsets(prob)  # (N, S, J)
         N, S, _ = subs.shape
         col = subs[..., geo.raw_of_column]  # (N, S, D)
@@ -433,9 +451,11 @@ class ChangeValueGenerator(TabularGenerator):
         subsets of ``_scan_sets`` (the most probable ones, and the top numeric features alone and
         together) are scanned within the reach the best answer's distance leaves (``_scan``), beside
         every one-feature change of a discrete feature; a nearer accepted point is polished and traded."""
+        X = np.atleast_2d(np.asarray(X, float))
         rec = super()._recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
         t0 = time.perf_counter()
-        X = np.atleast_2d(np.asarray(X, float))
+        last = getattr(_LAST, "prediction", None)
+        _LAST.prediction = None
         geo = WorldGeometry.of(world, norm)
         if int(self.params.combo_rows) > 0 and not rec.found.all() and split_edges(world):
             self._first_answers(world, geo, X, rec, polish_rounds)
@@ -444,7 +464,10 @@ class ChangeValueGenerator(TabularGenerator):
             return rec
         rows = np.flatnonzero(rec.found & (rec.distance > 0))
         x = X[rows]
-        prob, value = self._predict(x)
+        if last is not None and last[0] is self and last[1] is X:
+            prob, value = last[2][rows], last[3][rows]
+        else:
+            prob, value = self._predict(x)
         subs = self._scan_sets(geo, prob)
         V, own = self._scan(world, geo, x, value, subs, rec.distance[rows])  # variant rows of the agents own
         if self.params.scan_discrete:  # every one-feature change of a discrete feature too (few rows)

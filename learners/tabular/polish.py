@@ -76,6 +76,33 @@ def split_edges(world: TabularWorld) -> dict[int, tuple[np.ndarray, np.ndarray, 
 _EDGES: dict[int, tuple[Any, dict]] = {}
 
 
+def padded_edges(world: TabularWorld, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``split_edges`` of the columns ``cols`` as three (C, T) arrays (t, U, L), NaN padded to the
+    most split column (cached per model and columns): crossings of all columns at once."""
+    edges = split_edges(world)
+    key = tuple(int(c) for c in cols)
+    entry = _PADDED.get(id(edges))
+    if entry is None or entry[0] is not edges:  # a new model (split_edges caches one dict per model)
+        if len(_PADDED) > 64:
+            _PADDED.clear()
+        entry = _PADDED[id(edges)] = (edges, {})
+    cache = entry[1]
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    T = max((len(edges[c][0]) for c in key if c in edges), default=0)
+    out = tuple(np.full((len(key), T), np.nan) for _ in range(3))
+    for i, c in enumerate(key):
+        if c in edges:
+            for arr, src in zip(out, edges[c], strict=True):
+                arr[i, : len(src)] = src
+    cache[key] = out
+    return out
+
+
+_PADDED: dict[int, tuple[dict, dict]] = {}
+
+
 def crossings(edges: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
     """(n, T) the value just across each split from ``x`` (n,): right of it above, left of it below."""
     t, u, lft = edges

@@ -1,0 +1,93 @@
+"""Compiled inner loops of the tabular searches (numba): enumerations whose work per row is a few
+additions, where numpy's per-call overhead and temporaries cost more than the arithmetic.
+
+Each kernel is one loop over agents, so an agent's result never depends on the other agents of
+its batch (a request answered alone gets the answer it gets in a batch)."""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True)
+def _grow2(a, n):
+    out = np.empty((max(n, 2 * a.shape[0]), a.shape[1]), a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@nb.njit(cache=True)
+def _grow1(a, n):
+    out = np.empty(max(n, 2 * a.shape[0]), a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@nb.njit(cache=True)
+def combinations_kernel(step, best, a, b, g, cap, partial_cap):
+    """Per agent i, the combinations of options (``step[i, f, o]``: the normalized change of feature
+    f's option o, NaN where none; each feature may also stay unchanged) whose distance
+    ``a * changed + b * sum + g * max`` stays below ``best[i]``, enumerated feature by feature: a
+    partial combination is dropped as soon as it cannot win, and where more than ``partial_cap``
+    remain only the farthest ``partial_cap`` are extended (a stable sort: ties keep their order).
+    Of the complete ones changing two features or more, the farthest ``cap`` are returned,
+    farthest first, as (who (T,), pick (T, F): the option per feature, -1 unchanged)."""
+    N, F, E = step.shape
+    out_who = np.empty(max(16, N), np.int64)
+    out_pick = np.empty((max(16, N), F), np.int64)
+    n_out = 0
+    for i in range(N):
+        lim = best[i] - 1e-12
+        pick = np.full((1, F), -1, np.int64)
+        tot = np.zeros(1)
+        nnz = np.zeros(1)
+        top = np.zeros(1)
+        cnt = 1
+        for f in range(F):
+            new = 0  # first count the survivors, then fill
+            for p in range(cnt):
+                for o in range(E + 1):
+                    add = 0.0
+                    if o > 0:
+                        add = step[i, f, o - 1]
+                        if not np.isfinite(add):
+                            continue
+                    if a * (nnz[p] + (o > 0)) + b * (tot[p] + add) + g * max(top[p], add) < lim:
+                        new += 1
+            pick2 = np.empty((new, F), np.int64)
+            tot2, nnz2, top2 = np.empty(new), np.empty(new), np.empty(new)
+            k = 0
+            for p in range(cnt):
+                for o in range(E + 1):
+                    add = 0.0
+                    if o > 0:
+                        add = step[i, f, o - 1]
+                        if not np.isfinite(add):
+                            continue
+                    t2, n2, m2 = tot[p] + add, nnz[p] + (o > 0), max(top[p], add)
+                    if a * n2 + b * t2 + g * m2 < lim:
+                        pick2[k] = pick[p]
+                        pick2[k, f] = o - 1
+                        tot2[k], nnz2[k], top2[k] = t2, n2, m2
+                        k += 1
+            pick, tot, nnz, top, cnt = pick2, tot2, nnz2, top2, new
+            if cnt > partial_cap:  # keep the farthest: a combination only just inside the room is the likeliest accepted
+                keep = np.argsort(-(a * nnz + b * tot + g * top), kind="mergesort")[:partial_cap]
+                pick, tot, nnz, top, cnt = pick[keep], tot[keep], nnz[keep], top[keep], partial_cap
+            if cnt == 0:
+                break
+        many = np.flatnonzero(nnz[:cnt] >= 2)  # one feature alone the scan has already tried
+        if not len(many):
+            continue
+        d = a * nnz[many] + b * tot[many] + g * top[many]
+        order = many[np.argsort(-d, kind="mergesort")[:cap]]
+        m = len(order)
+        if n_out + m > out_who.shape[0]:
+            out_who = _grow1(out_who, n_out + m)
+            out_pick = _grow2(out_pick, n_out + m)
+        for r in range(m):
+            out_who[n_out + r] = i
+            out_pick[n_out + r] = pick[order[r]]
+        n_out += m
+    return out_who[:n_out], out_pick[:n_out]
