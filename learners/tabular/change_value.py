@@ -73,20 +73,31 @@ def value_options(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value:
 
 def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np.ndarray,
                 requests: list[tuple[int, bool]]) -> dict[tuple[int, bool], np.ndarray]:
+    """``room_levels_compact`` as (N, D, e) arrays over every column (NaN where a column has none)."""
+    levels, pos = room_levels_compact(world, geo, X, room, requests)
+    return {r: v[:, pos] for r, v in levels.items()}
+
+
+def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np.ndarray,
+                        requests: list[tuple[int, bool]]) -> tuple[dict[tuple[int, bool], np.ndarray], np.ndarray]:
     """Per request (e, nearest), (N, D, e) values per numeric column within ``room`` (N,) of
     normalized change from the agent and within its reachable box (NaN padded): a tree ensemble's
     split crossings, else e evenly spaced values each way (an integer column's every step when they
     fit); the ``e`` nearest the agent when ``nearest`` (crossings), else all reachable values where
     they fit and ``e`` evenly spread over them (ordered by value: both directions) where not.
-    All columns at once (a tree's crossings padded to its most split column)."""
+    All columns at once (a tree's crossings padded to its most split column). Compact: (N, C + 1, e)
+    arrays over the C columns that have values, and ``pos`` (D,): each column's place in them (C,
+    an all-NaN slot, for the others)."""
     N, D = X.shape
-    out = {r: np.full((N, D, r[0]), np.nan) for r in requests}
     edges = split_edges(world)
     cols = np.flatnonzero(geo.numeric & ~geo.fixed)
     if edges:  # a column a tree ensemble never splits on changes no decision
         cols = np.array([c for c in cols if int(c) in edges], np.int64)
+    pos = np.full(D, len(cols), np.int64)
+    pos[cols] = np.arange(len(cols))
+    out = {r: np.full((N, len(cols) + 1, r[0]), np.nan) for r in requests}
     if not len(cols):
-        return out
+        return out, pos
     lo, hi = geo.box(X)
     xc, loc, hic = X[:, cols, None], lo[:, cols, None], hi[:, cols, None]
     reach = (room[:, None] * geo.span[cols][None, :])[..., None]  # (N, C, 1)
@@ -126,8 +137,8 @@ def room_levels(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, room: np
         pick = np.minimum(pick, cand.shape[-1] - 1)
         vals = np.take_along_axis(cand, np.take_along_axis(order, pick, -1), -1)
         live = ar < np.minimum(n_ok, e)[..., None]
-        out[(e, nearest)][:, cols, :] = np.where(live, vals, np.nan)
-    return out
+        out[(e, nearest)][:, : len(cols), :] = np.where(live, vals, np.nan)
+    return out, pos
 
 
 def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, best: np.ndarray, values: int,
@@ -147,7 +158,8 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     cols = np.array([c for c in np.flatnonzero(geo.numeric & ~geo.fixed) if c in split_edges(world)], np.int64)
     if len(cols) < 2 or values < 1:
         return Variants(X, np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2))), np.zeros(0, np.int64)
-    lv = room_levels(world, geo, X, room, [(values, True)])[(values, True)][:, cols]  # (N, F, e)
+    levels, pos = room_levels_compact(world, geo, X, room, [(values, True)])
+    lv = levels[(values, True)][:, pos[cols]]  # (N, F, e)
     if common is not None and common.shape[1]:
         lo, hi = geo.box(X)
         cv = np.broadcast_to(common[cols][None], (N, len(cols), common.shape[1])).copy()
@@ -570,7 +582,8 @@ class ChangeValueGenerator(TabularGenerator):
         N, S, J = subs.shape
         t3 = max(1, int(np.floor((R / 2) ** (1 / 3))))  # three features: (t3+1)^2 * 2 t3 <= R rows
         shapes = {1: [R], 2: [e1, e2], 3: [t3, t3, max(1, R // (t3 + 1) ** 2)]}
-        levels = room_levels(world, geo, X, room, sorted({(e, k == 1) for k, shape in shapes.items() for e in shape}))
+        levels, pos_of = room_levels_compact(world, geo, X, room,
+                                             sorted({(e, k == 1) for k, shape in shapes.items() for e in shape}))
         base = geo.project(X, np.where(subs[..., geo.raw_of_column], value[:, None, :], X[:, None, :]))  # (N, S, D)
         num_raw, col_of_raw, k_num = _numeric_in_subsets(geo, subs)
         keys = self._set_keys(subs.reshape(N * S, J)).reshape(N, S)
@@ -594,7 +607,7 @@ class ChangeValueGenerator(TabularGenerator):
             cols = col_of_raw[np.argsort(rank, axis=1, kind="stable")[:, :k]]  # (n, k)
             axes = []
             for pos, e in enumerate(shape):
-                v = levels[(e, k == 1)][ii, cols[:, pos]]  # (n, e)
+                v = levels[(e, k == 1)][ii, pos_of[cols[:, pos]]]  # (n, e)
                 if pos < k - 1:  # all but the last feature may also stay at the agent's value (NaN here)
                     v = np.concatenate([v, np.full((len(ii), 1), np.nan)], 1)
                 axes.append(v)

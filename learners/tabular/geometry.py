@@ -104,10 +104,20 @@ class WorldGeometry:
         num = np.flatnonzero(self.numeric)
         out[..., self.raw_of_column[num]] = np.nan_to_num(diff[..., num] / self.span[num])
         other = np.flatnonzero(~self.numeric)
-        if len(other):
+        if len(other):  # a discrete raw feature moved (1) where any of its columns moved
             moved = (diff[..., other] > 1e-9).astype(float)
-            np.maximum.at(np.moveaxis(out, -1, 0), self.raw_of_column[other], np.moveaxis(moved, -1, 0))
+            out += (moved @ self._other_to_raw()) > 0  # the numeric raw features' entries get 0
         return out
+
+    def _other_to_raw(self) -> np.ndarray:
+        """(non-numeric columns, J) 0/1: the raw feature each non-numeric column belongs to (built once)."""
+        hit = self.__dict__.get("_other_to_raw_matrix")
+        if hit is None:
+            other = np.flatnonzero(~self.numeric)
+            hit = np.zeros((len(other), self.n_raw))
+            hit[np.arange(len(other)), self.raw_of_column[other]] = 1.0
+            self.__dict__["_other_to_raw_matrix"] = hit
+        return hit
 
     def distance(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """MACE's Eq. 3 distance of ``C`` (..., D) from ``X`` (broadcast), in [0, 1]."""

@@ -103,6 +103,16 @@ def padded_edges(world: TabularWorld, cols: np.ndarray) -> tuple[np.ndarray, np.
 _PADDED: dict[int, tuple[dict, dict]] = {}
 
 
+def all_padded_edges(world: TabularWorld, D: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``padded_edges`` of every column 0..D-1 and each column's number of splits (D,) (cached)."""
+    t, u, lft = padded_edges(world, np.arange(D))
+    cache = _PADDED[id(split_edges(world))][1]
+    n = cache.get(("n", D))
+    if n is None:
+        n = cache[("n", D)] = (~np.isnan(t)).sum(1).astype(np.int64) if t.size else np.zeros(D, np.int64)
+    return t, u, lft, n
+
+
 def crossings(edges: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:
     """(n, T) the value just across each split from ``x`` (n,): right of it above, left of it below."""
     t, u, lft = edges
@@ -232,50 +242,34 @@ TRADE_SHARES = np.array([1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 15 /
 # smooth boundary's trades often win by a few percent
 
 
-def _splits_back(edges: dict, x: np.ndarray, c: np.ndarray, cols: np.ndarray, k: int, default: np.ndarray
+def _splits_back(world: TabularWorld, x: np.ndarray, c: np.ndarray, cols: np.ndarray, k: int, default: np.ndarray
                  ) -> np.ndarray:
     """(n,) per row, column ``cols[n]`` moved back toward the agent across splits it crossed: to the
     k-th split back from ``c`` (k > 0), or to the split nearest the agent (k = -1); the agent's own
-    value when there are too few; ``default`` where the column has no splits."""
-    out = default.copy()
-    for col in np.unique(cols):
-        if int(col) not in edges:
-            continue
-        e = np.flatnonzero(cols == col)
-        xv, cv = x[e, col], c[e, col]
-        v = crossings(edges[int(col)], xv)  # (n, T) just across each split from the agent
-        gx, gc = v - xv[:, None], (cv - xv)[:, None]
-        inside = (np.sign(gx) == np.sign(gc)) & (np.abs(gx) < np.abs(gc) - 1e-12)  # crossed, before c's own
-        key = np.where(inside, -np.abs(gx) if k > 0 else np.abs(gx), np.inf)
-        pick = np.argsort(key, axis=1, kind="stable")[:, min(abs(k), v.shape[1]) - 1]
-        hit = np.isfinite(key[np.arange(len(e)), pick])
-        out[e] = np.where(hit, v[np.arange(len(e)), pick], xv)
-    return out
+    value when there are too few; ``default`` where the column has no splits (a compiled walk)."""
+    from learners.tabular.search_kernels import splits_back_kernel
+
+    t, u, lft, n = all_padded_edges(world, x.shape[1])
+    rows = np.arange(len(cols))
+    return splits_back_kernel(t, u, lft, n, x[rows, cols], c[rows, cols], cols.astype(np.int64), int(k),
+                              np.asarray(default, float))
 
 
-def _crossings_within(edges: dict, x: np.ndarray, c: np.ndarray, cols: np.ndarray, sign: np.ndarray, V: np.ndarray,
-                      rounded: np.ndarray) -> np.ndarray:
+def _crossings_within(world: TabularWorld, x: np.ndarray, c: np.ndarray, cols: np.ndarray, sign: np.ndarray,
+                      V: np.ndarray, rounded: np.ndarray) -> np.ndarray:
     """(Q, L) per entry, the first ``L`` split crossings of column ``cols[q]`` beyond ``c`` in
     direction ``sign[q]`` and no farther than the farthest of ``V[q]`` (the room), an integer
     column's first integer across each; NaN padded. A column with no splits moves nowhere (all NaN)."""
-    out = np.full(V.shape, np.nan)
-    L = V.shape[1]
-    for col in np.unique(cols):
-        e = np.flatnonzero(cols == col)
-        if int(col) not in edges:
-            continue
-        cv = c[e, col]
-        v = crossings(edges[int(col)], x[e, col])  # (n, T)
-        if rounded[col]:  # the first integer across each split
-            v = np.where(v > x[e, col, None], np.ceil(v - 1e-9), np.floor(v + 1e-9))
-        ahead = sign[e, None] * (v - cv[:, None])
-        reach = np.nanmax(sign[e, None] * (V[e] - cv[:, None]), axis=1)
-        key = np.where((ahead > 1e-12) & (ahead <= reach[:, None] + 1e-12), ahead, np.inf)
-        order = np.argsort(key, axis=1, kind="stable")[:, :L]
-        vals = np.take_along_axis(v, order, 1)
-        ok = np.isfinite(np.take_along_axis(key, order, 1))
-        out[e, : vals.shape[1]] = np.where(ok, vals, np.nan)
-    return out
+    from learners.tabular.search_kernels import crossings_within_kernel
+
+    t, u, lft, n = all_padded_edges(world, x.shape[1])
+    rows = np.arange(len(cols))
+    cv = c[rows, cols]
+    with np.errstate(all="ignore"):
+        reach = np.nanmax(np.where(np.isnan(V), -np.inf, sign[:, None] * (V - cv[:, None])), axis=1) if V.shape[1] \
+            else np.full(len(cols), -np.inf)
+    return crossings_within_kernel(t, u, lft, n, x[rows, cols], cv, cols.astype(np.int64), np.asarray(sign, float),
+                                   reach, rounded, V.shape[1])
 
 
 def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
@@ -307,7 +301,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
             step = np.where(geo.rounded[ci], k_int, k_real * np.abs(g))
             back = np.where(np.abs(g) > step + 1e-12, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
             if edges and k_split != 0:  # a tree ensemble's real column: whole splits
-                back = np.where(geo.rounded[ci], back, _splits_back(edges, x[a_i], c[a_i], ci, k_split, back))
+                back = np.where(geo.rounded[ci], back, _splits_back(world, x[a_i], c[a_i], ci, k_split, back))
             backs[:, b] = back
         B = backs.shape[1]
         given = np.repeat(c[a_i][:, None, :], B, axis=1)
@@ -327,7 +321,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         V = np.clip(c[a_i[e], cj][:, None] + signs[sg][:, None] * steps, lo[a_i[e], cj][:, None],
                     hi[a_i[e], cj][:, None])
         if edges:  # a tree ensemble: j's moves are the splits it crosses within the room, no others
-            V = _crossings_within(edges, x[a_i[e]], c[a_i[e]], cj, signs[sg], V, geo.rounded)
+            V = _crossings_within(world, x[a_i[e]], c[a_i[e]], cj, signs[sg], V, geo.rounded)
         q_of, l_of = np.nonzero(~np.isnan(V))  # the trades: row c of the agent, ci given back, cj moved on
         if not len(q_of):
             break

@@ -91,3 +91,71 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
             out_pick[n_out + r] = pick[order[r]]
         n_out += m
     return out_who[:n_out], out_pick[:n_out]
+
+
+@nb.njit(cache=True, inline="always")
+def _crossing(t, u, lft, col, j, xv):
+    """The value just across split j of column ``col`` from ``xv`` (``polish.crossings``, one entry)."""
+    return lft[col, j] if t[col, j] >= xv else u[col, j]
+
+
+@nb.njit(cache=True)
+def crossings_within_kernel(t, u, lft, n_splits, xv, cv, cols, sign, reach, rounded, width):
+    """Per entry q, the first ``width`` split crossings of column ``cols[q]`` beyond ``cv[q]`` in the
+    direction ``sign[q]`` and at most ``reach[q]`` past it (an integer column's first integer across
+    each split), nearest first; NaN padded. The crossings of a column, in split order, are sorted
+    (below the agent each split's upper limit, above it the lower one), so one walk finds them."""
+    Q = cols.shape[0]
+    out = np.full((Q, width), np.nan)
+    for q in range(Q):
+        col = cols[q]
+        n = n_splits[col]
+        s, x, c, r = sign[q], xv[q], cv[q], reach[q]
+        k = 0
+        j, step, end = (0, 1, n) if s > 0 else (n - 1, -1, -1)
+        while j != end and k < width:
+            v = _crossing(t, u, lft, col, j, x)
+            if rounded[col]:
+                v = np.ceil(v - 1e-9) if v > x else np.floor(v + 1e-9)
+            ahead = s * (v - c)
+            if ahead > r + 1e-12:
+                break  # sorted: every later crossing is farther still
+            if ahead > 1e-12:
+                out[q, k] = v
+                k += 1
+            j += step
+    return out
+
+
+@nb.njit(cache=True)
+def splits_back_kernel(t, u, lft, n_splits, xv, cv, cols, k, default):
+    """Per entry q, column ``cols[q]`` moved back from ``cv[q]`` toward the agent's ``xv[q]`` across the
+    splits it crossed: to the k-th split back from ``cv`` (k > 0) or the split nearest the agent
+    (k = -1), the agent's own value when there are too few (``polish._splits_back``, same ties);
+    ``default[q]`` where the column has no splits."""
+    Q = cols.shape[0]
+    out = default.copy()
+    for q in range(Q):
+        col = cols[q]
+        n = n_splits[col]
+        if n == 0:
+            continue
+        x, c = xv[q], cv[q]
+        gc = c - x
+        idx = np.empty(n, np.int64)
+        key = np.empty(n)
+        m = 0
+        for j in range(n):
+            v = _crossing(t, u, lft, col, j, x)
+            gx = v - x
+            if np.sign(gx) == np.sign(gc) and abs(gx) < abs(gc) - 1e-12:  # crossed, before c's own
+                idx[m] = j
+                key[m] = -abs(gx) if k > 0 else abs(gx)
+                m += 1
+        pick = min(abs(k), n) - 1
+        if pick < m:
+            j = idx[np.argsort(key[:m], kind="mergesort")[pick]]
+            out[q] = _crossing(t, u, lft, col, j, x)
+        else:
+            out[q] = x
+    return out
