@@ -25,6 +25,30 @@ def _grow1(a, n):
 
 
 @nb.njit(cache=True)
+def _farthest(d, k):
+    """The indices of the ``k`` largest entries of ``d``, largest first, ties in index order: what
+    ``np.argsort(-d, kind="mergesort")[:k]`` gives, by a partition and a sort of the ``k`` only."""
+    n = d.shape[0]
+    if k >= n:
+        return np.argsort(-d, kind="mergesort")
+    thr = np.partition(d, n - k)[n - k]  # the k-th largest value
+    sel = np.empty(k, np.int64)
+    m = 0
+    for j in range(n):  # above the threshold: all of them (fewer than k)
+        if d[j] > thr:
+            sel[m] = j
+            m += 1
+    for j in range(n):  # at it: the first ones in index order, as a stable sort keeps them
+        if m == k:
+            break
+        if d[j] == thr:
+            sel[m] = j
+            m += 1
+    sel = np.sort(sel)  # index order, then a stable sort by distance
+    return sel[np.argsort(-d[sel], kind="mergesort")]
+
+
+@nb.njit(cache=True)
 def combinations_kernel(step, best, a, b, g, cap, partial_cap):
     """Per agent i, the combinations of options (``step[i, f, o]``: the normalized change of feature
     f's option o, NaN where none; each feature may also stay unchanged) whose distance
@@ -73,7 +97,7 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
                         k += 1
             pick, tot, nnz, top, cnt = pick2, tot2, nnz2, top2, new
             if cnt > partial_cap:  # keep the farthest: a combination only just inside the room is the likeliest accepted
-                keep = np.argsort(-(a * nnz + b * tot + g * top), kind="mergesort")[:partial_cap]
+                keep = _farthest(a * nnz + b * tot + g * top, partial_cap)
                 pick, tot, nnz, top, cnt = pick[keep], tot[keep], nnz[keep], top[keep], partial_cap
             if cnt == 0:
                 break
@@ -81,7 +105,7 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
         if not len(many):
             continue
         d = a * nnz[many] + b * tot[many] + g * top[many]
-        order = many[np.argsort(-d, kind="mergesort")[:cap]]
+        order = many[_farthest(d, min(cap, len(many)))]
         m = len(order)
         if n_out + m > out_who.shape[0]:
             out_who = _grow1(out_who, n_out + m)
