@@ -23,7 +23,7 @@ from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
 from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants, rank_within
 from learners.tabular.polish import crossings, padded_edges, polish, split_edges, trade_sweep
-from learners.tabular.search_kernels import combinations_kernel
+from learners.tabular.search_kernels import combinations_kernel, scan_rows_kernel
 from solvers.mace.distance import Norm
 
 _LAST = threading.local()  # per thread, the last candidates' network prediction (the second search reuses it)
@@ -106,8 +106,10 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
 
     def inside(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if any_rnd:  # an integer column: the first integer at least that far from the agent
-            gap = cand - xc
-            cand = np.where(rnd, xc + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9), cand)
+            r = np.flatnonzero(rnd[0, :, 0])
+            gap = cand[:, r] - xc[:, r]
+            cand = cand.copy()
+            cand[:, r] = xc[:, r] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
         ok = (cand >= loc) & (cand <= hic) & (cand != xc) & (np.abs(cand - xc) <= reach + 1e-12)  # NaN padding: False
         return cand, ok
 
@@ -117,17 +119,18 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
         tree_cand, tree_ok = inside(np.where(t[None] >= xc, lft[None], u[None]))
     for e, nearest in requests:
         if edges:
-            if nearest not in sorted_by:
-                key = np.where(tree_ok, np.abs(tree_cand - xc) if nearest else tree_cand, np.inf)
-                sorted_by[nearest] = (tree_cand, np.argsort(key, axis=-1, kind="stable"), tree_ok.sum(-1))
+            if nearest not in sorted_by:  # by value, the crossings are in split order already (ascending)
+                order = np.argsort(np.where(tree_ok, np.abs(tree_cand - xc), np.inf), axis=-1, kind="stable") \
+                    if nearest else np.argsort(~tree_ok, axis=-1, kind="stable")
+                sorted_by[nearest] = (tree_cand, order, tree_ok.sum(-1))
             cand, order, n_ok = sorted_by[nearest]
             near = nearest
         else:
             steps = reach * (np.arange(1, e + 1) / e)  # (N, C, e)
             if any_rnd:
                 steps = np.where(rnd & (np.floor(reach + 1e-9) <= e), np.arange(1, e + 1), steps)
-            cand, ok = inside(np.concatenate([xc + steps, xc - steps], -1))
-            order, n_ok, near = np.argsort(np.where(ok, cand, np.inf), axis=-1, kind="stable"), ok.sum(-1), False
+            cand, ok = inside(np.concatenate([xc - steps[..., ::-1], xc + steps], -1))  # ascending
+            order, n_ok, near = np.argsort(~ok, axis=-1, kind="stable"), ok.sum(-1), False  # the reachable ones, by value
         ar = np.arange(e)
         if near:
             pick = np.broadcast_to(ar, (N, len(cols), e))
@@ -439,14 +442,7 @@ class ChangeValueGenerator(TabularGenerator):
         keys = self._set_keys(subs.reshape(N * S, -1)).reshape(N, S)
         A, B = self._scaled(X), self._scaled(self.X_)
         d = (A * A).sum(1)[:, None] - 2 * A @ B.T + (B * B).sum(1)[None, :]  # (N, M)
-        q = min(int(p.donors_per_subset), len(self.X_))
-        donors = []
-        for s in range(S):
-            ds = np.where(self.train_sets_[None, :] == keys[:, s:s + 1], d, np.inf)
-            idx = np.argpartition(ds, q - 1, axis=1)[:, :q]
-            has = np.isfinite(np.take_along_axis(ds, idx, 1))
-            donors.append(np.where(has, idx, -1))
-        donors = np.concatenate(donors, axis=1)  # (N, S*q), -1: no training agent has that subset
+        donors = self._donors(d, keys, min(int(p.donors_per_subset), len(self.X_)))  # (N, S*q), -1: none
         lent = self._lend(geo, X, np.maximum(donors, 0))  # (N, 3*S*q, D)
         missing = np.tile(donors < 0, 3)
         lent[missing] = X[np.nonzero(missing)[0]]  # the agent itself: dropped as no answer
@@ -456,6 +452,31 @@ class ChangeValueGenerator(TabularGenerator):
         if p.grid_subsets > 0:
             parts.append(self._grid(world, geo, X, value, subs[:, : int(p.grid_subsets)]))
         return np.concatenate(parts, axis=1)
+
+    def _donors(self, d: np.ndarray, keys: np.ndarray, q: int) -> np.ndarray:
+        """(N, S*q) per agent and subset, the ``q`` nearest training agents (by ``d`` (N, M)) whose MACE
+        answer changed exactly that subset (``keys`` (N, S)), nearest first within a subset (ties:
+        the lower index); -1 where fewer have it. Each distinct subset is looked up once, among
+        only the training agents that have it."""
+        N, S = keys.shape
+        out = np.full((N, S, q), -1, np.int64)
+        by_key = self.__dict__.get("_donor_index")
+        if by_key is None or by_key[0] is not self.train_sets_:
+            order = np.argsort(self.train_sets_, kind="stable")
+            by_key = (self.train_sets_, order, self.train_sets_[order])
+            self.__dict__["_donor_index"] = by_key
+        _, order, sorted_keys = by_key
+        wanted, inverse = np.unique(keys.reshape(-1), return_inverse=True)
+        starts = np.searchsorted(sorted_keys, wanted, "left")
+        ends = np.searchsorted(sorted_keys, wanted, "right")
+        for u in np.flatnonzero(ends > starts):
+            members = order[starts[u]: ends[u]]  # ascending training index
+            req = np.flatnonzero(inverse == u)
+            sub = d[req // S][:, members]
+            k = min(q, len(members))
+            near = np.argmin(sub, axis=1)[:, None] if k == 1 else np.argsort(sub, axis=1, kind="stable")[:, :k]
+            out[req // S, req % S, :k] = members[near]
+        return out.reshape(N, S * q)
 
     def _recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm, polish_rounds: int | None,
                    n_alternatives: int) -> Recommendations:
@@ -613,27 +634,15 @@ class ChangeValueGenerator(TabularGenerator):
                 axes.append(v)
             sizes = [v.shape[1] for v in axes]
             combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
-            live = ~np.isnan(axes[-1][:, combos[:, -1]])  # (n, m): the last feature has a value there
-            n_of, m_of = np.nonzero(live)
-            vc, vv = np.full((len(n_of), 3), -1, np.int64), np.zeros((len(n_of), 3))
-            for pos in range(k):
-                v = axes[pos][n_of, combos[m_of, pos]]
-                c = cols[n_of, pos]
-                vc[:, pos], vv[:, pos] = c, np.where(np.isnan(v), X[ii[n_of], c], v)
-            bi, bs = ii[n_of], ss[n_of]
-            lb_sum, lb_nnz, lb_max = b_sum[bi, bs], b_nnz[bi, bs].astype(float), np.zeros(len(bi))
-            for pos in range(k):
-                c = vc[:, pos]
-                old = bdel[bi, bs, geo.raw_of_column[c]]
-                new = np.abs(vv[:, pos] - X[bi, c]) / geo.span[c]
-                lb_sum += new - old
-                lb_nnz += (new > 1e-12).astype(float) - (old > 1e-12)
-                lb_max = np.maximum(lb_max, new)
-            keep = a * lb_nnz + b * lb_sum + g * lb_max < best[bi] - 1e-12
-            index.append((bi * S + bs)[keep])
-            cols_out.append(vc[keep])
-            vals_out.append(vv[keep])
-            owner.append(bi[keep])
+            padded = np.full((len(ii), k, max(sizes)), np.nan)
+            for pos, v in enumerate(axes):
+                padded[:, pos, : v.shape[1]] = v
+            idx, vc, vv = scan_rows_kernel(padded, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, geo.raw_of_column,
+                                           geo.span, np.asarray(best, float), float(a), float(b), float(g))
+            index.append(idx)
+            cols_out.append(vc)
+            vals_out.append(vv)
+            owner.append(idx // S)
         V = Variants(base.reshape(N * S, -1), np.concatenate(index), np.concatenate(cols_out), np.concatenate(vals_out))
         return V, np.concatenate(owner)
 

@@ -183,3 +183,46 @@ def splits_back_kernel(t, u, lft, n_splits, xv, cv, cols, k, default):
         else:
             out[q] = x
     return out
+
+
+@nb.njit(cache=True)
+def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_of_column, span, best, a, b, g):
+    """The rows of a scan of k features (``ChangeValueGenerator._scan``): for each (agent ``ii[p]``,
+    subset ``ss[p]``) and each combination ``combos[q]`` of positions on the k axes ``axes[p]``
+    (values, NaN: the agent's own; the last axis must have a value), the row of the subset's base
+    with column ``cols[p, j]`` at its value, kept only where its distance from the agent (the base's
+    deltas ``bdel`` with the k columns replaced: exact but for a max term's base part, so a lower
+    bound) is below ``best``. Returns the base index (``ii * S + ss``), columns and values (-1 / 0
+    padded to 3), in the order p, then q."""
+    n, k = cols.shape
+    m = combos.shape[0]
+    idx = np.empty(n * m, np.int64)
+    vc = np.full((n * m, 3), -1, np.int64)
+    vv = np.zeros((n * m, 3))
+    vals = np.empty(k)
+    T = 0
+    for p in range(n):
+        bi, bs = ii[p], ss[p]
+        lim = best[bi] - 1e-12
+        for q in range(m):
+            if np.isnan(axes[p, k - 1, combos[q, k - 1]]):
+                continue
+            lb_sum, lb_nnz, lb_max = b_sum[bi, bs], float(b_nnz[bi, bs]), 0.0
+            for j in range(k):
+                c = cols[p, j]
+                v = axes[p, j, combos[q, j]]
+                if np.isnan(v):
+                    v = X[bi, c]
+                vals[j] = v
+                old = bdel[bi, bs, raw_of_column[c]]
+                new = abs(v - X[bi, c]) / span[c]
+                lb_sum += new - old
+                lb_nnz += (1.0 if new > 1e-12 else 0.0) - (1.0 if old > 1e-12 else 0.0)
+                lb_max = max(lb_max, new)
+            if a * lb_nnz + b * lb_sum + g * lb_max < lim:
+                idx[T] = bi * S + bs
+                for j in range(k):
+                    vc[T, j] = cols[p, j]
+                    vv[T, j] = vals[j]
+                T += 1
+    return idx[:T], vc[:T], vv[:T]
