@@ -44,8 +44,7 @@ def _farthest(d, k):
         if d[j] == thr:
             sel[m] = j
             m += 1
-    sel = np.sort(sel)  # index order, then a stable sort by distance
-    return sel[np.argsort(-d[sel], kind="mergesort")]
+    return sel[np.argsort(-d[sel], kind="mergesort")]  # each value's entries are in index order: stable
 
 
 @nb.njit(cache=True)

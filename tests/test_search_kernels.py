@@ -1,0 +1,209 @@
+"""The compiled search kernels (``learners/tabular/search_kernels.py``) against the numpy code they
+replaced, kept here as references: the same rows, values and order, on random inputs and on a real
+forest's split edges."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from data_gen.classifiers import build
+from learners.tabular.geometry import WorldGeometry
+from learners.tabular.search_kernels import (
+    _farthest,
+    combinations_kernel,
+    crossings_within_kernel,
+    scan_rows_kernel,
+    splits_back_kernel,
+)
+
+
+@pytest.fixture(scope="module")
+def forest():
+    b = build("german", "forest")
+    X = np.concatenate([b.data.X_train, b.data.X_test])
+    return b.world, X[~b.world.accepts(X)][:40]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=60), st.integers(1, 70))
+def test_farthest_is_the_stable_sort_prefix(values, k):
+    d = np.asarray(values, float) / 3.0  # many ties
+    want = np.argsort(-d, kind="mergesort")[: min(k, len(d))]
+    assert np.array_equal(_farthest(d, min(k, len(d))), want)
+
+
+def _combinations_reference(step, best, a, b, g, cap, partial_cap):
+    """The numpy enumeration ``combinations_within`` used before the kernel, one agent at a time
+    (the kernel's per-agent cap)."""
+    N, F, E = step.shape
+    whos, picks = [], []
+    for i in range(N):
+        parts = [((), 0.0, 0.0, 0.0)]
+        for f in range(F):
+            new = []
+            for pick, tot, nnz, top in parts:
+                for o in range(E + 1):
+                    add = 0.0 if o == 0 else step[i, f, o - 1]
+                    if not np.isfinite(add):
+                        continue
+                    t2, n2, m2 = tot + add, nnz + (o > 0), max(top, add)
+                    if a * n2 + b * t2 + g * m2 < best[i] - 1e-12:
+                        new.append((pick + (o - 1,), t2, n2, m2))
+            parts = new
+            if len(parts) > partial_cap:
+                d = np.array([a * n + b * t + g * m for _, t, n, m in parts])
+                parts = [parts[j] for j in np.argsort(-d, kind="mergesort")[:partial_cap]]
+        full = [p for p in parts if p[2] >= 2 and len(p[0]) == F]
+        d = np.array([a * n + b * t + g * m for _, t, n, m in full])
+        for j in np.argsort(-d, kind="mergesort")[:cap]:
+            whos.append(i)
+            picks.append(full[j][0])
+    return np.array(whos, np.int64), np.array(picks, np.int64).reshape(-1, F)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 4), st.integers(1, 3), st.integers(1, 12), st.integers(1, 40))
+def test_combinations_kernel_matches_the_enumeration(seed, F, E, cap, partial_cap):
+    rng = np.random.default_rng(seed)
+    N = 3
+    step = np.round(rng.random((N, F, E)) * 0.2, 2)  # rounded: ties
+    step[rng.random(step.shape) < 0.3] = np.nan
+    best = rng.choice([0.05, 0.15, 0.3, np.inf], N)
+    a, b, g = 0.0, 0.5, 0.5
+    who, pick = combinations_kernel(step, best, a, b, g, cap, partial_cap)
+    w2, p2 = _combinations_reference(step, best, a, b, g, cap, partial_cap)
+    assert np.array_equal(who, w2) and np.array_equal(pick, p2)
+
+
+def _crossings(edges, x):
+    t, u, lft = edges
+    return np.where(t[None, :] >= x[:, None], lft[None, :], u[None, :])
+
+
+def _crossings_within_reference(edges, x, c, cols, sign, V, rounded):
+    out = np.full(V.shape, np.nan)
+    L = V.shape[1]
+    for col in np.unique(cols):
+        e = np.flatnonzero(cols == col)
+        if int(col) not in edges:
+            continue
+        cv = c[e, col]
+        v = _crossings(edges[int(col)], x[e, col])
+        if rounded[col]:
+            v = np.where(v > x[e, col, None], np.ceil(v - 1e-9), np.floor(v + 1e-9))
+        ahead = sign[e, None] * (v - cv[:, None])
+        reach = np.nanmax(sign[e, None] * (V[e] - cv[:, None]), axis=1)
+        key = np.where((ahead > 1e-12) & (ahead <= reach[:, None] + 1e-12), ahead, np.inf)
+        order = np.argsort(key, axis=1, kind="stable")[:, :L]
+        vals = np.take_along_axis(v, order, 1)
+        ok = np.isfinite(np.take_along_axis(key, order, 1))
+        out[e, : vals.shape[1]] = np.where(ok, vals, np.nan)
+    return out
+
+
+def _splits_back_reference(edges, x, c, cols, k, default):
+    out = default.copy()
+    for col in np.unique(cols):
+        if int(col) not in edges:
+            continue
+        e = np.flatnonzero(cols == col)
+        xv, cv = x[e, col], c[e, col]
+        v = _crossings(edges[int(col)], xv)
+        gx, gc = v - xv[:, None], (cv - xv)[:, None]
+        inside = (np.sign(gx) == np.sign(gc)) & (np.abs(gx) < np.abs(gc) - 1e-12)
+        key = np.where(inside, -np.abs(gx) if k > 0 else np.abs(gx), np.inf)
+        pick = np.argsort(key, axis=1, kind="stable")[:, min(abs(k), v.shape[1]) - 1]
+        hit = np.isfinite(key[np.arange(len(e)), pick])
+        out[e] = np.where(hit, v[np.arange(len(e)), pick], xv)
+    return out
+
+
+def test_split_walks_match_the_sorted_crossings(forest):
+    from learners.tabular.polish import all_padded_edges, split_edges
+
+    world, X = forest
+    geo = WorldGeometry.of(world)
+    edges = split_edges(world)
+    t, u, lft, n = all_padded_edges(world, X.shape[1])
+    rng = np.random.default_rng(0)
+    num = np.flatnonzero(geo.numeric)
+    Q = 400
+    rows = rng.integers(len(X), size=Q)
+    x = X[rows]
+    c = x.copy()
+    cols = num[rng.integers(len(num), size=Q)]
+    lo, hi = geo.lower[cols], geo.upper[cols]
+    c[np.arange(Q), cols] = lo + rng.random(Q) * (hi - lo)  # the answer moved this column anywhere in bounds
+    sign = rng.choice([-1.0, 1.0], Q)
+    V = c[np.arange(Q), cols][:, None] + sign[:, None] * rng.random((Q, 6)) * (hi - lo)[:, None] * 0.3
+    got = crossings_within_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, sign,
+                                  np.max(sign[:, None] * (V - c[np.arange(Q), cols][:, None]), 1), geo.rounded, 6)
+    want = _crossings_within_reference(edges, x, c, cols, sign, V, geo.rounded)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.nan_to_num(got), np.nan_to_num(want))
+    assert np.isfinite(got).any()
+    default = rng.random(Q)
+    for k in (-1, 1, 2, 3):
+        got = splits_back_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, k, default)
+        assert np.array_equal(got, _splits_back_reference(edges, x, c, cols, k, default))
+
+
+def test_scan_rows_kernel_matches_the_numpy_rows():
+    rng = np.random.default_rng(1)
+    N, S, D, k = 5, 3, 6, 2
+    X = rng.random((N, D))
+    span = np.full(D, 1.0)
+    raw = np.arange(D)
+    bdel = rng.random((N, S, D)) * 0.1 * (rng.random((N, S, D)) < 0.4)
+    b_sum, b_nnz = bdel.sum(-1), (bdel > 1e-12).sum(-1)
+    ii, ss = np.nonzero(rng.random((N, S)) < 0.7)
+    cols = np.stack([rng.choice(D, 2, replace=False) for _ in ii])
+    axes = rng.random((len(ii), k, 4)) * 0.5
+    axes[rng.random(axes.shape) < 0.3] = np.nan
+    sizes = [4, 4]
+    combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
+    best = rng.random(N) * 0.6
+    a, b, g = 0.0, 0.5, 0.5
+    idx, vc, vv = scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw, span, best, a, b, g)
+    # the numpy rows
+    live = ~np.isnan(axes[:, -1][:, combos[:, -1]])
+    n_of, m_of = np.nonzero(live)
+    wc, wv = np.full((len(n_of), 3), -1), np.zeros((len(n_of), 3))
+    for pos in range(k):
+        v = axes[n_of, pos, combos[m_of, pos]]
+        cc = cols[n_of, pos]
+        wc[:, pos], wv[:, pos] = cc, np.where(np.isnan(v), X[ii[n_of], cc], v)
+    bi, bs = ii[n_of], ss[n_of]
+    lb_sum, lb_nnz, lb_max = b_sum[bi, bs], b_nnz[bi, bs].astype(float), np.zeros(len(bi))
+    for pos in range(k):
+        cc = wc[:, pos]
+        old = bdel[bi, bs, raw[cc]]
+        new = np.abs(wv[:, pos] - X[bi, cc]) / span[cc]
+        lb_sum = lb_sum + (new - old)
+        lb_nnz = lb_nnz + ((new > 1e-12).astype(float) - (old > 1e-12))
+        lb_max = np.maximum(lb_max, new)
+    keep = a * lb_nnz + b * lb_sum + g * lb_max < best[bi] - 1e-12
+    assert 0 < keep.sum() < len(keep)
+    assert np.array_equal(idx, (bi * S + bs)[keep]) and np.array_equal(vc, wc[keep]) and np.array_equal(vv, wv[keep])
+
+
+def test_donors_are_the_nearest_with_the_same_subset():
+    from learners.tabular.change_value import ChangeValueGenerator
+
+    rng = np.random.default_rng(2)
+    gen = ChangeValueGenerator()
+    gen.train_sets_ = rng.integers(0, 6, 300)
+    d = rng.random((20, 300))
+    keys = rng.integers(0, 8, (20, 4))  # keys 6 and 7: no training agent has them
+    for q in (1, 3):
+        got = gen._donors(d, keys, q).reshape(20, 4, q)
+        for s in range(4):
+            ds = np.where(gen.train_sets_[None, :] == keys[:, s:s + 1], d, np.inf)
+            want = np.full((20, q), -1)
+            for i in range(20):
+                near = np.argsort(ds[i], kind="stable")[:q]
+                near = near[np.isfinite(ds[i, near])]
+                want[i, : len(near)] = near
+            assert np.array_equal(got[:, s], want)
