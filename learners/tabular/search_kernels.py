@@ -68,19 +68,10 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
         top = np.zeros(1)
         cnt = 1
         for f in range(F):
-            new = 0  # first count the survivors, then fill
-            for p in range(cnt):
-                for o in range(E + 1):
-                    add = 0.0
-                    if o > 0:
-                        add = step[i, f, o - 1]
-                        if not np.isfinite(add):
-                            continue
-                    if a * (nnz[p] + (o > 0)) + b * (tot[p] + add) + g * max(top[p], add) < lim:
-                        new += 1
-            pick2 = np.empty((new, F), np.int64)
-            tot2, nnz2, top2 = np.empty(new), np.empty(new), np.empty(new)
-            k = 0
+            cap_new = cnt * (E + 1)  # each partial extends at most E + 1 ways
+            pick2 = np.empty((cap_new, F), np.int64)
+            tot2, nnz2, top2 = np.empty(cap_new), np.empty(cap_new), np.empty(cap_new)
+            new = 0
             for p in range(cnt):
                 for o in range(E + 1):
                     add = 0.0
@@ -90,10 +81,11 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
                             continue
                     t2, n2, m2 = tot[p] + add, nnz[p] + (o > 0), max(top[p], add)
                     if a * n2 + b * t2 + g * m2 < lim:
-                        pick2[k] = pick[p]
-                        pick2[k, f] = o - 1
-                        tot2[k], nnz2[k], top2[k] = t2, n2, m2
-                        k += 1
+                        pick2[new] = pick[p]
+                        pick2[new, f] = o - 1
+                        tot2[new], nnz2[new], top2[new] = t2, n2, m2
+                        new += 1
+            pick2, tot2, nnz2, top2 = pick2[:new], tot2[:new], nnz2[:new], top2[:new]
             pick, tot, nnz, top, cnt = pick2, tot2, nnz2, top2, new
             if cnt > partial_cap:  # keep the farthest: a combination only just inside the room is the likeliest accepted
                 keep = _farthest(a * nnz + b * tot + g * top, partial_cap)
@@ -196,8 +188,8 @@ def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_o
     n, k = cols.shape
     m = combos.shape[0]
     idx = np.empty(n * m, np.int64)
-    vc = np.full((n * m, 3), -1, np.int64)
-    vv = np.zeros((n * m, 3))
+    vc = np.empty((n * m, 3), np.int64)  # a bound on the rows; each kept row is written whole
+    vv = np.empty((n * m, 3))
     vals = np.empty(k)
     T = 0
     for p in range(n):
@@ -220,8 +212,8 @@ def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_o
                 lb_max = max(lb_max, new)
             if a * lb_nnz + b * lb_sum + g * lb_max < lim:
                 idx[T] = bi * S + bs
-                for j in range(k):
-                    vc[T, j] = cols[p, j]
-                    vv[T, j] = vals[j]
+                for j in range(3):
+                    vc[T, j] = cols[p, j] if j < k else -1
+                    vv[T, j] = vals[j] if j < k else 0.0
                 T += 1
-    return idx[:T], vc[:T], vv[:T]
+    return idx[:T].copy(), vc[:T].copy(), vv[:T].copy()
