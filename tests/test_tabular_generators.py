@@ -474,6 +474,34 @@ def test_room_levels_take_every_reachable_step_that_fits():
     assert len(b) == 8 and (b < 5).any() and (b > 5).any() and np.abs(b - 5).max() <= 0.35 + 1e-9
 
 
+def test_room_levels_of_integer_columns_are_every_step_within_reach():
+    """All-integer columns (where only the steps within reach are built, not e each way) against a
+    brute force: every integer step within reach and the box, ascending, spread over e where more."""
+    from envs.models import LinearModel
+    from learners.tabular.change_value import room_levels
+
+    schema = FeatureSchema((Feature("a", "numeric", 0, 40, integer=True),
+                            Feature("b", "numeric", 0, 9, integer=True, mutability="increase"),
+                            Feature("c", "numeric", -5, 5, integer=True)))
+    world = TabularWorld("toy/int-levels", schema, LinearModel(np.array([1.0, 1.0, 1.0]), -5.0))
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(0)
+    X = np.stack([rng.integers(0, 41, 60), rng.integers(0, 10, 60), rng.integers(-5, 6, 60)], 1).astype(float)
+    room = rng.uniform(0, 0.4, 60)
+    lo, hi = geo.box(X)
+    for e in (16, 40):  # at most 16 steps within reach (e: spread over, or all)
+        out = room_levels(world, geo, X, room, [(e, False)])[(e, False)]
+        for i in range(len(X)):
+            for c in range(3):
+                reach = room[i] * geo.span[c]
+                ks = [k for k in range(-60, 61) if k and abs(k) <= reach + 1e-12]
+                want = [X[i, c] + k for k in ks if lo[i, c] <= X[i, c] + k <= hi[i, c]]
+                if len(want) > e:
+                    want = [want[int(np.floor(j * len(want) / e))] for j in range(e)]
+                got = out[i, c][~np.isnan(out[i, c])]
+                assert list(got) == want, (e, i, c, got, want)
+
+
 def test_change_value_refits_to_the_same_net(german, german_labels):
     """Seeded training is reproducible on one machine: the initial weights are seeded too (a refit
     once drew them from the global torch state and answered differently)."""

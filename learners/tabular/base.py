@@ -90,10 +90,23 @@ class TabularGenerator(ABC):
         extreme = np.where(col_changed & geo.numeric, pushed, absolute)
         return np.concatenate([absolute, relative, extreme], axis=1)
 
-    def _neighbours(self, X: np.ndarray, k: int, among: np.ndarray | None = None) -> np.ndarray:
-        """Indices of the k nearest training agents (scaled Euclidean), optionally among a mask."""
-        A, B = self._scaled(X), self._scaled(self.X_)
-        d = (A * A).sum(1)[:, None] - 2 * A @ B.T + (B * B).sum(1)[None, :]
+    def _train_distances(self, X: np.ndarray) -> np.ndarray:
+        """(N, M) squared scaled Euclidean distances (float32) from ``X`` to the training agents; the
+        training side is scaled once per fitted state, not per request."""
+        cached = self.__dict__.get("_scaled_train")
+        if cached is None or cached[0] is not self.X_:
+            B = self._scaled(self.X_)
+            cached = (self.X_, B, (B * B).sum(1))
+            self.__dict__["_scaled_train"] = cached
+        _, B, bb = cached
+        A = self._scaled(X)
+        return (A * A).sum(1)[:, None] - 2 * A @ B.T + bb[None, :]
+
+    def _neighbours(self, X: np.ndarray, k: int, among: np.ndarray | None = None, d: np.ndarray | None = None
+                    ) -> np.ndarray:
+        """Indices of the k nearest training agents (scaled Euclidean), optionally among a mask
+        (``d``: ``_train_distances(X)`` where the caller has it already)."""
+        d = self._train_distances(X) if d is None else d
         if among is not None:
             d = np.where(among, d, np.inf)
         k = min(k, d.shape[1])

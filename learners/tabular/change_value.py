@@ -126,9 +126,16 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
             cand, order, n_ok = sorted_by[nearest]
             near = nearest
         else:
-            steps = reach * (np.arange(1, e + 1) / e)  # (N, C, e)
-            if any_rnd:
-                steps = np.where(rnd & (np.floor(reach + 1e-9) <= e), np.arange(1, e + 1), steps)
+            whole = np.floor(reach + 1e-9)  # (N, C, 1) integer steps within reach
+            if rnd.all() and whole.max(initial=0) <= e:
+                # every column takes its integer steps, none more than max(whole) < e: the steps past it
+                # are out of reach, so they are not built (the same values, a fraction of the work)
+                steps = np.broadcast_to(np.arange(1, max(1, int(whole.max(initial=0))) + 1, dtype=float),
+                                        (N, len(cols), max(1, int(whole.max(initial=0)))))
+            else:
+                steps = reach * (np.arange(1, e + 1) / e)  # (N, C, e)
+                if any_rnd:
+                    steps = np.where(rnd & (whole <= e), np.arange(1, e + 1), steps)
             cand, ok = inside(np.concatenate([xc - steps[..., ::-1], xc + steps], -1))  # ascending
             order, n_ok, near = np.argsort(~ok, axis=-1, kind="stable"), ok.sum(-1), False  # the reachable ones, by value
         ar = np.arange(e)
@@ -440,15 +447,14 @@ class ChangeValueGenerator(TabularGenerator):
         parts = [predicted, extreme]
         # the nearest training agents whose MACE answer changed exactly this subset lend their values
         keys = self._set_keys(subs.reshape(N * S, -1)).reshape(N, S)
-        A, B = self._scaled(X), self._scaled(self.X_)
-        d = (A * A).sum(1)[:, None] - 2 * A @ B.T + (B * B).sum(1)[None, :]  # (N, M)
+        d = self._train_distances(X)  # (N, M)
         donors = self._donors(d, keys, min(int(p.donors_per_subset), len(self.X_)))  # (N, S*q), -1: none
         lent = self._lend(geo, X, np.maximum(donors, 0))  # (N, 3*S*q, D)
         missing = np.tile(donors < 0, 3)
         lent[missing] = X[np.nonzero(missing)[0]]  # the agent itself: dropped as no answer
         parts.append(lent)
         if p.knn_candidates > 0:
-            parts.append(self._lend(geo, X, self._neighbours(X, int(p.knn_candidates))))
+            parts.append(self._lend(geo, X, self._neighbours(X, int(p.knn_candidates), d=d)))
         if p.grid_subsets > 0:
             parts.append(self._grid(world, geo, X, value, subs[:, : int(p.grid_subsets)]))
         return np.concatenate(parts, axis=1)

@@ -85,8 +85,7 @@ class NamedCfeTabularGenerator(TabularGenerator):
         P = self.clf_.predict_proba(self._scaled(X))
         m = min(int(p.top_classes), P.shape[1])
         top = np.argsort(-P, axis=1)[:, :m]  # (N, m)
-        A, B = self._scaled(X), self._scaled(self.X_)
-        d = (A * A).sum(1)[:, None] - 2 * A @ B.T + (B * B).sum(1)[None, :]  # (N, M)
+        d = self._train_distances(X)  # (N, M)
         q = int(p.neighbours_per_class)
         donors = []
         for r in range(m):  # nearest training agents of the r-th class of each agent
@@ -98,7 +97,7 @@ class NamedCfeTabularGenerator(TabularGenerator):
             idx = np.where(has, idx, np.argmin(d, axis=1)[:, None])  # a class with no member left: nearest agent
             donors.append(idx)
         if p.knn_candidates > 0:
-            donors.append(self._neighbours(X, int(p.knn_candidates)))
+            donors.append(self._neighbours(X, int(p.knn_candidates), d=d))
         return self._lend(geo, X, np.concatenate(donors, axis=1))
 
     def _save_extra(self, path: Path) -> dict[str, Any]:
