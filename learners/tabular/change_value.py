@@ -137,7 +137,15 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
                 if any_rnd:
                     steps = np.where(rnd & (whole <= e), np.arange(1, e + 1), steps)
             cand, ok = inside(np.concatenate([xc - steps[..., ::-1], xc + steps], -1))  # ascending
-            order, n_ok, near = np.argsort(~ok, axis=-1, kind="stable"), ok.sum(-1), False  # the reachable ones, by value
+            n_ok, near = ok.sum(-1), False
+            first = ok.argmax(-1)
+            # the reachable ones, by value: one run of the ascending list (steps grow away from the agent),
+            # so they start at ``first``; the stable sort only where a run is broken (none seen)
+            in_run = np.arange(ok.shape[-1]) - first[..., None]
+            if (ok == ((in_run >= 0) & (in_run < n_ok[..., None]))).all():
+                order = np.minimum(first[..., None] + np.arange(ok.shape[-1]), ok.shape[-1] - 1)
+            else:
+                order = np.argsort(~ok, axis=-1, kind="stable")
         ar = np.arange(e)
         if near:
             pick = np.broadcast_to(ar, (N, len(cols), e))
