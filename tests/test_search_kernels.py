@@ -15,6 +15,7 @@ from learners.tabular.search_kernels import (
     _farthest,
     combinations_kernel,
     crossings_within_kernel,
+    even_levels_kernel,
     scan_rows_kernel,
     splits_back_kernel,
 )
@@ -207,3 +208,39 @@ def test_donors_are_the_nearest_with_the_same_subset():
                 near = near[np.isfinite(ds[i, near])]
                 want[i, : len(near)] = near
             assert np.array_equal(got[:, s], want)
+
+
+def _even_levels_reference(xc, loc, hic, reach, rounded, e):
+    """The numpy code ``even_levels_kernel`` replaced: all 2e candidates per (agent, column) built,
+    the kept ones moved first by a stable sort, then all or e spread over them."""
+    xc, loc, hic, reach = xc[..., None], loc[..., None], hic[..., None], reach[..., None]
+    rnd = rounded[None, :, None]
+    steps = reach * (np.arange(1, e + 1) / e)
+    steps = np.where(rnd & (np.floor(reach + 1e-9) <= e), np.arange(1, e + 1), steps)
+    cand = np.concatenate([xc - steps[..., ::-1], xc + steps], -1)
+    gap = cand - xc
+    cand = np.where(rnd, xc + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9), cand)
+    ok = (cand >= loc) & (cand <= hic) & (cand != xc) & (np.abs(cand - xc) <= reach + 1e-12)
+    order, n_ok, ar = np.argsort(~ok, axis=-1, kind="stable"), ok.sum(-1), np.arange(e)
+    spread = np.floor(ar * np.maximum(n_ok, 1)[..., None] / e).astype(np.int64)
+    pick = np.minimum(np.where((n_ok <= e)[..., None], ar, spread), cand.shape[-1] - 1)
+    vals = np.take_along_axis(cand, np.take_along_axis(order, pick, -1), -1)
+    return np.where(ar < np.minimum(n_ok, e)[..., None], vals, np.nan)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), e=st.sampled_from([1, 2, 5, 16, 32]), scale=st.sampled_from([0.5, 5.0, 60.0]))
+def test_even_levels_kernel_matches_the_numpy_levels(seed, e, scale):
+    """Real and integer columns, reaches below and above e steps, agents at and off the box's edges."""
+    rng = np.random.default_rng(seed)
+    N, C = 7, 4
+    rounded = np.array([False, True, True, False])
+    lo = np.where(rng.random((N, C)) < 0.3, 0.0, -rng.integers(0, 50, (N, C)).astype(float))
+    hi = np.where(rng.random((N, C)) < 0.3, 0.0, rng.integers(0, 50, (N, C)).astype(float))
+    x = np.where(rounded, rng.integers(-3, 4, (N, C)), rng.uniform(-3, 3, (N, C)))
+    x = np.clip(x, lo, hi)
+    reach = rng.uniform(0, scale, (N, C))
+    reach[0, 0] = 0.0
+    got = even_levels_kernel(x, lo, hi, reach, rounded, e)
+    want = _even_levels_reference(x, lo, hi, reach, rounded, e)
+    np.testing.assert_array_equal(got, want)

@@ -23,7 +23,7 @@ from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
 from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants, rank_within
 from learners.tabular.polish import crossings, padded_edges, polish, split_edges, trade_sweep
-from learners.tabular.search_kernels import combinations_kernel, scan_rows_kernel
+from learners.tabular.search_kernels import combinations_kernel, even_levels_kernel, scan_rows_kernel
 from solvers.mace.distance import Norm
 
 _LAST = threading.local()  # per thread, the last candidates' network prediction (the second search reuses it)
@@ -125,27 +125,10 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
                 sorted_by[nearest] = (tree_cand, order, tree_ok.sum(-1))
             cand, order, n_ok = sorted_by[nearest]
             near = nearest
-        else:
-            whole = np.floor(reach + 1e-9)  # (N, C, 1) integer steps within reach
-            if rnd.all() and whole.max(initial=0) <= e:
-                # every column takes its integer steps, none more than max(whole) < e: the steps past it
-                # are out of reach, so they are not built (the same values, a fraction of the work)
-                steps = np.broadcast_to(np.arange(1, max(1, int(whole.max(initial=0))) + 1, dtype=float),
-                                        (N, len(cols), max(1, int(whole.max(initial=0)))))
-            else:
-                steps = reach * (np.arange(1, e + 1) / e)  # (N, C, e)
-                if any_rnd:
-                    steps = np.where(rnd & (whole <= e), np.arange(1, e + 1), steps)
-            cand, ok = inside(np.concatenate([xc - steps[..., ::-1], xc + steps], -1))  # ascending
-            n_ok, near = ok.sum(-1), False
-            first = ok.argmax(-1)
-            # the reachable ones, by value: one run of the ascending list (steps grow away from the agent),
-            # so they start at ``first``; the stable sort only where a run is broken (none seen)
-            in_run = np.arange(ok.shape[-1]) - first[..., None]
-            if (ok == ((in_run >= 0) & (in_run < n_ok[..., None]))).all():
-                order = np.minimum(first[..., None] + np.arange(ok.shape[-1]), ok.shape[-1] - 1)
-            else:
-                order = np.argsort(~ok, axis=-1, kind="stable")
+        else:  # evenly spaced steps (compiled: the (N, C, 2e) candidates are never built)
+            out[(e, nearest)][:, : len(cols), :] = even_levels_kernel(
+                X[:, cols], lo[:, cols], hi[:, cols], reach[..., 0], geo.rounded[cols], int(e))
+            continue
         ar = np.arange(e)
         if near:
             pick = np.broadcast_to(ar, (N, len(cols), e))

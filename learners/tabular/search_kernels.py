@@ -217,3 +217,39 @@ def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_o
                     vv[T, j] = vals[j] if j < k else 0.0
                 T += 1
     return idx[:T].copy(), vc[:T].copy(), vv[:T].copy()
+
+
+@nb.njit(cache=True)
+def even_levels_kernel(xc, loc, hic, reach, rounded, e):
+    """A model without splits: per agent and column (``xc``, ``loc``, ``hic``, ``reach``: (N, C)),
+    the values e evenly spaced steps each way (an integer column's every step where its integer steps
+    within reach are at most e; the first integer across each step otherwise), ascending, kept where
+    inside the box, off the agent's value and within reach; all kept ones where at most e, else e spread
+    evenly over them (index floor(i * n / e)). (N, C, e), NaN padded: ``room_levels_compact``'s values
+    for a model without splits, computed per (agent, column) in a buffer of 2e."""
+    N, C = xc.shape
+    out = np.full((N, C, e), np.nan)
+    kept = np.empty(2 * e)
+    steps = np.empty(e)
+    for n in range(N):
+        for c in range(C):
+            x, r = xc[n, c], reach[n, c]
+            whole = np.floor(r + 1e-9)
+            for k in range(e):
+                steps[k] = float(k + 1) if (rounded[c] and whole <= e) else r * ((k + 1) / e)
+            m = 0
+            for s in range(2 * e):  # ascending: x - steps[e-1], ..., x - steps[0], x + steps[0], ...
+                v = x - steps[e - 1 - s] if s < e else x + steps[s - e]
+                if rounded[c]:  # the first integer at least that far from the agent
+                    gap = v - x
+                    v = x + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+                if v >= loc[n, c] and v <= hic[n, c] and v != x and np.abs(v - x) <= r + 1e-12:
+                    kept[m] = v
+                    m += 1
+            if m <= e:
+                for i in range(m):
+                    out[n, c, i] = kept[i]
+            else:
+                for i in range(e):
+                    out[n, c, i] = kept[int(np.floor(i * m / e))]
+    return out
