@@ -21,7 +21,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants, rank_within
+from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants
 from learners.tabular.polish import crossings, padded_edges, polish, split_edges, trade_sweep
 from learners.tabular.search_kernels import combinations_kernel, even_levels_kernel, scan_rows_kernel
 from solvers.mace.distance import Norm
