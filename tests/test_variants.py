@@ -141,3 +141,49 @@ def test_nearest_accepted_variants_are_those_of_the_rows(which):
     live = idx >= 0
     np.testing.assert_array_equal(rows[live], V.rows()[idx[live]])
     assert np.isnan(rows[~live]).all()
+
+
+def _mlp_row_by_row(Z0, base, index, cols, vals, W0, dims, weights, biases):
+    """The kernel's arithmetic one row at a time in plain Python (the order of every sum kept)."""
+    out = np.empty(len(index))
+    for i in range(len(index)):
+        b = index[i]
+        h = [float(z) for z in Z0[b]]
+        for j in range(cols.shape[1]):
+            c = cols[i, j]
+            if c >= 0:
+                delta = vals[i, j] - base[b, c]
+                h = [h[u] + delta * W0[c, u] for u in range(len(h))]
+        w_off, b_off = 0, 0
+        for n_out in dims:
+            h = [max(v, 0.0) for v in h]
+            g = []
+            for v in range(n_out):
+                s = biases[b_off + v]
+                for u in range(len(h)):
+                    s += h[u] * weights[w_off + u * n_out + v]
+                g.append(s)
+            w_off += len(h) * n_out
+            b_off += n_out
+            h = g
+        out[i] = h[0]
+    return out
+
+
+@pytest.mark.parametrize("T", [1, 7, 8, 9, 203])
+def test_mlp_kernel_blocks_give_the_row_by_row_bits(T):
+    """The MLP kernel runs 8 rows at a time across vector lanes: each row's scores are the same bits
+    as a row-by-row loop, for a short last block too."""
+    from envs.tree_kernels import mlp_scores_variants
+
+    models, X = _models(5, 3)
+    mlp = models[1]
+    V = _variants(X, np.random.default_rng(T), T, 3)
+    base = mlp._check(V.base)
+    Z0 = np.ascontiguousarray(base @ mlp.weights[0] + mlp.biases[0])
+    dims = np.array([W.shape[1] for W in mlp.weights[1:]], np.int64)
+    weights = np.concatenate([W.reshape(-1) for W in mlp.weights[1:]])
+    biases = np.concatenate(mlp.biases[1:])
+    args = (Z0, base, V.index.astype(np.int64), V.cols.astype(np.int64), V.vals.astype(float), mlp.weights[0], dims,
+            weights, biases)
+    np.testing.assert_array_equal(mlp_scores_variants(*args), _mlp_row_by_row(*args))
