@@ -180,6 +180,13 @@ class WhiteBoxModel:
         rows; this default builds them."""
         return self.score(variant_rows(base, index, cols, vals))
 
+    def score_bounds(self, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
+        """(n,) an upper bound of ``score`` over every row that is ``base[i]`` but for column
+        ``cols[i, j]`` (-1: none) anywhere in [``lo[i, j]``, ``hi[i, j]``], from the model's
+        parameters (no query of the model); None: this model has none. The searches skip a box whose
+        bound says no row of it can be accepted."""
+        return None
+
     def _check(self, X: np.ndarray) -> np.ndarray:
         X = np.atleast_2d(np.asarray(X, float))
         if X.shape[1] != self.n_features:
@@ -267,6 +274,18 @@ class TreeEnsemble(WhiteBoxModel):
         n = len(self.trees)
         return s1 / n - s0 / n
 
+    def score_bounds(self, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """The largest P(1) - P(0) each tree can reach within the box, summed: exact per tree (each
+        split straddled by an interval is followed both ways, on the float32 cast of the bounds)."""
+        from envs.tree_kernels import forest_box_bounds
+
+        offsets, left, right, feature, threshold, _, p0, p1 = self._stacked()
+        bound = forest_box_bounds(np.ascontiguousarray(self._check(base), np.float32),
+                                  np.ascontiguousarray(cols, np.int64), np.asarray(lo, float).astype(np.float32),
+                                  np.asarray(hi, float).astype(np.float32), offsets, left, right, feature, threshold,
+                                  p1 - p0)
+        return bound / len(self.trees)
+
     def score(self, X: np.ndarray) -> np.ndarray:
         """P(1) - P(0): > 0 exactly where sklearn's argmax picks class 1 (a - b > 0 iff a > b in IEEE)."""
         p0, p1 = self.class_probas(X)
@@ -303,6 +322,10 @@ class LinearModel(WhiteBoxModel):
         """``score`` of variant rows by a rank-k update of each base's score (equal up to rounding)."""
         return _first_layer_variants(self.w[:, None], np.array([self.b]), self._check(base), index, cols,
                                      vals).reshape(-1)
+
+    def score_bounds(self, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """The score's largest value over the box (linear: each column at the bound its weight favours)."""
+        return _interval_layers([self.w[:, None]], [np.array([self.b])], self._check(base), cols, lo, hi)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return _sigmoid(self.score(X))
@@ -370,6 +393,11 @@ class MLPModel(WhiteBoxModel):
                                    np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64),
                                    np.ascontiguousarray(self.weights[0]), *packed)
 
+    def score_bounds(self, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Interval bound propagation: each unit's interval over the box, layer by layer (sound, loose
+        where the box is wide)."""
+        return _interval_layers(self.weights, self.biases, self._check(base), cols, lo, hi)
+
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return _sigmoid(self.score(X))
 
@@ -431,3 +459,24 @@ def from_sklearn(est: Any, mean: np.ndarray | None = None, scale: np.ndarray | N
         return MLPModel.from_sklearn(est, mean, scale)
     raise ValueError(f"est: no white-box copy for {name}")
 
+
+
+def _interval_layers(weights: list[np.ndarray], biases: list[np.ndarray], base: np.ndarray, cols: np.ndarray,
+                     lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """(n,) the upper end of the output's interval (interval bound propagation) over rows that are
+    ``base[i]`` but for columns ``cols[i]`` (-1: none) in [lo, hi]; ReLU between the layers."""
+    cols = np.asarray(cols, np.int64)
+    rows = np.arange(len(base))[:, None]
+    live = cols >= 0
+    c = np.maximum(cols, 0)
+    dlo = np.where(live, np.asarray(lo, float) - base[rows, c], 0.0)[..., None]  # (n, k, 1)
+    dhi = np.where(live, np.asarray(hi, float) - base[rows, c], 0.0)[..., None]
+    W0 = weights[0][c]  # (n, k, H)
+    z = base @ weights[0] + biases[0]
+    z_lo = z + np.minimum(dlo * W0, dhi * W0).sum(1)
+    z_hi = z + np.maximum(dlo * W0, dhi * W0).sum(1)
+    for W, b in zip(weights[1:], biases[1:], strict=True):
+        a_lo, a_hi = np.maximum(z_lo, 0.0), np.maximum(z_hi, 0.0)
+        Wp, Wn = np.maximum(W, 0.0), np.minimum(W, 0.0)
+        z_lo, z_hi = a_lo @ Wp + a_hi @ Wn + b, a_hi @ Wp + a_lo @ Wn + b
+    return z_hi.reshape(len(base), -1)[:, 0]

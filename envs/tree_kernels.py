@@ -140,3 +140,45 @@ def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
         for r in range(n_rows):
             out[start + r] = h[r]
     return out
+
+
+@nb.njit(cache=True)
+def forest_box_bounds(base, cols, lo, hi, offsets, left, right, feature, threshold, q):
+    """Per item i, the sum over the trees of the largest leaf value ``q`` (P(1) - P(0)) among the
+    leaves a row can reach when it is ``base[i]`` (float32) but for column ``cols[i, j]`` (-1: none)
+    anywhere in [``lo[i, j]``, ``hi[i, j]``] (float32, the cast the descent makes, so the interval
+    holds every cast value): an upper bound of the summed score over that box, by a depth-first walk
+    that takes both sides of a split only where the interval straddles it."""
+    n, k = cols.shape
+    out = np.empty(n)
+    stack = np.empty(left.shape[0] + 1, np.int64)
+    for i in range(n):
+        total = 0.0
+        for t in range(offsets.shape[0]):
+            best = -np.inf
+            top = 1
+            stack[0] = offsets[t]
+            while top > 0:
+                top -= 1
+                node = stack[top]
+                if left[node] == node:  # a leaf
+                    best = max(best, q[node])
+                    continue
+                f = feature[node]
+                j = -1
+                for m in range(k):
+                    if cols[i, m] == f:
+                        j = m
+                if j < 0:
+                    stack[top] = left[node] if np.float64(base[i, f]) <= threshold[node] else right[node]
+                    top += 1
+                else:
+                    if np.float64(lo[i, j]) <= threshold[node]:
+                        stack[top] = left[node]
+                        top += 1
+                    if np.float64(hi[i, j]) > threshold[node]:
+                        stack[top] = right[node]
+                        top += 1
+            total += best
+        out[i] = total
+    return out

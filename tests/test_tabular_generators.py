@@ -513,7 +513,7 @@ def test_change_value_refits_to_the_same_net(german, german_labels):
     np.testing.assert_array_equal(probs[0], probs[1])
 
 
-def test_combinations_within_are_every_winning_product_of_the_options(german):
+def test_combinations_within_are_every_winning_product_of_the_options(german, monkeypatch):
     """``combinations_within`` with no cap against a brute-force product: every combination of two or
     more numeric features at their option values (or unchanged) nearer than the budget, and no other;
     a cap keeps that many per agent, the farthest first."""
@@ -529,6 +529,8 @@ def test_combinations_within_are_every_winning_product_of_the_options(german):
     cols = [c for c in np.flatnonzero(geo.numeric & ~geo.fixed) if c in split_edges(world)]
     common = np.full((X.shape[1], 2), np.nan)
     common[cols[0]] = [X[:, cols[0]].max() + 1, np.nan]  # a value the training answers would lend
+    bounded, own_b = combinations_within(world, geo, X, best, 2, 10**9, common)
+    monkeypatch.setattr(type(world.model), "score_bounds", lambda self, *a: None)  # the enumeration itself
     V, own = combinations_within(world, geo, X, best, 2, 10**9, common)
     rows = V.rows()
     d = geo.distance(X[own], rows)
@@ -553,6 +555,10 @@ def test_combinations_within_are_every_winning_product_of_the_options(german):
                 want.add(r.tobytes())
         assert {r.tobytes() for r in rows[own == i]} == want
     assert not (own == 3).any()  # a zero budget: nothing can win
+    accepted = world.accepts(rows)
+    for i in range(len(X)):  # with the model's score bound: all of an agent's, or none where none is accepted
+        got = {r.tobytes() for r in bounded.rows()[own_b == i]}
+        assert got == {r.tobytes() for r in rows[own == i]} or (not got and not accepted[own == i].any())
     V2, own2 = combinations_within(world, geo, X, best, 2, 5, common)
     assert np.bincount(own2, minlength=4).max() <= 5 and len(own2)
     every = {(int(o), r.tobytes()) for o, r in zip(own, rows, strict=True)}
@@ -560,3 +566,34 @@ def test_combinations_within_are_every_winning_product_of_the_options(german):
     far = geo.distance(X[own2], V2.rows())
     for i in np.unique(own2):  # the farther of the agent's combinations are kept
         assert far[own2 == i].mean() >= d[own == i].mean()
+
+
+def test_score_bounds_skip_only_rows_no_model_accepts(german, german_labels, monkeypatch):
+    """The searches skip the boxes a forest's score bound rules out: the answers are the same as
+    with no bound at all (every skipped row would have been rejected), on an MLP's interval bound too."""
+    from data_gen.classifiers import build as build_cell
+    from envs.models import MLPModel, TreeEnsemble
+
+    world, neg = german
+    labels, train, _ = german_labels
+    gen = build_tabular_generator("change_value", {"max_epochs": 3}).fit(world, _train(labels, train), seed=0)
+    mlp_world = build_cell("german", "mlp").world
+    mlp_gen = build_tabular_generator("change_value", {"max_epochs": 3}).fit(mlp_world, _train(labels, train), seed=0)
+    with_bound = [gen.recommend(world, neg[:30]).CF, mlp_gen.recommend(mlp_world, neg[:30]).CF]
+    calls = []
+    for cls in (TreeEnsemble, MLPModel):
+        original = cls.score_bounds
+
+        def spy(self, *a, _original=original):
+            calls.append(1)
+            return _original(self, *a)
+
+        monkeypatch.setattr(cls, "score_bounds", spy)
+    gen.recommend(world, neg[:30])
+    mlp_gen.recommend(mlp_world, neg[:30])
+    assert calls  # the bound was used
+    for cls in (TreeEnsemble, MLPModel):
+        monkeypatch.setattr(cls, "score_bounds", lambda self, *a: None)
+    without = [gen.recommend(world, neg[:30]).CF, mlp_gen.recommend(mlp_world, neg[:30]).CF]
+    for a, b in zip(with_bound, without, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envs.models import LinearModel, MLPModel, TreeEnsemble, WhiteBoxModel, variant_rows
+from envs.models import LinearModel, MLPModel, TreeEnsemble, WhiteBoxModel, split_limits, variant_rows
 from evaluation.counterfactual_metrics import Counted
 from learners.tabular.geometry import (
     Variants,
@@ -187,3 +187,67 @@ def test_mlp_kernel_blocks_give_the_row_by_row_bits(T):
     args = (Z0, base, V.index.astype(np.int64), V.cols.astype(np.int64), V.vals.astype(float), mlp.weights[0], dims,
             weights, biases)
     np.testing.assert_array_equal(mlp_scores_variants(*args), _mlp_row_by_row(*args))
+
+
+def _box_rows(base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray, rng: np.random.Generator,
+              extra: list[np.ndarray]) -> np.ndarray:
+    """Rows of each box: its corners, random points, and any of the ``extra`` values (per column) inside."""
+    rows = []
+    for i in range(len(base)):
+        k = len(cols[i])
+        pts = [np.where(rng.random(k) < 0.5, lo[i], hi[i]) for _ in range(6)]
+        pts += [lo[i] + rng.random(k) * (hi[i] - lo[i]) for _ in range(20)]
+        for _ in range(20):  # split thresholds: where a tree's leaf changes
+            p = lo[i] + rng.random(k) * (hi[i] - lo[i])
+            for j, c in enumerate(cols[i]):
+                inside = extra[c][(extra[c] >= lo[i, j]) & (extra[c] <= hi[i, j])]
+                if len(inside):
+                    p[j] = inside[rng.integers(len(inside))]
+            pts.append(p)
+        for p in pts:
+            r = base[i].copy()
+            r[cols[i]] = p
+            rows.append(r)
+    return np.array(rows)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 3), D=st.integers(3, 7))
+def test_score_bounds_hold_every_row_of_the_box(seed, k, D):
+    """Each white box's score bound over a box of k columns is at least the score of every row in it
+    (corners, random points, split thresholds); a forest's is reached where one tree decides."""
+    models, X = _models(D, seed % 7)
+    rng = np.random.default_rng(seed)
+    n = 8
+    base = X[rng.integers(0, len(X), n)]
+    cols = np.argsort(rng.random((n, D)), 1)[:, :k]
+    a, b = X[rng.integers(0, len(X), (n, k)), cols], X[rng.integers(0, len(X), (n, k)), cols]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    thresholds = [np.unique(np.concatenate([t.threshold[(t.left >= 0) & (t.feature == c)] for t in models[0].trees]))
+                  for c in range(D)]
+    extra = [np.concatenate(split_limits(th)) if len(th) else th for th in thresholds]
+    rows = _box_rows(base, cols, lo, hi, rng, extra)
+    for model in models:
+        bound = model.score_bounds(base, cols, lo, hi)
+        scores = model.score(rows).reshape(n, -1)
+        assert (scores.max(1) <= bound + 1e-9).all(), type(model).__name__
+
+
+def test_a_forest_bound_is_the_best_leaf_one_tree_reaches():
+    """One tree, one free column: the bound is the largest score over the column's split crossings."""
+    models, X = _models(4, 1)
+    forest = models[0]
+    one = TreeEnsemble([forest.trees[0]], forest.n_features)
+    t = forest.trees[0]
+    th = np.unique(t.threshold[(t.left >= 0) & (t.feature == 0)])
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        base = X[rng.integers(0, len(X))][None]
+        lo, hi = np.sort(X[rng.integers(0, len(X), 2), 0])
+        u, left = split_limits(th)  # each split's last value to its left and first to its right
+        edges = np.concatenate([u, left])
+        vals = np.concatenate([[lo, hi], edges[(edges >= lo) & (edges <= hi)]])
+        rows = np.repeat(base, len(vals), 0)
+        rows[:, 0] = vals
+        bound = one.score_bounds(base, np.array([[0]]), np.array([[lo]]), np.array([[hi]]))[0]
+        assert bound == pytest.approx(one.score(rows).max(), abs=1e-12)

@@ -21,7 +21,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.geometry import Variants, WorldGeometry, nearest_accepted_variants
+from learners.tabular.geometry import Variants, WorldGeometry, may_accept_within, nearest_accepted_variants
 from learners.tabular.polish import crossings, padded_edges, polish, split_edges, trade_sweep
 from learners.tabular.search_kernels import combinations_kernel, even_levels_kernel, scan_rows_kernel
 from solvers.mace.distance import Norm
@@ -152,7 +152,8 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     farthest: a combination only just inside the room is the likeliest accepted). ``common`` (D, m; NaN padded): further values per column to try
     where they are reachable and within the room (the values the training answers move a column to).
     The answers a tree ensemble needs several features for, each moved a little, which a scan of one
-    to three features misses (GeCo's combinations, batched)."""
+    to three features misses (GeCo's combinations, batched). An agent whose box of options the
+    model's score bound rules out (``may_accept_within``) gets none: none of them would be accepted."""
     a, b, g = geo.weights
     room = best / max(b + g, 1e-12)
     N = len(X)
@@ -169,8 +170,11 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
             & (np.abs(cv - xc) <= (room[:, None] * geo.span[cols][None, :])[..., None] + 1e-12)
         lv = np.concatenate([lv, np.where(fine, cv, np.nan)], axis=2)
     step = np.abs(lv - X[:, cols, None]) / geo.span[cols][None, :, None]  # normalized change of each option (NaN: none)
-    who, pick = combinations_kernel(np.ascontiguousarray(step), np.asarray(best, float), float(a), float(b), float(g),
-                                    int(cap), int(PARTIAL_CAP * cap))
+    # an agent whose box of options (its own values too) the model's score bound rules out gets none
+    filled = np.where(np.isnan(lv), X[:, cols, None], lv)
+    live = may_accept_within(world, X, np.broadcast_to(cols, (N, len(cols))), filled.min(-1), filled.max(-1))
+    who, pick = combinations_kernel(np.ascontiguousarray(step), np.where(live, np.asarray(best, float), 0.0), float(a),
+                                    float(b), float(g), int(cap), int(PARTIAL_CAP * cap))
     vc = np.where(pick >= 0, cols[None, :], -1)
     vv = np.where(pick >= 0, lv[who[:, None], np.arange(len(cols))[None, :], np.maximum(pick, 0)], 0.0)
     return Variants(X, who, vc, vv), who
@@ -634,6 +638,15 @@ class ChangeValueGenerator(TabularGenerator):
             padded = np.full((len(ii), k, max(sizes)), np.nan)
             for pos, v in enumerate(axes):
                 padded[:, pos, : v.shape[1]] = v
+            # the box of the k features' values (the agent's own too) around the subset's base: where the
+            # model's score bound rules out every row of it, its rows are never built (none is accepted)
+            own_x = X[ii[:, None], cols]
+            filled = np.where(np.isnan(padded), own_x[..., None], padded)
+            keep = may_accept_within(world, base[ii, ss], cols, filled.min(-1), filled.max(-1))
+            if not keep.all():
+                ii, ss, cols, padded = ii[keep], ss[keep], cols[keep], padded[keep]
+                if not len(ii):
+                    continue
             idx, vc, vv = scan_rows_kernel(padded, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, geo.raw_of_column,
                                            geo.span, np.asarray(best, float), float(a), float(b), float(g))
             index.append(idx)

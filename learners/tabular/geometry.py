@@ -236,6 +236,22 @@ def accepts_variants(world: TabularWorld, V: Variants) -> np.ndarray:
     return s > 0 if getattr(world.model, "exact", False) else s >= MARGIN
 
 
+BOUND_SLACK = 1e-9  # a box is skipped only where its score bound is this far below acceptance (rounding)
+
+
+def may_accept_within(world: TabularWorld, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                      ) -> np.ndarray:
+    """(n,) False where no row that is ``base[i]`` but for columns ``cols[i]`` (-1: none) within
+    [``lo[i]``, ``hi[i]``] can be accepted, by the model's score bound (``score_bounds``: a white
+    box's parameters, not a query); True where it may be, or the model has no bound. A search skips
+    the rows of a box that cannot: no accepted row is lost."""
+    bound_of = getattr(world.model, "score_bounds", None)
+    bound = bound_of(base, cols, lo, hi) if bound_of is not None and len(base) else None
+    if bound is None:
+        return np.ones(len(base), bool)
+    return bound > -BOUND_SLACK if getattr(world.model, "exact", False) else bound >= MARGIN - BOUND_SLACK
+
+
 def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, V: Variants,
                               owner: np.ndarray, k: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``nearest_accepted`` of variant rows: per agent the distances of its ``k`` nearest accepted
