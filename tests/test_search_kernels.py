@@ -13,6 +13,7 @@ from data_gen.classifiers import build
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.search_kernels import (
     _farthest,
+    block_boxes,
     combinations_kernel,
     crossings_within_kernel,
     even_levels_kernel,
@@ -152,6 +153,7 @@ def test_split_walks_match_the_sorted_crossings(forest):
 
 
 def test_scan_rows_kernel_matches_the_numpy_rows():
+    """The rows nearer than the budget in live blocks, and the blocks' boxes."""
     rng = np.random.default_rng(1)
     N, S, D, k = 5, 3, 6, 2
     X = rng.random((N, D))
@@ -167,7 +169,10 @@ def test_scan_rows_kernel_matches_the_numpy_rows():
     combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
     best = rng.random(N) * 0.6
     a, b, g = 0.0, 0.5, 0.5
-    idx, vc, vv = scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw, span, best, a, b, g)
+    block = 3  # blocks that cut across the first axis' values too
+    alive = rng.random((len(ii), -(-len(combos) // block))) < 0.7
+    idx, vc, vv = scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw, span, best, a, b, g,
+                                   alive, block)
     # the numpy rows
     live = ~np.isnan(axes[:, -1][:, combos[:, -1]])
     n_of, m_of = np.nonzero(live)
@@ -185,8 +190,18 @@ def test_scan_rows_kernel_matches_the_numpy_rows():
         lb_sum = lb_sum + (new - old)
         lb_nnz = lb_nnz + ((new > 1e-12).astype(float) - (old > 1e-12))
         lb_max = np.maximum(lb_max, new)
-    keep = a * lb_nnz + b * lb_sum + g * lb_max < best[bi] - 1e-12
+    keep = (a * lb_nnz + b * lb_sum + g * lb_max < best[bi] - 1e-12) & alive[n_of, m_of // block]
     assert 0 < keep.sum() < len(keep)
+    # the blocks' boxes: each axis' range over the block's combinations (NaN: the agent's own value)
+    lo, hi, rows = block_boxes(axes, combos, cols, X, ii, block)
+    for p in range(len(ii)):
+        for bl in range(alive.shape[1]):
+            q = combos[bl * block: (bl + 1) * block]
+            v = axes[p, np.arange(k)[None, :], q]
+            v = np.where(np.isnan(v), X[ii[p], cols[p]][None, :], v)
+            v = np.concatenate([v, X[ii[p], cols[p]][None, :]])
+            assert np.array_equal(lo[p, bl], v.min(0)) and np.array_equal(hi[p, bl], v.max(0))
+            assert rows[p, bl] == (~np.isnan(axes[p, k - 1, q[:, k - 1]])).sum()
     assert np.array_equal(idx, (bi * S + bs)[keep]) and np.array_equal(vc, wc[keep]) and np.array_equal(vv, wv[keep])
 
 

@@ -23,10 +23,17 @@ from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
 from learners.tabular.geometry import Variants, WorldGeometry, may_accept_within, nearest_accepted_variants
 from learners.tabular.polish import crossings, padded_edges, polish, split_edges, trade_sweep
-from learners.tabular.search_kernels import combinations_kernel, even_levels_kernel, scan_rows_kernel
+from learners.tabular.search_kernels import (
+    block_boxes,
+    combinations_kernel,
+    even_levels_kernel,
+    scan_rows_kernel,
+)
 from solvers.mace.distance import Norm
 
 _LAST = threading.local()  # per thread, the last candidates' network prediction (the second search reuses it)
+SCAN_BLOCK = 32  # a one-feature scan's values per block its score bound rules in or out
+BOUNDED_BLOCK = 8  # the fewest rows of a block whose score bound is worth its cost
 PARTIAL_CAP = 2  # partial combinations kept per agent and step, in units of the final cap (combinations_within)
 LADDER = np.array([0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0])  # multiples of a predicted change
 
@@ -638,17 +645,27 @@ class ChangeValueGenerator(TabularGenerator):
             padded = np.full((len(ii), k, max(sizes)), np.nan)
             for pos, v in enumerate(axes):
                 padded[:, pos, : v.shape[1]] = v
-            # the box of the k features' values (the agent's own too) around the subset's base: where the
-            # model's score bound rules out every row of it, its rows are never built (none is accepted)
-            own_x = X[ii[:, None], cols]
-            filled = np.where(np.isnan(padded), own_x[..., None], padded)
-            keep = may_accept_within(world, base[ii, ss], cols, filled.min(-1), filled.max(-1))
+            # the box of the k features' values (the agent's own too) around the subset's base, then of each
+            # block of its rows (one value of the other axes, a range of the last one): where the model's
+            # score bound rules out every row of a box, they are never built (none would be accepted); a
+            # box of a few rows is cheaper scored than bounded
+            block = sizes[-1] if k > 1 else min(SCAN_BLOCK, sizes[0])
+            lo_b, hi_b, n_rows = block_boxes(padded, combos, cols, X, ii, block)  # (n, B, k) twice, (n, B)
+            alive = n_rows > 0
+            big = np.flatnonzero(n_rows.sum(1) >= BOUNDED_BLOCK)
+            whole = may_accept_within(world, base[ii[big], ss[big]], cols[big], lo_b[big].min(1), hi_b[big].max(1))
+            alive[big[~whole]] = False
+            p_of, b_of = np.nonzero(alive & (n_rows >= BOUNDED_BLOCK))
+            alive[p_of, b_of] = may_accept_within(world, base[ii[p_of], ss[p_of]], cols[p_of], lo_b[p_of, b_of],
+                                                  hi_b[p_of, b_of])
+            keep = alive.any(1)
             if not keep.all():
-                ii, ss, cols, padded = ii[keep], ss[keep], cols[keep], padded[keep]
+                ii, ss, cols, padded, alive = ii[keep], ss[keep], cols[keep], padded[keep], alive[keep]
                 if not len(ii):
                     continue
             idx, vc, vv = scan_rows_kernel(padded, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, geo.raw_of_column,
-                                           geo.span, np.asarray(best, float), float(a), float(b), float(g))
+                                           geo.span, np.asarray(best, float), float(a), float(b), float(g), alive,
+                                           int(block))
             index.append(idx)
             cols_out.append(vc)
             vals_out.append(vv)

@@ -177,14 +177,45 @@ def splits_back_kernel(t, u, lft, n_splits, xv, cv, cols, k, default):
 
 
 @nb.njit(cache=True)
-def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_of_column, span, best, a, b, g):
+def block_boxes(axes, combos, cols, X, ii, block):
+    """(n, B, k) low and high ends, per scan item p and block of ``block`` consecutive combinations
+    (``scan_rows_kernel``'s order), of the values each of the k axes takes in the block (NaN: the
+    agent's own value): the box a score bound rules the block's rows in or out by; and (n, B) the
+    block's rows (its combinations with a value on the last axis)."""
+    n, k = cols.shape
+    m = combos.shape[0]
+    n_blocks = (m + block - 1) // block
+    lo = np.empty((n, n_blocks, k))
+    hi = np.empty((n, n_blocks, k))
+    rows = np.zeros((n, n_blocks), np.int64)
+    for p in range(n):
+        for bl in range(n_blocks):
+            for q in range(bl * block, min(m, (bl + 1) * block)):
+                if not np.isnan(axes[p, k - 1, combos[q, k - 1]]):
+                    rows[p, bl] += 1
+            for j in range(k):
+                own = X[ii[p], cols[p, j]]
+                low, high = own, own
+                for q in range(bl * block, min(m, (bl + 1) * block)):
+                    v = axes[p, j, combos[q, j]]
+                    if not np.isnan(v):
+                        low = min(low, v)
+                        high = max(high, v)
+                lo[p, bl, j] = low
+                hi[p, bl, j] = high
+    return lo, hi, rows
+
+
+@nb.njit(cache=True)
+def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_of_column, span, best, a, b, g,
+                     alive, block):
     """The rows of a scan of k features (``ChangeValueGenerator._scan``): for each (agent ``ii[p]``,
     subset ``ss[p]``) and each combination ``combos[q]`` of positions on the k axes ``axes[p]``
     (values, NaN: the agent's own; the last axis must have a value), the row of the subset's base
     with column ``cols[p, j]`` at its value, kept only where its distance from the agent (the base's
     deltas ``bdel`` with the k columns replaced: exact but for a max term's base part, so a lower
-    bound) is below ``best``. Returns the base index (``ii * S + ss``), columns and values (-1 / 0
-    padded to 3), in the order p, then q."""
+    bound) is below ``best``, and its block of ``block`` combinations is ``alive`` (n, B). Returns the
+    base index (``ii * S + ss``), columns and values (-1 / 0 padded to 3), in the order p, then q."""
     n, k = cols.shape
     m = combos.shape[0]
     idx = np.empty(n * m, np.int64)
@@ -196,7 +227,7 @@ def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_o
         bi, bs = ii[p], ss[p]
         lim = best[bi] - 1e-12
         for q in range(m):
-            if np.isnan(axes[p, k - 1, combos[q, k - 1]]):
+            if not alive[p, q // block] or np.isnan(axes[p, k - 1, combos[q, k - 1]]):
                 continue
             lb_sum, lb_nnz, lb_max = b_sum[bi, bs], float(b_nnz[bi, bs]), 0.0
             for j in range(k):
