@@ -18,6 +18,7 @@ from learners.tabular.search_kernels import (
     crossings_within_kernel,
     even_levels_kernel,
     scan_rows_kernel,
+    smallest_k,
     splits_back_kernel,
 )
 
@@ -259,3 +260,15 @@ def test_even_levels_kernel_matches_the_numpy_levels(seed, e, scale):
     got = even_levels_kernel(x, lo, hi, reach, rounded, e)
     want = _even_levels_reference(x, lo, hi, reach, rounded, e)
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 10_000), M=st.integers(1, 40), k=st.integers(1, 8), ties=st.booleans())
+def test_smallest_k_is_the_stable_sort_prefix(seed, M, k, ties):
+    """Ties in index order, infinities as numbers, NaN last: ``np.argsort(kind="stable")[:, :k]``."""
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, 4, (6, M)).astype(np.float32) if ties else rng.random((6, M)).astype(np.float32)
+    d[rng.random(d.shape) < 0.1] = np.inf
+    d[rng.random(d.shape) < 0.05] = np.nan
+    want = np.argsort(d, axis=1, kind="stable")[:, : min(k, M)]
+    np.testing.assert_array_equal(smallest_k(d, k), want)

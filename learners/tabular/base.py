@@ -109,9 +109,9 @@ class TabularGenerator(ABC):
         d = self._train_distances(X) if d is None else d
         if among is not None:
             d = np.where(among, d, np.inf)
-        k = min(k, d.shape[1])
-        idx = np.argpartition(d, k - 1, axis=1)[:, :k]
-        return np.take_along_axis(idx, np.argsort(np.take_along_axis(d, idx, 1), 1), 1)
+        from learners.tabular.search_kernels import smallest_k
+
+        return smallest_k(np.ascontiguousarray(d), int(k))  # nearest first, ties in index order
 
     @abstractmethod
     def fit(self, world: TabularWorld, labels: TabularLabels, *, seed: int = 0, progress: bool = False
