@@ -597,3 +597,42 @@ def test_score_bounds_skip_only_rows_no_model_accepts(german, german_labels, mon
     without = [gen.recommend(world, neg[:30]).CF, mlp_gen.recommend(mlp_world, neg[:30]).CF]
     for a, b in zip(with_bound, without, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_region_step_reaches_the_l1_optimum_of_a_linear_model(seed):
+    """On LR the linear piece is the whole model, so the fractional fill is the l1 optimum: it meets an
+    LP's optimum (scipy's HiGHS) from any accepted start, and is accepted."""
+    from scipy.optimize import linprog
+
+    from envs.models import LinearModel
+    from learners.tabular.geometry import MARGIN
+    from learners.tabular.polish import region_step
+
+    rng = np.random.default_rng(seed)
+    D = 4
+    schema = FeatureSchema(tuple(Feature(f"f{j}", "numeric", 0, float(rng.integers(5, 50)),
+                                         mutability=("free", "increase", "decrease")[j % 3]) for j in range(D)))
+    w = rng.normal(0, 1, D)
+    world = TabularWorld("toy/region", schema, LinearModel(w, 0.0))
+    geo = WorldGeometry.of(world)
+    span = geo.span
+    x = rng.uniform(0, 1, D) * span
+    world.model.b = float(-(x @ w) - rng.uniform(0.1, 2.0))  # the agent is rejected by a margin
+    lo, hi = geo.box(x[None])
+    # an accepted start: the box corner the weights favour, if it is accepted
+    start = np.where(w > 0, hi[0], lo[0])
+    if start @ w + world.model.b < MARGIN * 10:
+        return  # no recourse in the box
+    R = region_step(world, geo, x[None], start[None], rounds=2)[0]
+    # the LP: min sum |d_j| / span_j  s.t.  w . (x + d) + b >= margin, box; d = u - v, u, v >= 0
+    c = np.concatenate([1 / span, 1 / span])
+    A = -np.concatenate([w, -w])[None]
+    res = linprog(c, A_ub=A, b_ub=[(x @ w) + world.model.b - MARGIN],
+                  bounds=[(0, hi[0, j] - x[j]) for j in range(D)] + [(0, x[j] - lo[0, j]) for j in range(D)],
+                  method="highs")
+    assert res.status == 0
+    got = (np.abs(R - x) / span).sum()
+    assert world.model.score(R[None])[0] >= MARGIN
+    assert got <= res.fun * (1 + 1e-5) + 1e-12

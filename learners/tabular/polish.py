@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from envs.tabular import TabularWorld
+from learners.tabular.geometry import MARGIN as MARGIN_SCORE
 from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants
 
 
@@ -407,3 +408,92 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
 
 
 # ------------------------------------------------------------------------------------ generators
+
+
+REGION_OVERSHOOT = (1.0 + 1e-6, 1.001, 1.01, 1.05)  # multiples of the score a linear piece says is missing
+
+
+def _affine_layers(world: TabularWorld) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """A ReLU MLP's or LR's layers (weights, biases), or None for another model."""
+    from envs.models import LinearModel, MLPModel
+
+    model = getattr(world.model, "model", world.model)  # a counting wrapper forwards to the model
+    if isinstance(model, MLPModel):
+        return model.weights, model.biases
+    if isinstance(model, LinearModel):
+        return [model.w[:, None]], [np.array([model.b])]
+    return None
+
+
+def _piece_gradient(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N, D) the score's gradient at each row of ``C`` on the linear piece it lies on (the ReLU units
+    active there fixed), and (N,) the score."""
+    h, masks = C, []
+    for W, b in zip(weights[:-1], biases[:-1], strict=True):
+        z = h @ W + b
+        masks.append(z > 0)
+        h = np.where(masks[-1], z, 0.0)
+    score = (h @ weights[-1] + biases[-1])[:, 0]
+    g = np.broadcast_to(weights[-1][:, 0], h.shape)
+    for W, m in zip(reversed(weights[:-1]), reversed(masks), strict=True):
+        g = (g * m) @ W.T
+    return np.ascontiguousarray(g), score
+
+
+def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 2
+                ) -> np.ndarray:
+    """A ReLU MLP or LR: each answer's real-valued changes re-chosen on the linear piece it lies on,
+    where the score is affine: from the agent's real values (its other changes kept), the features
+    that buy the most score per unit of distance move first, each up to its bound, until the piece
+    says the decision flips (a fractional knapsack: the l1 optimum on that piece), at a few overshoots
+    of the missing score since the piece may end first. All candidates of all agents in one model
+    call per round; an answer is replaced only by an accepted, nearer one. A heuristic (the piece's
+    optimum need not be the model's). Other models: ``C`` unchanged."""
+    layers = _affine_layers(world)
+    # real-valued features only: an integer one moves in whole steps, which a fractional fill prices wrong
+    num = np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)
+    C = C.copy()
+    rows = np.flatnonzero(~np.isnan(C).any(1))
+    if layers is None or not len(num) or not len(rows):
+        return C
+    weights, biases = layers
+    lo, hi = geo.box(X)
+    span = geo.span[num]
+    factors = np.asarray(REGION_OVERSHOOT)
+    for _ in range(rounds):
+        x, c = X[rows], C[rows]
+        grad, score = _piece_gradient(weights, biases, c)
+        p = c.copy()
+        p[:, num] = x[:, num]  # the real changes are re-chosen; the others stay
+        missing = MARGIN_SCORE - (score + ((p - c) * grad).sum(1))  # score to add on c's piece
+        w = grad[:, num]
+        cap = np.where(w > 0, hi[rows][:, num] - x[:, num], np.where(w < 0, x[:, num] - lo[rows][:, num], 0.0))
+        gain = np.abs(w) * np.maximum(cap, 0.0)  # score each feature adds moved to its bound
+        order = np.argsort(-np.abs(w) * span, axis=1, kind="stable")  # score per unit of normalized distance
+        n = len(rows)
+        cand = np.repeat(p[:, None, :], len(factors), axis=1)  # (n, F, D)
+        for f_i, fac in enumerate(factors):
+            left = np.maximum(missing * fac, 0.0)
+            move = np.zeros_like(w)
+            for k in range(len(num)):  # greedy along each agent's order (few features)
+                j = order[:, k]
+                take = np.minimum(gain[np.arange(n), j], left)
+                wj = np.abs(w[np.arange(n), j])
+                move[np.arange(n), j] = np.where(wj > 0, take / np.where(wj > 0, wj, 1.0), 0.0)
+                left = left - take
+            short = left > 1e-12 * np.maximum(1.0, np.abs(missing))  # the piece cannot flip it within the box
+            v = np.clip(x[:, num] + np.sign(w) * move, lo[rows][:, num], hi[rows][:, num])
+            cand[:, f_i, num] = v
+            cand[short, f_i] = np.nan
+        flat = cand.reshape(n * len(factors), -1)
+        live = ~np.isnan(flat).any(1)
+        ok = np.zeros(len(flat), bool)
+        ok[live] = accepts(world, flat[live])
+        d = np.where(ok, geo.distance(np.repeat(x, len(factors), 0), np.nan_to_num(flat)), np.inf).reshape(n, -1)
+        best = d.argmin(1)
+        better = d[np.arange(n), best] < geo.distance(x, c) - 1e-12
+        if not better.any():
+            break
+        C[rows[better]] = cand[np.flatnonzero(better), best[better]]
+        rows = rows[better]
+    return C
