@@ -125,19 +125,17 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
         t, u, lft = padded_edges(world, cols)  # (C, T), NaN padded
         tree_cand, tree_ok = inside(np.where(t[None] >= xc, lft[None], u[None]))
     for e, nearest in requests:
-        if edges:
-            if nearest not in sorted_by:  # by value, the crossings are in split order already (ascending)
-                order = np.argsort(np.where(tree_ok, np.abs(tree_cand - xc), np.inf), axis=-1, kind="stable") \
-                    if nearest else np.argsort(~tree_ok, axis=-1, kind="stable")
-                sorted_by[nearest] = (tree_cand, order, tree_ok.sum(-1))
-            cand, order, n_ok = sorted_by[nearest]
-            near = nearest
-        else:  # evenly spaced steps (compiled: the (N, C, 2e) candidates are never built)
+        if not edges:  # evenly spaced steps (compiled: the (N, C, 2e) candidates are never built)
             out[(e, nearest)][:, : len(cols), :] = even_levels_kernel(
                 X[:, cols], lo[:, cols], hi[:, cols], reach[..., 0], geo.rounded[cols], int(e))
             continue
+        if nearest not in sorted_by:  # by value, the crossings are in split order already (ascending)
+            order = np.argsort(np.where(tree_ok, np.abs(tree_cand - xc), np.inf), axis=-1, kind="stable") \
+                if nearest else np.argsort(~tree_ok, axis=-1, kind="stable")
+            sorted_by[nearest] = (tree_cand, order, tree_ok.sum(-1))
+        cand, order, n_ok = sorted_by[nearest]
         ar = np.arange(e)
-        if near:
+        if nearest:
             pick = np.broadcast_to(ar, (N, len(cols), e))
         else:
             spread = np.floor(ar * np.maximum(n_ok, 1)[..., None] / e).astype(np.int64)

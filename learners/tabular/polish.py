@@ -471,20 +471,19 @@ def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.nd
         gain = np.abs(w) * np.maximum(cap, 0.0)  # score each feature adds moved to its bound
         order = np.argsort(-np.abs(w) * span, axis=1, kind="stable")  # score per unit of normalized distance
         n = len(rows)
+        g_sorted = np.take_along_axis(gain, order, 1)
+        before = np.cumsum(g_sorted, 1) - g_sorted  # score the features ahead of each one add in full
+        target = np.maximum(missing[:, None] * factors[None, :], 0.0)  # (n, F) at each overshoot
+        take = np.clip(target[..., None] - before[:, None, :], 0.0, g_sorted[:, None, :])  # (n, F, M) in order
+        w_sorted = np.abs(np.take_along_axis(w, order, 1))[:, None, :]
+        move_sorted = np.where(w_sorted > 0, take / np.where(w_sorted > 0, w_sorted, 1.0), 0.0)
+        move = np.empty_like(move_sorted)
+        np.put_along_axis(move, np.broadcast_to(order[:, None, :], move.shape), move_sorted, 2)
+        short = target - g_sorted.sum(1)[:, None] > 1e-12 * np.maximum(1.0, np.abs(missing))[:, None]  # no flip in the box
         cand = np.repeat(p[:, None, :], len(factors), axis=1)  # (n, F, D)
-        for f_i, fac in enumerate(factors):
-            left = np.maximum(missing * fac, 0.0)
-            move = np.zeros_like(w)
-            for k in range(len(num)):  # greedy along each agent's order (few features)
-                j = order[:, k]
-                take = np.minimum(gain[np.arange(n), j], left)
-                wj = np.abs(w[np.arange(n), j])
-                move[np.arange(n), j] = np.where(wj > 0, take / np.where(wj > 0, wj, 1.0), 0.0)
-                left = left - take
-            short = left > 1e-12 * np.maximum(1.0, np.abs(missing))  # the piece cannot flip it within the box
-            v = np.clip(x[:, num] + np.sign(w) * move, lo[rows][:, num], hi[rows][:, num])
-            cand[:, f_i, num] = v
-            cand[short, f_i] = np.nan
+        cand[..., num] = np.clip(x[:, None, num] + np.sign(w)[:, None, :] * move, lo[rows][:, None, num],
+                                 hi[rows][:, None, num])
+        cand[short] = np.nan
         flat = cand.reshape(n * len(factors), -1)
         live = ~np.isnan(flat).any(1)
         ok = np.zeros(len(flat), bool)
