@@ -22,7 +22,7 @@ import numpy as np
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
 from learners.tabular.geometry import Variants, WorldGeometry, may_accept_within, nearest_accepted_variants
-from learners.tabular.polish import crossings, padded_edges, polish, region_step, split_edges, trade_sweep
+from learners.tabular.polish import crossings, padded_edges, piece_lp, polish, region_step, split_edges, trade_sweep
 from learners.tabular.search_kernels import (
     block_boxes,
     combinations_kernel,
@@ -257,6 +257,7 @@ class ChangeValueParams:
     combo_common: int = 6  # and the values the training answers most often move the feature to (where within the room)
     scan_levels: tuple[int, int] = (16, 32)  # values of the first and the second feature of a scanned pair
     region_rounds: int = 2  # a ReLU MLP or LR: rounds re-choosing the answers' numeric changes on their linear piece (0: none)
+    piece_lp: bool = True  # a ReLU MLP or LR: then the l1 optimum over each answer's linear piece, by an LP
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
@@ -535,6 +536,11 @@ class ChangeValueGenerator(TabularGenerator):
             rec.distance[rows[a_of[take]]] = dp[take]
         if self.params.region_rounds > 0:  # a smooth model: the answers' numeric changes re-chosen on their linear piece
             R = region_step(world, geo, x, rec.CF[rows], rounds=int(self.params.region_rounds))
+            dr = geo.distance(x, R)
+            take = np.flatnonzero(dr < rec.distance[rows] - 1e-12)
+            rec.CF[rows[take]], rec.distance[rows[take]] = R[take], dr[take]
+        if self.params.piece_lp:  # and the exact optimum over the piece each answer lies on
+            R = piece_lp(world, geo, x, rec.CF[rows])
             dr = geo.distance(x, R)
             take = np.flatnonzero(dr < rec.distance[rows] - 1e-12)
             rec.CF[rows[take]], rec.distance[rows[take]] = R[take], dr[take]

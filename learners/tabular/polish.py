@@ -496,3 +496,83 @@ def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.nd
         C[rows[better]] = cand[np.flatnonzero(better), best[better]]
         rows = rows[better]
     return C
+
+
+PIECE_LP_CHUNK = 64  # agents per block-diagonal LP: HiGHS's time grows faster than the block count
+
+
+def _piece_rows(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarray, cols: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """On the linear piece each row of ``C`` lies on: (N, H) every ReLU unit's pre-activation and
+    (N, H, K) its gradient in the columns ``cols``, (N, H) its side (+1 active, -1 not), and the
+    score (N,) and its gradient (N, K). Within the piece all of these are affine in ``C[:, cols]``."""
+    h, J = C, np.broadcast_to(weights[0][cols].T, (len(C),) + weights[0][cols].T.shape)
+    zs, Js, sides = [], [], []
+    for W, b in zip(weights[:-1], biases[:-1], strict=True):
+        if Js:  # the gradient through the previous layer's active units
+            J = np.einsum("ik,ni,nir->nkr", W, sides[-1] > 0, Js[-1])
+        z = h @ W + b
+        zs.append(z)
+        Js.append(J)
+        sides.append(np.where(z > 0, 1.0, -1.0))
+        h = np.maximum(z, 0.0)
+    score = (h @ weights[-1] + biases[-1])[:, 0]
+    g = np.einsum("i,ni,nir->nr", weights[-1][:, 0], sides[-1] > 0, Js[-1]) if Js else \
+        np.broadcast_to(weights[-1][cols, 0], (len(C), len(cols)))
+    if not zs:  # LR: no units
+        return (np.zeros((len(C), 0)), np.zeros((len(C), 0, len(cols))), np.zeros((len(C), 0)), score, g)
+    return np.concatenate(zs, 1), np.concatenate(Js, 1), np.concatenate(sides, 1), score, g
+
+
+def piece_lp(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """A ReLU MLP or LR: each answer's real-valued changes re-chosen as the exact l1 optimum over the
+    linear piece the answer lies on: an LP (HiGHS) whose constraints are the piece's score clearing
+    the margin and every ReLU unit keeping its side (all affine there), the other changes kept. The
+    answer is feasible for it, so the optimum is never farther; where ``region_step``'s fill leaves the
+    piece this stays on it. The agents' LPs are blocks of one LP per chunk; one model call verifies
+    them and an answer is replaced only by an accepted, nearer one. A heuristic beyond the piece (a
+    nearer answer may lie on another), and for a norm with count or max terms (only their l1 part is
+    the LP's objective). Other models: ``C`` unchanged."""
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
+    layers = _affine_layers(world)
+    cols = np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)
+    C = C.copy()
+    rows = np.flatnonzero(~np.isnan(C).any(1))
+    if layers is None or not len(cols) or not len(rows):
+        return C
+    weights, biases = layers
+    lo, hi = geo.box(X)
+    span = geo.span[cols]
+    K = len(cols)
+    Y = C[rows].copy()
+    for chunk in np.array_split(np.arange(len(rows)), -(-len(rows) // PIECE_LP_CHUNK)):
+        x, c = X[rows[chunk]], C[rows[chunk]]
+        n = len(chunk)
+        z, J, side, score, g = _piece_rows(weights, biases, c, cols)
+        shift = (x - c)[:, cols]  # the LP's variable v is the change from the agent in spans: y = x + v * span
+        J, g = J * span, g * span
+        # side * (z + J . (shift / span + v)) >= 0 per unit and score + g . (...) >= 2 margin, as A v <= b
+        A = np.concatenate([-side[..., None] * J, -g[:, None, :]], 1)  # (n, H + 1, K)
+        b = np.concatenate([side * (z + np.einsum("nhk,nk->nh", J, shift / span)),
+                            (score + (g * shift / span).sum(1) - 2 * MARGIN_SCORE)[:, None]], 1)
+        A = np.concatenate([A, -A], 2)  # v = u - w, u, w >= 0: the objective sum(u + w) is the l1 part
+        m, k2 = A.shape[1], 2 * K
+        row_block = np.repeat(np.arange(n), m)
+        A_sparse = csr_matrix((A.ravel(), (np.repeat(np.arange(n * m), k2),
+                                           (row_block[:, None] * k2 + np.arange(k2)).ravel())), shape=(n * m, n * k2))
+        up = np.maximum(hi[rows[chunk]][:, cols] - x[:, cols], 0.0) / span
+        down = np.maximum(x[:, cols] - lo[rows[chunk]][:, cols], 0.0) / span
+        bounds = np.stack([np.zeros(n * k2), np.concatenate([up, down], 1).ravel()], 1)
+        res = linprog(np.ones(n * k2), A_ub=A_sparse, b_ub=b.ravel(), bounds=bounds, method="highs")
+        if res.status != 0:  # numerically troubled: keep the chunk's answers
+            continue
+        v = res.x.reshape(n, k2)
+        Y[chunk[:, None], cols] = np.clip(x[:, cols] + (v[:, :K] - v[:, K:]) * span, lo[rows[chunk]][:, cols],
+                                          hi[rows[chunk]][:, cols])
+    nearer = geo.distance(X[rows], Y) < geo.distance(X[rows], C[rows]) - 1e-12
+    if nearer.any():
+        ok = accepts(world, Y[nearer])
+        C[rows[np.flatnonzero(nearer)[ok]]] = Y[nearer][ok]
+    return C
