@@ -636,3 +636,76 @@ def test_region_step_reaches_the_l1_optimum_of_a_linear_model(seed):
     got = (np.abs(R - x) / span).sum()
     assert world.model.score(R[None])[0] >= MARGIN
     assert got <= res.fun * (1 + 1e-5) + 1e-12
+
+
+def _toy_mlp_world(rng: np.random.Generator, D: int = 3) -> TabularWorld:
+    """A random 2-layer ReLU MLP over D real features with mixed mutability."""
+    from envs.models import MLPModel
+
+    schema = FeatureSchema(tuple(Feature(f"f{j}", "numeric", 0, float(rng.integers(5, 50)),
+                                         mutability=("free", "increase", "decrease")[j % 3]) for j in range(D)))
+    sizes = [D, 6, 4, 1]
+    weights = [rng.normal(0, 1, (a, b)) / np.sqrt(a) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+    weights[0] = weights[0] / np.array([f.upper for f in schema.features])[:, None] * 10  # unit-free inputs
+    biases = [rng.normal(0, 0.5, b) for b in sizes[1:]]
+    return TabularWorld("toy/piece", schema, MLPModel(weights, biases))
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_piece_lp_is_the_optimum_over_the_answers_piece(seed):
+    """On a random ReLU MLP the LP's answer is accepted, never farther than the start, and no point of
+    the start's linear piece that the model accepts is nearer (5,000 sampled points of the box, kept
+    where every unit is on the start's side: a second route). Agents solved together (block-diagonal
+    LPs) get what each gets alone."""
+    from learners.tabular.geometry import MARGIN
+    from learners.tabular.polish import piece_lp
+
+    rng = np.random.default_rng(seed)
+    world = _toy_mlp_world(rng)
+    geo = WorldGeometry.of(world)
+    model = world.model
+    X = rng.uniform(0, 1, (40, 3)) * geo.span
+    lo, hi = geo.box(X)
+    S = np.stack([rng.uniform(lo[i], hi[i], (200, 3)) for i in range(len(X))])  # candidate starts per agent
+    scores = model.score(S.reshape(-1, 3)).reshape(len(X), -1)
+    rejected = model.score(X) < 0
+    has = (scores >= 10 * MARGIN).any(1) & rejected
+    if has.sum() < 2:
+        return
+    X, S, scores, lo, hi = X[has], S[has], scores[has], lo[has], hi[has]
+    start = S[np.arange(len(X)), scores.argmax(1)]  # an accepted start far from the boundary
+    together = piece_lp(world, geo, X, start)
+    alone = np.stack([piece_lp(world, geo, X[i:i + 1], start[i:i + 1])[0] for i in range(len(X))])
+    np.testing.assert_allclose(together, alone, rtol=1e-6, atol=1e-6 * geo.span.max())
+    assert (model.score(together) >= MARGIN).all()
+    d_start, d_lp = geo.distance(X, start), geo.distance(X, together)
+    assert (d_lp <= d_start + 1e-12).all()
+
+    def pattern(R):
+        return np.concatenate([h > 0 for h in model.hidden(R)], 1)
+
+    for i in range(len(X)):
+        P = rng.uniform(lo[i], hi[i], (5000, 3))
+        same = (pattern(P) == pattern(start[i:i + 1])).all(1) & (model.score(P) >= 2 * MARGIN)
+        if same.any():
+            assert geo.distance(X[i:i + 1], P[same]).min() >= d_lp[i] - 1e-6
+
+
+def test_piece_lp_leaves_other_models_and_missing_answers_alone():
+    """A tree ensemble has no linear pieces: answers come back as they were; a row without an answer
+    (NaN) stays NaN."""
+    from learners.tabular.polish import piece_lp
+
+    rng = np.random.default_rng(0)
+    world = _toy_mlp_world(rng)
+    geo = WorldGeometry.of(world)
+    X = rng.uniform(0, 1, (3, 3)) * geo.span
+    C = X.copy()
+    C[1] = np.nan
+    out = piece_lp(world, geo, X, C)
+    assert np.isnan(out[1]).all()
+    tree_world = _threshold_world()
+    tree_geo = WorldGeometry.of(tree_world)
+    T = np.array([[2.0, 3.0], [9.0, 3.0]])
+    np.testing.assert_array_equal(piece_lp(tree_world, tree_geo, np.array([[1.0, 3.0], [1.0, 3.0]]), T), T)
