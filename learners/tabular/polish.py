@@ -425,19 +425,30 @@ def _affine_layers(world: TabularWorld) -> tuple[list[np.ndarray], list[np.ndarr
     return None
 
 
-def _piece_gradient(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(N, D) the score's gradient at each row of ``C`` on the linear piece it lies on (the ReLU units
-    active there fixed), and (N,) the score."""
-    h, masks = C, []
+PIECE_LP_CHUNK = 64  # agents per block-diagonal LP: HiGHS's time grows faster than the block count
+
+
+def _piece_rows(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarray, cols: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """On the linear piece each row of ``C`` lies on: (N, H) every ReLU unit's pre-activation and
+    (N, H, K) its gradient in the columns ``cols``, (N, H) its side (+1 active, -1 not), and the
+    score (N,) and its gradient (N, K). Within the piece all of these are affine in ``C[:, cols]``."""
+    h, J = C, np.broadcast_to(weights[0][cols].T, (len(C),) + weights[0][cols].T.shape)
+    zs, Js, sides = [], [], []
     for W, b in zip(weights[:-1], biases[:-1], strict=True):
+        if Js:  # the gradient through the previous layer's active units
+            J = np.einsum("ik,ni,nir->nkr", W, sides[-1] > 0, Js[-1])
         z = h @ W + b
-        masks.append(z > 0)
-        h = np.where(masks[-1], z, 0.0)
+        zs.append(z)
+        Js.append(J)
+        sides.append(np.where(z > 0, 1.0, -1.0))
+        h = np.maximum(z, 0.0)
     score = (h @ weights[-1] + biases[-1])[:, 0]
-    g = np.broadcast_to(weights[-1][:, 0], h.shape)
-    for W, m in zip(reversed(weights[:-1]), reversed(masks), strict=True):
-        g = (g * m) @ W.T
-    return np.ascontiguousarray(g), score
+    g = np.einsum("i,ni,nir->nr", weights[-1][:, 0], sides[-1] > 0, Js[-1]) if Js else \
+        np.broadcast_to(weights[-1][cols, 0], (len(C), len(cols)))
+    if not zs:  # LR: no units
+        return (np.zeros((len(C), 0)), np.zeros((len(C), 0, len(cols))), np.zeros((len(C), 0)), score, g)
+    return np.concatenate(zs, 1), np.concatenate(Js, 1), np.concatenate(sides, 1), score, g
 
 
 def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 2
@@ -462,11 +473,10 @@ def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.nd
     factors = np.asarray(REGION_OVERSHOOT)
     for _ in range(rounds):
         x, c = X[rows], C[rows]
-        grad, score = _piece_gradient(weights, biases, c)
+        *_, score, w = _piece_rows(weights, biases, c, num)  # the score and its gradient in num on c's piece
         p = c.copy()
         p[:, num] = x[:, num]  # the real changes are re-chosen; the others stay
-        missing = MARGIN_SCORE - (score + ((p - c) * grad).sum(1))  # score to add on c's piece
-        w = grad[:, num]
+        missing = MARGIN_SCORE - (score + ((x[:, num] - c[:, num]) * w).sum(1))  # score to add on c's piece
         cap = np.where(w > 0, hi[rows][:, num] - x[:, num], np.where(w < 0, x[:, num] - lo[rows][:, num], 0.0))
         gain = np.abs(w) * np.maximum(cap, 0.0)  # score each feature adds moved to its bound
         order = np.argsort(-np.abs(w) * span, axis=1, kind="stable")  # score per unit of normalized distance
@@ -496,32 +506,6 @@ def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.nd
         C[rows[better]] = cand[np.flatnonzero(better), best[better]]
         rows = rows[better]
     return C
-
-
-PIECE_LP_CHUNK = 64  # agents per block-diagonal LP: HiGHS's time grows faster than the block count
-
-
-def _piece_rows(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarray, cols: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """On the linear piece each row of ``C`` lies on: (N, H) every ReLU unit's pre-activation and
-    (N, H, K) its gradient in the columns ``cols``, (N, H) its side (+1 active, -1 not), and the
-    score (N,) and its gradient (N, K). Within the piece all of these are affine in ``C[:, cols]``."""
-    h, J = C, np.broadcast_to(weights[0][cols].T, (len(C),) + weights[0][cols].T.shape)
-    zs, Js, sides = [], [], []
-    for W, b in zip(weights[:-1], biases[:-1], strict=True):
-        if Js:  # the gradient through the previous layer's active units
-            J = np.einsum("ik,ni,nir->nkr", W, sides[-1] > 0, Js[-1])
-        z = h @ W + b
-        zs.append(z)
-        Js.append(J)
-        sides.append(np.where(z > 0, 1.0, -1.0))
-        h = np.maximum(z, 0.0)
-    score = (h @ weights[-1] + biases[-1])[:, 0]
-    g = np.einsum("i,ni,nir->nr", weights[-1][:, 0], sides[-1] > 0, Js[-1]) if Js else \
-        np.broadcast_to(weights[-1][cols, 0], (len(C), len(cols)))
-    if not zs:  # LR: no units
-        return (np.zeros((len(C), 0)), np.zeros((len(C), 0, len(cols))), np.zeros((len(C), 0)), score, g)
-    return np.concatenate(zs, 1), np.concatenate(Js, 1), np.concatenate(sides, 1), score, g
 
 
 def piece_lp(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
