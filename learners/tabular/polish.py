@@ -451,6 +451,15 @@ def _piece_rows(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarr
     return np.concatenate(zs, 1), np.concatenate(Js, 1), np.concatenate(sides, 1), score, g
 
 
+def _piece_inputs(world: TabularWorld, geo: WorldGeometry, C: np.ndarray
+                  ) -> tuple[tuple[list[np.ndarray], list[np.ndarray]] | None, np.ndarray, np.ndarray, np.ndarray]:
+    """What the two piece steps start from: the model's layers (None: not a ReLU MLP or LR), the
+    movable real-valued columns (an integer one moves in whole steps, which neither step prices), a
+    copy of ``C`` and its rows that hold an answer."""
+    cols = np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)
+    return _affine_layers(world), cols, C.copy(), np.flatnonzero(~np.isnan(C).any(1))
+
+
 def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 2
                 ) -> np.ndarray:
     """A ReLU MLP or LR: each answer's real-valued changes re-chosen on the linear piece it lies on,
@@ -460,11 +469,7 @@ def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.nd
     of the missing score since the piece may end first. All candidates of all agents in one model
     call per round; an answer is replaced only by an accepted, nearer one. A heuristic (the piece's
     optimum need not be the model's). Other models: ``C`` unchanged."""
-    layers = _affine_layers(world)
-    # real-valued features only: an integer one moves in whole steps, which a fractional fill prices wrong
-    num = np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)
-    C = C.copy()
-    rows = np.flatnonzero(~np.isnan(C).any(1))
+    layers, num, C, rows = _piece_inputs(world, geo, C)
     if layers is None or not len(num) or not len(rows):
         return C
     weights, biases = layers
@@ -520,10 +525,7 @@ def piece_lp(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarr
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix
 
-    layers = _affine_layers(world)
-    cols = np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)
-    C = C.copy()
-    rows = np.flatnonzero(~np.isnan(C).any(1))
+    layers, cols, C, rows = _piece_inputs(world, geo, C)
     if layers is None or not len(cols) or not len(rows):
         return C
     weights, biases = layers
