@@ -532,6 +532,47 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+
+TARGET_SPEEDUP = 200.0  # the issue's target: this many times faster than MACE per agent
+
+
+def plot_frontier(cells: list[dict[str, Any]], path: Path) -> None:
+    """Per cell, each method at the largest label budget as one point: time per agent (log, batched;
+    GeCo and MD-PSO one agent per call) against the share within 1% of MACE, with MACE itself at
+    (its time, 1) and the 200x-MACE line. Up and to the left is better."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 4
+    rows = (len(cells) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, c in zip(axes.flat, cells, strict=False):
+        top = c["curve"][-1]["methods"]
+        points = [(name, top[k]) for k, name in METHODS.items()] + \
+                 [(name, c["online"][k]) for k, name in ONLINE.items() if k in (c.get("online") or {})]
+        for i, (name, m) in enumerate(points):
+            ax.scatter(m["us_per_agent_batched"], m["optimal_share"], s=28, color=colours[i % len(colours)],
+                       marker="o" if i < len(METHODS) else "s", label=name, zorder=3)
+        mace_us = 1e6 * c["mace"]["s_per_agent_mean"]
+        ax.scatter(mace_us, 1.0, marker="*", s=90, color="black", label="MACE (certified)", zorder=3)
+        ax.axvline(mace_us / TARGET_SPEEDUP, ls=":", color="black", lw=1, label=f"{TARGET_SPEEDUP:.0f}× MACE")
+        ax.set_xscale("log")
+        ax.set_ylim(0.5, 1.02)
+        last = c["curve"][-1]
+        ax.set_title(f"{c['dataset']} × {c['model']} ({min(last['labels'], last.get('agents', last['labels'])):,} labels)")
+        ax.set_xlabel("µs per agent")
+        ax.set_ylabel("within 1% of MACE")
+    for ax in list(axes.flat)[len(cells):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6, loc="lower left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", default=",".join(CELLS), help="comma-separated dataset/model cells")
@@ -597,6 +638,7 @@ def main(argv: list[str] | None = None) -> None:
     (out / "tabular_generators.md").write_text(report(cells, command))
     (out / "tabular_generators.json").write_text(json.dumps(cells, indent=1, default=float))
     plot(cells, cell_dir / "learning_curve.png")
+    plot_frontier(cells, cell_dir / "frontier.png")
     print(report(cells, command))
 
 

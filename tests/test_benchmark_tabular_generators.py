@@ -28,6 +28,7 @@ def test_one_tiny_cell_runs_and_resumes(tmp_path, capsys):
     report = (tmp_path / "out" / "tabular_generators.md").read_text()
     assert "k-NN (no learning)" in report and "MACE (certified)" in report and "GeCo (online)" in report
     assert (tmp_path / "out" / "tabular_generators" / "learning_curve.png").stat().st_size > 0
+    assert (tmp_path / "out" / "tabular_generators" / "frontier.png").stat().st_size > 0
     # --force --keep-online: the generators again (labels from the cache), the online searches kept
     (tmp_path / "out" / "tabular_generators.md").unlink()
     bench.main(args + ["--force", "--keep-online"])
