@@ -231,7 +231,8 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     return c
 
 
-# What a trade gives back, four ways: an integer column's steps; a real column's shares of its
+# What a trade gives back, four ways: an integer column's steps (its shares, rounded up, where the
+# change is over twice the largest step: an amount changed by thousands); a real column's shares of its
 # change; a tree ensemble's real column, splits (k > 0: the k-th split back from the answer; -1: all
 # but the split nearest the agent; 0: all, back at the agent's value)
 TRADE_BACK_STEPS = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -299,7 +300,9 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         backs = np.empty((E, len(TRADE_BACK_STEPS)))  # (E, B) what column ci of each entry gives back to
         for b, (k_int, k_real, k_split) in enumerate(zip(TRADE_BACK_STEPS, TRADE_BACK_SHARES, TRADE_BACK_SPLITS,
                                                           strict=True)):
-            step = np.where(geo.rounded[ci], k_int, k_real * np.abs(g))
+            # an integer column gives back whole steps, or whole shares of a change too large for steps
+            step = np.where(geo.rounded[ci], np.where(np.abs(g) > 2 * TRADE_BACK_STEPS[-1], np.ceil(k_real * np.abs(g)),
+                                                      k_int), k_real * np.abs(g))
             back = np.where(np.abs(g) > step + 1e-12, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
             if edges and k_split != 0:  # a tree ensemble's real column: whole splits
                 back = np.where(geo.rounded[ci], back, _splits_back(world, x[a_i], c[a_i], ci, k_split, back))
