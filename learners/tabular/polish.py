@@ -231,13 +231,14 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     return c
 
 
-# What a trade gives back, four ways: an integer column's steps (its shares, rounded up, where the
+# What a trade gives back, four ways: an integer column's steps (its own shares, rounded up, where the
 # change is over twice the largest step: an amount changed by thousands); a real column's shares of its
 # change; a tree ensemble's real column, splits (k > 0: the k-th split back from the answer; -1: all
 # but the split nearest the agent; 0: all, back at the agent's value)
 TRADE_BACK_STEPS = (1.0, 2.0, 4.0, 8.0, 16.0)
 TRADE_BACK_SHARES = (1 / 16, 1 / 4, 1 / 2, 1.0, 15 / 16)
 TRADE_BACK_SPLITS = (0, 0, 0, 0, -1)
+TRADE_BACK_INT_SHARES = (1 / 2, 3 / 4, 7 / 8, 15 / 16, 1.0)  # an integer column's shares, where its change is large
 # where the feature that takes the trade up moves: these shares of the room the give-back frees (a
 # move of the whole room cannot win; the polish after a trade shortens the move that won)
 TRADE_SHARES = np.array([1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 15 / 16, 31 / 32, 63 / 64])  # fine near 1: a
@@ -298,10 +299,10 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         ci, g = num[p_i], gap[a_i, p_i]
         E = len(a_i)
         backs = np.empty((E, len(TRADE_BACK_STEPS)))  # (E, B) what column ci of each entry gives back to
-        for b, (k_int, k_real, k_split) in enumerate(zip(TRADE_BACK_STEPS, TRADE_BACK_SHARES, TRADE_BACK_SPLITS,
-                                                          strict=True)):
+        for b, (k_int, k_share, k_real, k_split) in enumerate(zip(TRADE_BACK_STEPS, TRADE_BACK_INT_SHARES,
+                                                                   TRADE_BACK_SHARES, TRADE_BACK_SPLITS, strict=True)):
             # an integer column gives back whole steps, or whole shares of a change too large for steps
-            step = np.where(geo.rounded[ci], np.where(np.abs(g) > 2 * TRADE_BACK_STEPS[-1], np.ceil(k_real * np.abs(g)),
+            step = np.where(geo.rounded[ci], np.where(np.abs(g) > 2 * TRADE_BACK_STEPS[-1], np.ceil(k_share * np.abs(g)),
                                                       k_int), k_real * np.abs(g))
             back = np.where(np.abs(g) > step + 1e-12, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
             if edges and k_split != 0:  # a tree ensemble's real column: whole splits
