@@ -76,6 +76,32 @@ def test_projection_never_breaks_a_constraint(german, seed, scale):
         assert not world.schema.mutability_violations(X, P[:, k]).any()
 
 
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_compiled_projection_is_the_numpy_one_bit_for_bit(german, seed):
+    """The compiled projection against the numpy it replaced, on proposals with NaN, infinities and
+    tied one-hot entries (the first of a tie wins in both)."""
+    world, neg = german
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(seed)
+    X = neg[rng.integers(0, len(neg), 8)]
+    C = X[:, None, :] + rng.normal(0, 1, (8, 6, X.shape[1])) * np.where(np.isfinite(geo.span), geo.span, 1.0) * 0.3
+    C[rng.random(C.shape) < 0.05] = np.nan
+    C[rng.random(C.shape) < 0.02] = np.inf
+    C[rng.random(C.shape) < 0.02] = -np.inf
+    for cols in geo.group_columns:
+        C[:, :2, cols] = 0.5  # ties
+    lo, hi = geo.box(X)
+    R = np.clip(np.nan_to_num(C, nan=0.0), lo[:, None, :], hi[:, None, :])
+    for cols in geo.group_columns:
+        R[..., cols] = (np.arange(len(cols)) == R[..., cols].argmax(-1)[..., None]).astype(float)
+    ints = geo.rounded
+    d = R[..., ints] - X[:, None, ints]
+    R[..., ints] = X[:, None, ints] + np.sign(d) * np.ceil(np.abs(d) - 1e-9)
+    R = np.clip(R, lo[:, None, :], hi[:, None, :])
+    np.testing.assert_array_equal(geo.project(X, C), R)
+
 def test_geometry_distance_is_mace_distance(german):
     world, neg = german
     geo = WorldGeometry.of(world)

@@ -83,19 +83,21 @@ class WorldGeometry:
         return lo, hi
 
     def project(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
-        """Candidates ``C`` (N, K, D) made reachable for the agents ``X`` (N, D)."""
-        Xb = X[:, None, :]
+        """Candidates ``C`` (N, K, D) made reachable for the agents ``X`` (N, D): clipped into the
+        box (NaN as 0), exactly one 1 per one-hot group (its largest entry), integer columns rounded
+        away from the agent (the change is at least the proposed one). A compiled loop
+        (``search_kernels.project_kernel``)."""
+        from learners.tabular.search_kernels import project_kernel
+
         lo, hi = self.box(X)
-        C = np.clip(np.nan_to_num(C, nan=0.0), lo[:, None, :], hi[:, None, :])
-        for cols in self.group_columns:  # exactly one 1 per one-hot group (its largest entry)
-            g = C[..., cols]
-            C[..., cols] = (np.arange(len(cols)) == g.argmax(-1)[..., None]).astype(float)
-        ints = self.rounded
-        if ints.any():  # round away from the agent: the change is at least the proposed one
-            d = C[..., ints] - Xb[..., ints]
-            C[..., ints] = Xb[..., ints] + np.sign(d) * np.ceil(np.abs(d) - 1e-9)
-            C = np.clip(C, lo[:, None, :], hi[:, None, :])
-        return C
+        groups = self.__dict__.get("_group_arrays")
+        if groups is None:
+            cols = [np.asarray(c, np.int64) for c in self.group_columns]
+            groups = (np.concatenate(cols) if cols else np.zeros(0, np.int64),
+                      np.cumsum([len(c) for c in cols]).astype(np.int64))
+            self.__dict__["_group_arrays"] = groups
+        return project_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(C, float), lo, hi, groups[0],
+                              groups[1], self.rounded)
 
     def deltas(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """(..., J) per-raw-feature normalized deltas of candidates ``C`` (..., D) from ``X``."""

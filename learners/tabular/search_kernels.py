@@ -321,3 +321,45 @@ def smallest_k(d, k):
                 m += 1
             j += 1
     return out
+
+
+@nb.njit(cache=True)
+def project_kernel(X, C, lo, hi, group_cols, group_ends, rounded):
+    """``WorldGeometry.project`` per candidate row, the same operations in the same order (so the
+    same bits): NaN to 0 and infinities to the largest floats, clipped into the agent's box; each
+    one-hot group set to its largest entry (the first of ties); integer columns rounded away from
+    the agent, then clipped again. ``group_cols`` lists the groups' columns back to back, group g
+    ending at ``group_ends[g]``."""
+    N, K, D = C.shape
+    out = np.empty_like(C)
+    big = np.finfo(np.float64).max
+    any_rounded = rounded.any()
+    for n in range(N):
+        for k in range(K):
+            row = out[n, k]
+            for d in range(D):
+                v = C[n, k, d]
+                if np.isnan(v):
+                    v = 0.0
+                elif v == np.inf:
+                    v = big
+                elif v == -np.inf:
+                    v = -big
+                row[d] = min(max(v, lo[n, d]), hi[n, d])
+            start = 0
+            for g in range(group_ends.shape[0]):
+                end = group_ends[g]
+                best = start
+                for q in range(start + 1, end):
+                    if row[group_cols[q]] > row[group_cols[best]]:
+                        best = q
+                for q in range(start, end):
+                    row[group_cols[q]] = 1.0 if q == best else 0.0
+                start = end
+            if any_rounded:
+                for d in range(D):
+                    if rounded[d]:
+                        gap = row[d] - X[n, d]
+                        row[d] = X[n, d] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+                    row[d] = min(max(row[d], lo[n, d]), hi[n, d])
+    return out
