@@ -22,7 +22,15 @@ import numpy as np
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
 from learners.tabular.geometry import Variants, WorldGeometry, may_accept_within, nearest_accepted_variants
-from learners.tabular.polish import crossings, padded_edges, piece_lp, polish, region_step, split_edges, trade_sweep
+from learners.tabular.polish import (
+    crossings,
+    padded_edges,
+    piece_lp,
+    polish,
+    region_step,
+    split_edges,
+    trade_sweep,
+)
 from learners.tabular.search_kernels import (
     block_boxes,
     combinations_kernel,
