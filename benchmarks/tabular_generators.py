@@ -495,15 +495,31 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(cells: list[dict[str, Any]], path: Path) -> None:
+def _cell_grid(n_cells: int, cols: int = 4):
+    """A matplotlib (Agg) grid of one panel per cell, 4 to a row: (pyplot, figure, axes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = 4
-    rows = (len(cells) + cols - 1) // cols
+    rows = (n_cells + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    return plt, fig, axes
+
+
+def _save_grid(plt, fig, axes, n_cells: int, path: Path, *, legend_loc: str, legend_size: int = 7) -> None:
+    """The grid's spare panels blanked, the legend on the first, written to ``path`` and closed."""
+    for ax in list(axes.flat)[n_cells:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=legend_size, loc=legend_loc)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot(cells: list[dict[str, Any]], path: Path) -> None:
+    plt, fig, axes = _cell_grid(len(cells))
     for ax, c in zip(axes.flat, cells, strict=False):
         n = [p["labels"] for p in c["curve"]]
         for k, name in METHODS.items():
@@ -523,15 +539,7 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
         top.set_xticks(n, [f"{p['label_cpu_hours']:.2g} h" for p in c["curve"]], fontsize=7)
         top.minorticks_off()
         top.set_xlabel("labelling CPU hours", fontsize=7)
-    for ax in list(axes.flat)[len(cells):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
+    _save_grid(plt, fig, axes, len(cells), path, legend_loc="lower right")
 
 TARGET_SPEEDUP = 200.0  # the issue's target: this many times faster than MACE per agent
 
@@ -540,14 +548,7 @@ def plot_frontier(cells: list[dict[str, Any]], path: Path) -> None:
     """Per cell, each method at the largest label budget as one point: time per agent (log, batched;
     GeCo and MD-PSO one agent per call) against the share within 1% of MACE, with MACE itself at
     (its time, 1) and the 200x-MACE line. Up and to the left is better."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = 4
-    rows = (len(cells) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    plt, fig, axes = _cell_grid(len(cells))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, c in zip(axes.flat, cells, strict=False):
         top = c["curve"][-1]["methods"]
@@ -565,13 +566,8 @@ def plot_frontier(cells: list[dict[str, Any]], path: Path) -> None:
         ax.set_title(f"{c['dataset']} × {c['model']} ({min(last['labels'], last.get('agents', last['labels'])):,} labels)")
         ax.set_xlabel("µs per agent")
         ax.set_ylabel("within 1% of MACE")
-    for ax in list(axes.flat)[len(cells):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=6, loc="lower left")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_grid(plt, fig, axes, len(cells), path, legend_loc="lower left", legend_size=6)
+
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -455,13 +455,17 @@ def _piece_rows(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarr
     return np.concatenate(zs, 1), np.concatenate(Js, 1), np.concatenate(sides, 1), score, g
 
 
-def _piece_inputs(world: TabularWorld, geo: WorldGeometry, C: np.ndarray
-                  ) -> tuple[tuple[list[np.ndarray], list[np.ndarray]] | None, np.ndarray, np.ndarray, np.ndarray]:
-    """What the two piece steps start from: the model's layers (None: not a ReLU MLP or LR), the
-    movable real-valued columns (an integer one moves in whole steps, which neither step prices), a
-    copy of ``C`` and its rows that hold an answer."""
+def _piece_inputs(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray):
+    """What the two piece steps start from, or None where they have nothing to do (not a ReLU MLP or
+    LR, no movable real-valued column, no answer): the model's (weights, biases), the movable
+    real-valued columns (an integer one moves in whole steps, which neither step prices), the rows
+    of ``C`` that hold an answer, the agents' boxes (lo, hi) and the columns' spans."""
+    layers = _affine_layers(world)
     cols = np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)
-    return _affine_layers(world), cols, C.copy(), np.flatnonzero(~np.isnan(C).any(1))
+    rows = np.flatnonzero(~np.isnan(C).any(1))
+    if layers is None or not len(cols) or not len(rows):
+        return None
+    return layers, cols, rows, geo.box(X), geo.span[cols]
 
 
 def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 2
@@ -473,12 +477,11 @@ def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.nd
     of the missing score since the piece may end first. All candidates of all agents in one model
     call per round; an answer is replaced only by an accepted, nearer one. A heuristic (the piece's
     optimum need not be the model's). Other models: ``C`` unchanged."""
-    layers, num, C, rows = _piece_inputs(world, geo, C)
-    if layers is None or not len(num) or not len(rows):
+    C = C.copy()
+    inputs = _piece_inputs(world, geo, X, C)
+    if inputs is None:
         return C
-    weights, biases = layers
-    lo, hi = geo.box(X)
-    span = geo.span[num]
+    (weights, biases), num, rows, (lo, hi), span = inputs
     factors = np.asarray(REGION_OVERSHOOT)
     for _ in range(rounds):
         x, c = X[rows], C[rows]
@@ -529,12 +532,11 @@ def piece_lp(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarr
     from scipy.optimize import linprog
     from scipy.sparse import csr_matrix
 
-    layers, cols, C, rows = _piece_inputs(world, geo, C)
-    if layers is None or not len(cols) or not len(rows):
+    C = C.copy()
+    inputs = _piece_inputs(world, geo, X, C)
+    if inputs is None:
         return C
-    weights, biases = layers
-    lo, hi = geo.box(X)
-    span = geo.span[cols]
+    (weights, biases), cols, rows, (lo, hi), span = inputs
     K = len(cols)
     Y = C[rows].copy()
     for chunk in np.array_split(np.arange(len(rows)), -(-len(rows) // PIECE_LP_CHUNK)):
