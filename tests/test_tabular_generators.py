@@ -757,3 +757,103 @@ def test_piece_lp_leaves_other_models_and_missing_answers_alone():
     tree_geo = WorldGeometry.of(tree_world)
     T = np.array([[2.0, 3.0], [9.0, 3.0]])
     np.testing.assert_array_equal(piece_lp(tree_world, tree_geo, np.array([[1.0, 3.0], [1.0, 3.0]]), T), T)
+
+
+def test_a_start_near_the_margin_leaves_its_chunk_solvable():
+    """An agent whose box holds no point scoring twice the margin (its start clears the margin only)
+    cannot make the block LP it shares with other agents infeasible: the others are still solved,
+    as each is alone, and that agent's start is kept or replaced only by an accepted, nearer point.
+    An LR: score = f0 + f1 - 15, f0 may only rise (to 10), f1 only fall, so agent i's best score is
+    its own f1 - 5."""
+    from envs.models import LinearModel
+    from learners.tabular.geometry import MARGIN
+    from learners.tabular.polish import piece_lp
+
+    schema = FeatureSchema((Feature("f0", "numeric", 0.0, 10.0, mutability="increase"),
+                            Feature("f1", "numeric", 0.0, 10.0, mutability="decrease")))
+    world = TabularWorld("toy/lr", schema, LinearModel(np.array([1.0, 1.0]), -15.0))
+    geo = WorldGeometry.of(world)
+    X = np.array([[0.0, 5.0 + 1.9 * MARGIN], [0.0, 8.0], [1.0, 9.0], [2.0, 7.5]])
+    start = np.array([[10.0 - 0.4 * MARGIN, X[0, 1]], [10.0, 8.0], [10.0, 9.0], [10.0, 7.5]])
+    assert MARGIN <= world.model.score(start[:1])[0] < 2 * MARGIN
+    together = piece_lp(world, geo, X, start)
+    alone = np.stack([piece_lp(world, geo, X[i:i + 1], start[i:i + 1])[0] for i in range(len(X))])
+    np.testing.assert_allclose(together[1:], alone[1:], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(together[1:, 0], 15.0 - X[1:, 1], atol=1e-5)  # f0 rises just far enough
+    assert world.model.score(together[:1])[0] >= MARGIN
+    assert geo.distance(X[:1], together[:1])[0] <= geo.distance(X[:1], start[:1])[0] + 1e-12
+
+
+def test_the_predictions_pieces_only_ever_shorten_answers(german, german_labels):
+    """The LP over the network's predicted pieces (``piece_predicted``) keeps every answer valid and
+    never farther than without it, and shortens some on an MLP."""
+    from data_gen.classifiers import build as build_cell
+    from learners.tabular.geometry import accepts
+
+    world, neg = german
+    labels, train, _ = german_labels
+    mlp_world = build_cell("german", "mlp").world
+    X = neg[:40]
+    X = X[~accepts(mlp_world, X)]
+    out = {}
+    for k in (0, 1):
+        gen = build_tabular_generator("change_value", {"max_epochs": 3, "piece_predicted": k}).fit(
+            mlp_world, _train(labels, train), seed=0)
+        out[k] = gen.recommend(mlp_world, X)
+    assert (out[1].found == out[0].found).all()
+    f = out[1].found
+    assert accepts(mlp_world, out[1].CF[f]).all()
+    assert (out[1].distance[f] <= out[0].distance[f] + 1e-12).all()
+
+
+def _room_levels_numpy(world, geo, X, room, requests):
+    """The numpy ``room_levels_compact`` of a tree ensemble that ``split_levels_kernel`` replaced (the
+    reference the kernel must equal bit for bit)."""
+    from learners.tabular.polish import padded_edges, split_edges
+
+    N, D = X.shape
+    edges = split_edges(world)
+    cols = np.array([c for c in np.flatnonzero(geo.numeric & ~geo.fixed) if int(c) in edges], np.int64)
+    out = {r: np.full((N, len(cols) + 1, r[0]), np.nan) for r in requests}
+    lo, hi = geo.box(X)
+    xc, loc, hic = X[:, cols, None], lo[:, cols, None], hi[:, cols, None]
+    reach = (room[:, None] * geo.span[cols][None, :])[..., None]
+    rnd = geo.rounded[cols]
+    t, u, lft = padded_edges(world, cols)
+    cand = np.where(t[None] >= xc, lft[None], u[None])
+    gap = cand[:, rnd] - xc[:, rnd]
+    cand[:, rnd] = xc[:, rnd] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+    ok = (cand >= loc) & (cand <= hic) & (cand != xc) & (np.abs(cand - xc) <= reach + 1e-12)
+    for e, nearest in requests:
+        order = np.argsort(np.where(ok, np.abs(cand - xc), np.inf), axis=-1, kind="stable") if nearest \
+            else np.argsort(~ok, axis=-1, kind="stable")
+        n_ok, ar = ok.sum(-1), np.arange(e)
+        pick = np.broadcast_to(ar, (N, len(cols), e)) if nearest else \
+            np.where((n_ok <= e)[..., None], ar, np.floor(ar * np.maximum(n_ok, 1)[..., None] / e).astype(np.int64))
+        vals = np.take_along_axis(cand, np.take_along_axis(order, np.minimum(pick, cand.shape[-1] - 1), -1), -1)
+        out[(e, nearest)][:, : len(cols), :] = np.where(ar < np.minimum(n_ok, e)[..., None], vals, np.nan)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compiled_split_levels_are_the_numpy_ones_bit_for_bit(german, seed):
+    """A forest's room levels (split crossings within reach, nearest first or spread by value) from
+    the compiled kernel equal the numpy computation it replaced, for every request at once, with
+    integer and real columns, rooms from none to past the box."""
+    from learners.tabular.change_value import room_levels_compact
+
+    world, neg = german
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(seed)
+    X = neg[rng.permutation(len(neg))[:60]]
+    requests = [(544, True), (16, False), (32, False), (2, True), (5, False), (3, True)]
+    toy = _threshold_world()  # a real-valued column (German's split columns are all integers)
+    toy_x = np.column_stack([rng.uniform(0, 10, 40), rng.integers(0, 10, 40)]).astype(float)
+    for w, x in ((world, X), (toy, toy_x)):
+        g = WorldGeometry.of(w)
+        r_room = rng.choice([0.0, 1e-3, 0.02, 0.1, 0.5, 3.0], len(x))
+        got, _ = room_levels_compact(w, g, x, r_room, requests)
+        want = _room_levels_numpy(w, g, x, r_room, requests)
+        for r in requests:
+            np.testing.assert_array_equal(got[r], want[r])
+            assert np.isfinite(got[r]).any()

@@ -21,8 +21,9 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.geometry import Variants, WorldGeometry, may_accept_within, nearest_accepted_variants
+from learners.tabular.geometry import Variants, WorldGeometry, accepts, may_accept_within, nearest_accepted_variants
 from learners.tabular.polish import (
+    affine_layers,
     crossings,
     padded_edges,
     piece_lp,
@@ -36,6 +37,7 @@ from learners.tabular.search_kernels import (
     combinations_kernel,
     even_levels_kernel,
     scan_rows_kernel,
+    split_levels_kernel,
 )
 from solvers.mace.distance import Norm
 
@@ -114,44 +116,16 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     if not len(cols):
         return out, pos
     lo, hi = geo.box(X)
-    xc, loc, hic = X[:, cols, None], lo[:, cols, None], hi[:, cols, None]
-    reach = (room[:, None] * geo.span[cols][None, :])[..., None]  # (N, C, 1)
-    rnd = geo.rounded[cols][None, :, None]
-    any_rnd = bool(rnd.any())
-
-    def inside(cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if any_rnd:  # an integer column: the first integer at least that far from the agent
-            r = np.flatnonzero(rnd[0, :, 0])
-            gap = cand[:, r] - xc[:, r]
-            cand = cand.copy()
-            cand[:, r] = xc[:, r] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
-        ok = (cand >= loc) & (cand <= hic) & (cand != xc) & (np.abs(cand - xc) <= reach + 1e-12)  # NaN padding: False
-        return cand, ok
-
-    sorted_by: dict[bool, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # a tree's order per key, shared by requests
-    if edges:
-        t, u, lft = padded_edges(world, cols)  # (C, T), NaN padded
-        tree_cand, tree_ok = inside(np.where(t[None] >= xc, lft[None], u[None]))
-    for e, nearest in requests:
-        if not edges:  # evenly spaced steps (compiled: the (N, C, 2e) candidates are never built)
-            out[(e, nearest)][:, : len(cols), :] = even_levels_kernel(
-                X[:, cols], lo[:, cols], hi[:, cols], reach[..., 0], geo.rounded[cols], int(e))
-            continue
-        if nearest not in sorted_by:  # by value, the crossings are in split order already (ascending)
-            order = np.argsort(np.where(tree_ok, np.abs(tree_cand - xc), np.inf), axis=-1, kind="stable") \
-                if nearest else np.argsort(~tree_ok, axis=-1, kind="stable")
-            sorted_by[nearest] = (tree_cand, order, tree_ok.sum(-1))
-        cand, order, n_ok = sorted_by[nearest]
-        ar = np.arange(e)
-        if nearest:
-            pick = np.broadcast_to(ar, (N, len(cols), e))
-        else:
-            spread = np.floor(ar * np.maximum(n_ok, 1)[..., None] / e).astype(np.int64)
-            pick = np.where((n_ok <= e)[..., None], ar, spread)
-        pick = np.minimum(pick, cand.shape[-1] - 1)
-        vals = np.take_along_axis(cand, np.take_along_axis(order, pick, -1), -1)
-        live = ar < np.minimum(n_ok, e)[..., None]
-        out[(e, nearest)][:, : len(cols), :] = np.where(live, vals, np.nan)
+    reach = room[:, None] * geo.span[cols][None, :]  # (N, C)
+    args = (X[:, cols], lo[:, cols], hi[:, cols], reach, geo.rounded[cols])
+    if edges:  # split crossings, computed once for all requests (compiled)
+        es = np.array([e for e, _ in requests], np.int64)
+        vals = split_levels_kernel(*padded_edges(world, cols), *args, es, np.array([r[1] for r in requests], bool))
+        for i, (e, nearest) in enumerate(requests):
+            out[(e, nearest)][:, : len(cols), :] = vals[i, :, :, :e]
+    else:  # evenly spaced steps (compiled: the (N, C, 2e) candidates are never built)
+        for e, nearest in requests:
+            out[(e, nearest)][:, : len(cols), :] = even_levels_kernel(*args, int(e))
     return out, pos
 
 
@@ -266,6 +240,7 @@ class ChangeValueParams:
     scan_levels: tuple[int, int] = (16, 32)  # values of the first and the second feature of a scanned pair
     region_rounds: int = 2  # a ReLU MLP or LR: rounds re-choosing the answers' numeric changes on their linear piece (0: none)
     piece_lp: bool = True  # a ReLU MLP or LR: then the l1 optimum over each answer's linear piece, by an LP
+    piece_predicted: int = 1  # and over the pieces of the network's predictions for this many most probable subsets (where accepted)
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
@@ -548,12 +523,31 @@ class ChangeValueGenerator(TabularGenerator):
             take = np.flatnonzero(dr < rec.distance[rows] - 1e-12)
             rec.CF[rows[take]], rec.distance[rows[take]] = R[take], dr[take]
         if self.params.piece_lp:  # and the exact optimum over the piece each answer lies on
-            R = piece_lp(world, geo, x, rec.CF[rows])
-            dr = geo.distance(x, R)
-            take = np.flatnonzero(dr < rec.distance[rows] - 1e-12)
-            rec.CF[rows[take]], rec.distance[rows[take]] = R[take], dr[take]
+            self._piece_optima(world, geo, x, rows, subs, value, rec)
         rec.seconds += time.perf_counter() - t0
         return rec
+
+    def _piece_optima(self, world: TabularWorld, geo: WorldGeometry, x: np.ndarray, rows: np.ndarray,
+                      subs: np.ndarray, value: np.ndarray, rec: Recommendations) -> None:
+        """``piece_lp`` from each answer and from the network's accepted predictions for the
+        ``piece_predicted`` most probable subsets (a prediction often lands on the piece of MACE's
+        answer where the polished answer has left it for another); the nearest result wins. ``rec``
+        is updated in place."""
+        if affine_layers(world) is None:  # not a ReLU MLP or LR: no pieces
+            return
+        k = min(max(int(self.params.piece_predicted), 0), subs.shape[1])
+        starts = rec.CF[rows][:, None, :]
+        if k:
+            predicted = geo.project(x, np.where(subs[:, :k, geo.raw_of_column], value[:, None, :], x[:, None, :]))
+            flat = predicted.reshape(-1, x.shape[1])
+            flat[~accepts(world, flat)] = np.nan  # the LP starts from an accepted point of the piece
+            starts = np.concatenate([starts, flat.reshape(len(x), k, -1)], 1)
+        n, m, D = starts.shape
+        R = piece_lp(world, geo, np.repeat(x, m, 0), starts.reshape(-1, D)).reshape(n, m, D)
+        dr = np.where(np.isnan(R).any(-1), np.inf, geo.distance(x[:, None, :], np.nan_to_num(R)))
+        best = dr.argmin(1)
+        take = np.flatnonzero(dr[np.arange(n), best] < rec.distance[rows] - 1e-12)
+        rec.CF[rows[take]], rec.distance[rows[take]] = R[take, best[take]], dr[take, best[take]]
 
     def _first_answers(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, rec: Recommendations,
                        polish_rounds: int | None) -> None:

@@ -4,7 +4,7 @@ A multi-probe line search scales all numeric changes toward the agent, then each
 each changed feature is tried back at the agent's value. On a tree ensemble the answer first
 moves to the nearest point of its *cell* (``cell_clip``: where every tree reaches the same
 leaves) and each change is swept across the splits toward the agent (``split_edges``, with
-sklearn's float32 split semantics). Every point returned was itself accepted by a model call:
+sklearn's float32 split semantics) in place of the line search per change. Every point returned was itself accepted by a model call:
 no value is recomputed after its check (``x + (c - x)`` can miss ``c``'s last bit). A heuristic:
 no certificate."""
 
@@ -379,8 +379,11 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
                          rounds=max(1, rounds // 2), probes=P)
         shrunk = scaled(np.repeat(s[:, None], P, axis=1)).reshape(len(c), P, -1)[:, 0]
         c = np.where((s < 1.0)[:, None], shrunk, c)  # scale 1 was never probed: x + (c - x) may miss c's last bit
+        trees = bool(split_edges(world))
+        # each change on its own: a line search, but on a tree ensemble the split sweep below is exact per
+        # column (its decision changes only at splits), so probing between them would only repeat it
         a_idx, cols = np.nonzero(num[None, :] & (np.abs(c - x) > 1e-12))
-        if len(a_idx):
+        if len(a_idx) and not trees:
             base = c[a_idx]
 
             def moved(V: np.ndarray) -> Variants:  # (n, P) values of each entry's column, as variants of its row
@@ -391,7 +394,7 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
             combined = c.copy()
             combined[a_idx, cols] = far
             c = np.where(accepts(world, combined)[:, None], combined, c)
-        if split_edges(world):  # a tree ensemble: each change scanned exactly over its splits
+        if trees:  # a tree ensemble: each change scanned exactly over its splits
             c = _edge_sweep(world, geo, x, c)
     # each changed raw feature back at the agent's value, all tried in one call
     changed = geo.deltas(x, c) > 1e-12
@@ -417,7 +420,7 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
 REGION_OVERSHOOT = (1.0 + 1e-6, 1.001, 1.01, 1.05)  # multiples of the score a linear piece says is missing
 
 
-def _affine_layers(world: TabularWorld) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+def affine_layers(world: TabularWorld) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
     """A ReLU MLP's or LR's layers (weights, biases), or None for another model."""
     from envs.models import LinearModel, MLPModel
 
@@ -460,7 +463,7 @@ def _piece_inputs(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.
     LR, no movable real-valued column, no answer): the model's (weights, biases), the movable
     real-valued columns (an integer one moves in whole steps, which neither step prices), the rows
     of ``C`` that hold an answer, the agents' boxes (lo, hi) and the columns' spans."""
-    layers = _affine_layers(world)
+    layers = affine_layers(world)
     cols = np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)
     rows = np.flatnonzero(~np.isnan(C).any(1))
     if layers is None or not len(cols) or not len(rows):
@@ -547,8 +550,11 @@ def piece_lp(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarr
         J, g = J * span, g * span
         # side * (z + J . (shift / span + v)) >= 0 per unit and score + g . (...) >= 2 margin, as A v <= b
         A = np.concatenate([-side[..., None] * J, -g[:, None, :]], 1)  # (n, H + 1, K)
+        # the score to clear: twice the margin, or the start's own where lower (the start stays feasible, so
+        # one block can never make its chunk's LP infeasible; the model call below has the last word)
+        need = np.minimum(2 * MARGIN_SCORE, score)
         b = np.concatenate([side * (z + np.einsum("nhk,nk->nh", J, shift / span)),
-                            (score + (g * shift / span).sum(1) - 2 * MARGIN_SCORE)[:, None]], 1)
+                            (score + (g * shift / span).sum(1) - need)[:, None]], 1)
         A = np.concatenate([A, -A], 2)  # v = u - w, u, w >= 0: the objective sum(u + w) is the l1 part
         m, k2 = A.shape[1], 2 * K
         row_block = np.repeat(np.arange(n), m)

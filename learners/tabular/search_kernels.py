@@ -287,6 +287,51 @@ def even_levels_kernel(xc, loc, hic, reach, rounded, e):
 
 
 @nb.njit(cache=True)
+def split_levels_kernel(t, u, lft, xc, loc, hic, reach, rounded, es, nearest):
+    """A tree ensemble: per agent and column (``xc``, ``loc``, ``hic``, ``reach``: (N, C)), the value
+    just across each split (``t``, ``u``, ``lft``: (C, T), NaN padded: ``crossings``; an integer
+    column's first integer at least that far), kept where inside the box, off the agent's value and
+    within reach; then per request r (``es[r]`` values, ``nearest[r]``): the es[r] nearest the agent
+    (ties in split order), or all kept ones ascending where at most es[r], else es[r] spread evenly over
+    them (index floor(i * n / e)). (R, N, C, max e), NaN padded: ``room_levels_compact``'s values for
+    a tree ensemble, the crossings computed once per (agent, column) for all requests."""
+    N, C = xc.shape
+    T = t.shape[1]
+    E = 1
+    for r in range(es.shape[0]):
+        E = max(E, es[r])
+    out = np.full((es.shape[0], N, C, E), np.nan)
+    kept = np.empty(T)
+    gap = np.empty(T)
+    for n in range(N):
+        for c in range(C):
+            x, lo, hi, room = xc[n, c], loc[n, c], hic[n, c], reach[n, c]
+            m = 0
+            for k in range(T):  # ascending in k: the thresholds are sorted
+                v = lft[c, k] if t[c, k] >= x else u[c, k]
+                if rounded[c]:
+                    g = v - x
+                    v = x + np.sign(g) * np.ceil(np.abs(g) - 1e-9)
+                if v >= lo and v <= hi and v != x and np.abs(v - x) <= room + 1e-12:  # NaN padding: False
+                    kept[m] = v
+                    gap[m] = np.abs(v - x)
+                    m += 1
+            order = np.argsort(gap[:m], kind="mergesort")  # nearest first, ties in split order
+            for r in range(es.shape[0]):
+                e = es[r]
+                if nearest[r]:
+                    for i in range(min(m, e)):
+                        out[r, n, c, i] = kept[order[i]]
+                elif m <= e:
+                    for i in range(m):
+                        out[r, n, c, i] = kept[i]
+                else:
+                    for i in range(e):
+                        out[r, n, c, i] = kept[int(np.floor(i * m / e))]
+    return out
+
+
+@nb.njit(cache=True)
 def smallest_k(d, k):
     """(N, k) per row of ``d`` (N, M) the indices of its k smallest entries, smallest first, ties in
     index order (NaN last): one pass with a sorted insertion buffer of k (numpy's partition of all M
