@@ -14,6 +14,7 @@ from learners.tabular.geometry import WorldGeometry
 from learners.tabular.search_kernels import (
     _farthest,
     block_boxes,
+    closer_crossings_kernel,
     combinations_kernel,
     crossings_within_kernel,
     even_levels_kernel,
@@ -124,6 +125,22 @@ def _splits_back_reference(edges, x, c, cols, k, default):
     return out
 
 
+def _closer_crossings_reference(edges, x, c, cols, rounded, width):
+    """The crossings ``polish._edge_sweep`` tried per column before the kernel (numpy, per column)."""
+    out = np.full((len(cols), width), np.nan)
+    for col in np.unique(cols):
+        if int(col) not in edges:
+            continue
+        e = np.flatnonzero(cols == col)
+        xv, cv = x[e, col][:, None], c[e, col][:, None]
+        v = _crossings(edges[int(col)], x[e, col])
+        if rounded[col]:
+            v = xv + np.sign(v - xv) * np.ceil(np.abs(v - xv) - 1e-9)
+        closer = (np.abs(v - xv) < np.abs(cv - xv) - 1e-12) & (np.sign(v - xv) == np.sign(cv - xv))
+        out[e, : v.shape[1]] = np.where(closer, v, np.nan)
+    return out
+
+
 def test_split_walks_match_the_sorted_crossings(forest):
     from learners.tabular.polish import all_padded_edges, split_edges
 
@@ -145,6 +162,10 @@ def test_split_walks_match_the_sorted_crossings(forest):
     got = crossings_within_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, sign,
                                   np.max(sign[:, None] * (V - c[np.arange(Q), cols][:, None]), 1), geo.rounded, 6)
     want = _crossings_within_reference(edges, x, c, cols, sign, V, geo.rounded)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.nan_to_num(got), np.nan_to_num(want))
+    assert np.isfinite(got).any()
+    got = closer_crossings_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, geo.rounded)
+    want = _closer_crossings_reference(edges, x, c, cols, geo.rounded, got.shape[1])
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.nan_to_num(got), np.nan_to_num(want))
     assert np.isfinite(got).any()
     default = rng.random(Q)

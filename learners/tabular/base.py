@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from envs.tabular import TabularWorld
-from learners.tabular.geometry import WorldGeometry, accepted_distances
+from learners.tabular.geometry import WorldGeometry, accepted_distances, repeats
 from learners.tabular.polish import polish, trade_sweep
 from solvers.mace.distance import Norm
 
@@ -146,7 +146,9 @@ class TabularGenerator(ABC):
         top = min(K, max(1, int(self.params.polish_top)) if steps >= 0 else 1)
         pick = order[:, :top]  # the nearest accepted candidates are each polished, then the nearest wins
         P = C[np.arange(N)[:, None], pick].reshape(N * top, D)
-        live = np.isfinite(np.take_along_axis(dist, pick, 1)).reshape(-1)
+        # a start met twice (the same row from two sources) is polished once: the polish of one row
+        # never depends on the others, so the answers are the same
+        live = (np.isfinite(np.take_along_axis(dist, pick, 1)) & ~repeats(P.reshape(N, top, D))).reshape(-1)
         P[~live] = np.nan
         Xr = np.repeat(X, top, axis=0)
         if steps >= 0:

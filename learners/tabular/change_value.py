@@ -21,7 +21,14 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.geometry import Variants, WorldGeometry, accepts, may_accept_within, nearest_accepted_variants
+from learners.tabular.geometry import (
+    Variants,
+    WorldGeometry,
+    accepts,
+    may_accept_within,
+    nearest_accepted_variants,
+    repeats,
+)
 from learners.tabular.polish import (
     affine_layers,
     crossings,
@@ -504,7 +511,7 @@ class ChangeValueGenerator(TabularGenerator):
             V, own = Variants.concat([V, Vc]), np.concatenate([own, oc])
         k = max(1, int(self.params.scan_starts))
         d_best, _, starts = nearest_accepted_variants(world, geo, x, V, own, k)  # one model call
-        a_of, s_of = np.nonzero(d_best < rec.distance[rows, None] - 1e-12)  # nearer starts, each polished
+        a_of, s_of = np.nonzero((d_best < rec.distance[rows, None] - 1e-12) & ~repeats(starts))  # nearer starts, each polished once
         if len(a_of):
             steps = self.params.polish_rounds if polish_rounds is None else polish_rounds
             P = starts[a_of, s_of]

@@ -254,6 +254,13 @@ def may_accept_within(world: TabularWorld, base: np.ndarray, cols: np.ndarray, l
     return bound > -BOUND_SLACK if getattr(world.model, "exact", False) else bound >= MARGIN - BOUND_SLACK
 
 
+def repeats(P: np.ndarray) -> np.ndarray:
+    """(N, k) True where row ``P[i, j]`` (N, k, D) equals an earlier row ``P[i, j' < j]`` of its agent
+    (bit for bit; NaN rows never equal): a search polishes each distinct start once."""
+    same = (P[:, :, None, :] == P[:, None, :, :]).all(-1)  # (N, k, k)
+    return np.tril(same, -1).any(2)
+
+
 def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, V: Variants,
                               owner: np.ndarray, k: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``nearest_accepted`` of variant rows: per agent the distances of its ``k`` nearest accepted

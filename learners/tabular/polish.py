@@ -187,34 +187,19 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     cols_all = np.array([j for j in np.flatnonzero(geo.numeric) if j in edges], np.int64)
     if not len(cols_all):
         return c
+    from learners.tabular.search_kernels import closer_crossings_kernel
+
+    t, u, lft, n_splits = all_padded_edges(world, x.shape[1])
     for _ in range(sweeps):
         moved_any = False
         changed = np.abs(c[:, cols_all] - x[:, cols_all]) > 1e-12  # (n, m)
-        k_max = int(changed.sum(1).max(initial=0))
-        for r in range(k_max):
-            rank = np.cumsum(changed, 1) - 1
-            a_idx, m_idx = np.nonzero(changed & (rank == r))
-            if not len(a_idx):
+        rank = np.cumsum(changed, 1) - 1
+        for r in range(int(changed.sum(1).max(initial=0))):  # each agent's r-th changed column, all at once
+            own, m_idx = np.nonzero(changed & (rank == r))
+            if not len(own):
                 continue
-            by_col: dict[int, np.ndarray] = {}
-            for m in np.unique(m_idx):
-                by_col[int(cols_all[m])] = a_idx[m_idx == m]
-            width = max(len(edges[col][0]) for col in by_col)
-            owners, vals = [], []
-            for col, agents in by_col.items():
-                v = crossings(edges[col], x[agents, col])  # (n, T)
-                if geo.rounded[col]:
-                    gap = v - x[agents, col][:, None]
-                    v = x[agents, col][:, None] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
-                closer = (np.abs(v - x[agents, col][:, None]) < np.abs(c[agents, col] - x[agents, col])[:, None] - 1e-12) \
-                    & (np.sign(v - x[agents, col][:, None]) == np.sign(c[agents, col] - x[agents, col])[:, None])
-                v = np.where(closer, v, np.nan)
-                v = np.pad(v, ((0, 0), (0, width - v.shape[1])), constant_values=np.nan)
-                owners.append(np.repeat(agents[:, None], width, 1))
-                vals.append(v)
-            V = np.concatenate(vals)  # (n, width): each entry's column at each crossing
-            own = np.concatenate(owners)[:, 0]
-            col_of = np.concatenate([np.full(len(a), col) for col, a in by_col.items()])
+            col_of = cols_all[m_idx]
+            V = closer_crossings_kernel(t, u, lft, n_splits, x[own, col_of], c[own, col_of], col_of, geo.rounded)
             live = ~np.isnan(V)
             if not live.any():
                 continue

@@ -127,7 +127,13 @@ def crossings_within_kernel(t, u, lft, n_splits, xv, cv, cols, sign, reach, roun
         n = n_splits[col]
         s, x, c, r = sign[q], xv[q], cv[q], reach[q]
         k = 0
-        j, step, end = (0, 1, n) if s > 0 else (n - 1, -1, -1)
+        # start a little behind c: a split's crossing is within a float32 step of it, an integer column's
+        # within one more unit, so no crossing before the start is ahead of c
+        tol = (1.0 if rounded[col] else 0.0) + 1e-6 * (1.0 + np.abs(c))
+        if s > 0:
+            j, step, end = max(np.searchsorted(t[col, :n], c - tol) - 1, 0), 1, n
+        else:
+            j, step, end = min(np.searchsorted(t[col, :n], c + tol, side="right"), n - 1), -1, -1
         while j != end and k < width:
             v = _crossing(t, u, lft, col, j, x)
             if rounded[col]:
@@ -139,6 +145,31 @@ def crossings_within_kernel(t, u, lft, n_splits, xv, cv, cols, sign, reach, roun
                 out[q, k] = v
                 k += 1
             j += step
+    return out
+
+
+@nb.njit(cache=True)
+def closer_crossings_kernel(t, u, lft, n_splits, xv, cv, cols, rounded):
+    """Per entry q, each split crossing of column ``cols[q]`` from the agent's ``xv[q]`` (an integer
+    column's first integer at least that far) that lies on the side of ``cv[q]`` and nearer the agent
+    than it, at its split's index; NaN elsewhere. (Q, most splits of those columns): the values
+    ``polish._edge_sweep`` tries for a change, computed per entry without (Q, T) temporaries."""
+    Q = cols.shape[0]
+    W = 0
+    for q in range(Q):
+        W = max(W, n_splits[cols[q]])
+    out = np.full((Q, W), np.nan)
+    for q in range(Q):
+        col = cols[q]
+        x, c = xv[q], cv[q]
+        now, side = np.abs(c - x), np.sign(c - x)
+        for j in range(n_splits[col]):
+            v = _crossing(t, u, lft, col, j, x)
+            if rounded[col]:
+                g = v - x
+                v = x + np.sign(g) * np.ceil(np.abs(g) - 1e-9)
+            if np.abs(v - x) < now - 1e-12 and np.sign(v - x) == side:
+                out[q, j] = v
     return out
 
 
@@ -307,7 +338,15 @@ def split_levels_kernel(t, u, lft, xc, loc, hic, reach, rounded, es, nearest):
         for c in range(C):
             x, lo, hi, room = xc[n, c], loc[n, c], hic[n, c], reach[n, c]
             m = 0
-            for k in range(T):  # ascending in k: the thresholds are sorted
+            # only the splits within reach (a crossing is within a float32 step of its split, and an
+            # integer column's rounding moves it away from the agent): the rest fail the test below
+            n_c = T
+            while n_c > 0 and np.isnan(t[c, n_c - 1]):
+                n_c -= 1
+            tol = 1e-6 * (1.0 + np.abs(x) + room)
+            first = max(np.searchsorted(t[c, :n_c], x - room - tol) - 1, 0)
+            last = min(np.searchsorted(t[c, :n_c], x + room + tol, side="right") + 1, n_c)
+            for k in range(first, last):  # ascending in k: the thresholds are sorted
                 v = lft[c, k] if t[c, k] >= x else u[c, k]
                 if rounded[c]:
                     g = v - x
