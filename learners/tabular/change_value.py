@@ -109,7 +109,8 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     split crossings, else e evenly spaced values each way (an integer column's every step when they
     fit); the ``e`` nearest the agent when ``nearest`` (crossings), else all reachable values where
     they fit and ``e`` evenly spread over them (ordered by value: both directions) where not.
-    All columns at once (a tree's crossings padded to its most split column). Compact: (N, C + 1, e)
+    All columns at once (a tree's crossings padded to its most split column; its arrays hold fewer
+    than e values per column where no agent has e within reach). Compact: (N, C + 1, e)
     arrays over the C columns that have values, and ``pos`` (D,): each column's place in them (C,
     an all-NaN slot, for the others)."""
     N, D = X.shape
@@ -128,8 +129,10 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     if edges:  # split crossings, computed once for all requests (compiled)
         es = np.array([e for e, _ in requests], np.int64)
         vals = split_levels_kernel(*padded_edges(world, cols), *args, es, np.array([r[1] for r in requests], bool))
-        for i, (e, nearest) in enumerate(requests):
-            out[(e, nearest)][:, : len(cols), :] = vals[i, :, :, :e]
+        for i, (e, nearest) in enumerate(requests):  # at most e values: no agent has more within its room
+            w = min(e, vals.shape[-1])
+            out[(e, nearest)] = np.full((N, len(cols) + 1, w), np.nan)
+            out[(e, nearest)][:, : len(cols), :] = vals[i, :, :, :w]
     else:  # evenly spaced steps (compiled: the (N, C, 2e) candidates are never built)
         for e, nearest in requests:
             out[(e, nearest)][:, : len(cols), :] = even_levels_kernel(*args, int(e))

@@ -317,6 +317,28 @@ def even_levels_kernel(xc, loc, hic, reach, rounded, e):
     return out
 
 
+@nb.njit(cache=True, inline="always")
+def _kept_crossings(t, u, lft, c, n_c, x, lo, hi, room, rounded, kept, gap):
+    """Into ``kept`` (ascending) and ``gap`` (distance from the agent): column c's split crossings from
+    ``x`` (an integer column's first integer at least that far) inside [lo, hi], off x and within
+    ``room``; returns how many. Only the splits within reach are visited (a crossing is within a
+    float32 step of its split, and an integer column's rounding moves it away from the agent)."""
+    tol = 1e-6 * (1.0 + np.abs(x) + room)
+    first = max(np.searchsorted(t[c, :n_c], x - room - tol) - 1, 0)
+    last = min(np.searchsorted(t[c, :n_c], x + room + tol, side="right") + 1, n_c)
+    m = 0
+    for k in range(first, last):  # ascending in k: the thresholds are sorted
+        v = lft[c, k] if t[c, k] >= x else u[c, k]
+        if rounded:
+            g = v - x
+            v = x + np.sign(g) * np.ceil(np.abs(g) - 1e-9)
+        if v >= lo and v <= hi and v != x and np.abs(v - x) <= room + 1e-12:
+            kept[m] = v
+            gap[m] = np.abs(v - x)
+            m += 1
+    return m
+
+
 @nb.njit(cache=True)
 def split_levels_kernel(t, u, lft, xc, loc, hic, reach, rounded, es, nearest):
     """A tree ensemble: per agent and column (``xc``, ``loc``, ``hic``, ``reach``: (N, C)), the value
@@ -324,37 +346,31 @@ def split_levels_kernel(t, u, lft, xc, loc, hic, reach, rounded, es, nearest):
     column's first integer at least that far), kept where inside the box, off the agent's value and
     within reach; then per request r (``es[r]`` values, ``nearest[r]``): the es[r] nearest the agent
     (ties in split order), or all kept ones ascending where at most es[r], else es[r] spread evenly over
-    them (index floor(i * n / e)). (R, N, C, max e), NaN padded: ``room_levels_compact``'s values for
-    a tree ensemble, the crossings computed once per (agent, column) for all requests."""
+    them (index floor(i * n / e)). (R, N, C, W), NaN padded, W = the largest e but no more than the
+    most values any (agent, column) keeps (a wide request costs no all-NaN tail): ``room_levels_compact``'s
+    values for a tree ensemble, one pass counting, one filling all requests."""
     N, C = xc.shape
     T = t.shape[1]
     E = 1
     for r in range(es.shape[0]):
         E = max(E, es[r])
-    out = np.full((es.shape[0], N, C, E), np.nan)
+    n_of = np.full(C, T)
+    for c in range(C):
+        while n_of[c] > 0 and np.isnan(t[c, n_of[c] - 1]):
+            n_of[c] -= 1
     kept = np.empty(T)
     gap = np.empty(T)
+    most = 1
     for n in range(N):
         for c in range(C):
-            x, lo, hi, room = xc[n, c], loc[n, c], hic[n, c], reach[n, c]
-            m = 0
-            # only the splits within reach (a crossing is within a float32 step of its split, and an
-            # integer column's rounding moves it away from the agent): the rest fail the test below
-            n_c = T
-            while n_c > 0 and np.isnan(t[c, n_c - 1]):
-                n_c -= 1
-            tol = 1e-6 * (1.0 + np.abs(x) + room)
-            first = max(np.searchsorted(t[c, :n_c], x - room - tol) - 1, 0)
-            last = min(np.searchsorted(t[c, :n_c], x + room + tol, side="right") + 1, n_c)
-            for k in range(first, last):  # ascending in k: the thresholds are sorted
-                v = lft[c, k] if t[c, k] >= x else u[c, k]
-                if rounded[c]:
-                    g = v - x
-                    v = x + np.sign(g) * np.ceil(np.abs(g) - 1e-9)
-                if v >= lo and v <= hi and v != x and np.abs(v - x) <= room + 1e-12:  # NaN padding: False
-                    kept[m] = v
-                    gap[m] = np.abs(v - x)
-                    m += 1
+            most = max(most, _kept_crossings(t, u, lft, c, n_of[c], xc[n, c], loc[n, c], hic[n, c], reach[n, c],
+                                             rounded[c], kept, gap))
+    W = min(E, most)
+    out = np.full((es.shape[0], N, C, W), np.nan)
+    for n in range(N):
+        for c in range(C):
+            m = _kept_crossings(t, u, lft, c, n_of[c], xc[n, c], loc[n, c], hic[n, c], reach[n, c], rounded[c],
+                                kept, gap)
             order = np.argsort(gap[:m], kind="mergesort")  # nearest first, ties in split order
             for r in range(es.shape[0]):
                 e = es[r]
