@@ -244,20 +244,41 @@ def _splits_back(world: TabularWorld, x: np.ndarray, c: np.ndarray, cols: np.nda
 
 
 def _crossings_within(world: TabularWorld, x: np.ndarray, c: np.ndarray, cols: np.ndarray, sign: np.ndarray,
-                      V: np.ndarray, rounded: np.ndarray) -> np.ndarray:
-    """(Q, L) per entry, the first ``L`` split crossings of column ``cols[q]`` beyond ``c`` in
-    direction ``sign[q]`` and no farther than the farthest of ``V[q]`` (the room), an integer
-    column's first integer across each; NaN padded. A column with no splits moves nowhere (all NaN)."""
+                      reach: np.ndarray, width: int, rounded: np.ndarray) -> np.ndarray:
+    """(Q, width) per entry, the first ``width`` split crossings of column ``cols[q]`` beyond ``c`` in
+    direction ``sign[q]`` and no farther than ``reach[q]`` past it (the room), an integer column's first
+    integer across each; NaN padded. A column with no splits moves nowhere (all NaN)."""
     from learners.tabular.search_kernels import crossings_within_kernel
 
     t, u, lft, n = all_padded_edges(world, x.shape[1])
     rows = np.arange(len(cols))
-    cv = c[rows, cols]
-    with np.errstate(all="ignore"):
-        reach = np.nanmax(np.where(np.isnan(V), -np.inf, sign[:, None] * (V - cv[:, None])), axis=1) if V.shape[1] \
-            else np.full(len(cols), -np.inf)
-    return crossings_within_kernel(t, u, lft, n, x[rows, cols], cv, cols.astype(np.int64), np.asarray(sign, float),
-                                   reach, rounded, V.shape[1])
+    return crossings_within_kernel(t, u, lft, n, x[rows, cols], c[rows, cols], cols.astype(np.int64),
+                                   np.asarray(sign, float), np.asarray(reach, float), rounded, int(width))
+
+
+def _trade_crossings(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, own: np.ndarray,
+                     m: np.ndarray, sg: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """``trade_sweep`` on a tree ensemble: per trade q (agent ``own[q]``, partner column ``num[m[q]]``,
+    direction ``sg[q]``: 0 up, 1 down), the first ``V.shape[1]`` split crossings of the partner within
+    the trade's room (the farthest of ``V[q]``). The crossings are walked once per agent, partner and
+    direction, as far as its widest room; each trade keeps the prefix within its own (the crossings are
+    nearest first, so that prefix is what a walk as far as its own room finds)."""
+    num = np.flatnonzero(geo.numeric & ~geo.fixed)
+    sign = np.where(sg == 0, 1.0, -1.0)
+    cj = num[m]
+    cv = c[own, cj]
+    reach = sign * (V[:, -1] - cv)  # V is monotone along its shares: the last one is the farthest
+    key = (own * len(num) + m) * 2 + sg
+    widest = np.full(len(x) * len(num) * 2, -np.inf)
+    np.maximum.at(widest, key, reach)
+    walks = np.flatnonzero(np.isfinite(widest))
+    slot = np.empty(len(widest), np.int64)
+    slot[walks] = np.arange(len(walks))
+    a_w, rest = np.divmod(walks, len(num) * 2)
+    m_w, sg_w = np.divmod(rest, 2)
+    W = _crossings_within(world, x[a_w], c[a_w], num[m_w], np.where(sg_w == 0, 1.0, -1.0), widest[walks],
+                          V.shape[1], geo.rounded)[slot[key]]
+    return np.where(sign[:, None] * (W - cv[:, None]) <= reach[:, None] + 1e-12, W, np.nan)
 
 
 def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
@@ -311,7 +332,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         V = np.clip(c[a_i[e], cj][:, None] + signs[sg][:, None] * steps, lo[a_i[e], cj][:, None],
                     hi[a_i[e], cj][:, None])
         if edges:  # a tree ensemble: j's moves are the splits it crosses within the room, no others
-            V = _crossings_within(world, x[a_i[e]], c[a_i[e]], cj, signs[sg], V, geo.rounded)
+            V = _trade_crossings(world, geo, x, c, a_i[e], m, sg, V)
         q_of, l_of = np.nonzero(~np.isnan(V))  # the trades: row c of the agent, ci given back, cj moved on
         if not len(q_of):
             break
