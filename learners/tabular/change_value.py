@@ -42,6 +42,7 @@ from learners.tabular.polish import (
 from learners.tabular.search_kernels import (
     block_boxes,
     combinations_kernel,
+    donors_kernel,
     even_levels_kernel,
     scan_rows_kernel,
     split_levels_kernel,
@@ -457,26 +458,17 @@ class ChangeValueGenerator(TabularGenerator):
     def _donors(self, d: np.ndarray, keys: np.ndarray, q: int) -> np.ndarray:
         """(N, S*q) per agent and subset, the ``q`` nearest training agents (by ``d`` (N, M)) whose MACE
         answer changed exactly that subset (``keys`` (N, S)), nearest first within a subset (ties:
-        the lower index); -1 where fewer have it. Each distinct subset is looked up once, among
-        only the training agents that have it."""
+        the lower index); -1 where fewer have it. Each lookup scans only the training agents that
+        have the subset (compiled)."""
         N, S = keys.shape
-        out = np.full((N, S, q), -1, np.int64)
         by_key = self.__dict__.get("_donor_index")
         if by_key is None or by_key[0] is not self.train_sets_:
             order = np.argsort(self.train_sets_, kind="stable")
             by_key = (self.train_sets_, order, self.train_sets_[order])
             self.__dict__["_donor_index"] = by_key
         _, order, sorted_keys = by_key
-        wanted, inverse = np.unique(keys.reshape(-1), return_inverse=True)
-        starts = np.searchsorted(sorted_keys, wanted, "left")
-        ends = np.searchsorted(sorted_keys, wanted, "right")
-        for u in np.flatnonzero(ends > starts):
-            members = order[starts[u]: ends[u]]  # ascending training index
-            req = np.flatnonzero(inverse == u)
-            sub = d[req // S][:, members]
-            k = min(q, len(members))
-            near = np.argmin(sub, axis=1)[:, None] if k == 1 else np.argsort(sub, axis=1, kind="stable")[:, :k]
-            out[req // S, req % S, :k] = members[near]
+        out = donors_kernel(np.ascontiguousarray(d), np.ascontiguousarray(keys, np.int64), sorted_keys,
+                            order.astype(np.int64), int(q))
         return out.reshape(N, S * q)
 
     def _recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm, polish_rounds: int | None,

@@ -146,6 +146,18 @@ def _leaf_boxes(model: Any) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def _stacked_leaf_boxes(model: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_leaf_boxes`` of all trees stacked: each tree's first row (T,) and the (nodes, D) lower and
+    upper bounds (cached on the model)."""
+    hit = model.__dict__.get("_stacked_leaf_boxes")
+    if hit is None:
+        boxes = _leaf_boxes(model)
+        offsets = np.cumsum([0] + [len(lo) for lo, _ in boxes[:-1]]).astype(np.int64)
+        hit = (offsets, np.concatenate([lo for lo, _ in boxes]), np.concatenate([hi for _, hi in boxes]))
+        model.__dict__["_stacked_leaf_boxes"] = hit
+    return hit
+
+
 def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """For a tree ensemble, the point of each accepted row's *cell* (the box where every tree
     reaches the same leaves, so the decision is the same) nearest its agent: the agent clipped
@@ -161,9 +173,10 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
     c, x = C[rows], X[rows]
     leaves = world.model.leaves(c)  # through a counting wrapper when there is one
     lo, hi = geo.box(x)
-    for j, (blo, bhi) in enumerate(_leaf_boxes(model)):
-        lo = np.maximum(lo, blo[leaves[:, j]])
-        hi = np.minimum(hi, bhi[leaves[:, j]])
+    from learners.tabular.search_kernels import leaf_boxes_kernel
+
+    offsets, node_lo, node_hi = _stacked_leaf_boxes(model)
+    lo, hi = leaf_boxes_kernel(np.ascontiguousarray(leaves, np.int64), offsets, node_lo, node_hi, lo, hi)
     P = np.clip(x, lo, hi)
     r = geo.rounded
     P[:, r] = np.where(P[:, r] > x[:, r], np.ceil(P[:, r] - 1e-9), np.where(P[:, r] < x[:, r], np.floor(P[:, r] + 1e-9), P[:, r]))

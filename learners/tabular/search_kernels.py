@@ -387,6 +387,52 @@ def split_levels_kernel(t, u, lft, xc, loc, hic, reach, rounded, es, nearest):
 
 
 @nb.njit(cache=True)
+def leaf_boxes_kernel(leaves, offsets, node_lo, node_hi, lo, hi):
+    """Per row, its box ``lo``, ``hi`` (N, D) intersected with the box of the leaf it reaches in each
+    tree (``leaves`` (N, trees), ids within each tree; ``offsets``: each tree's first row of the
+    stacked (nodes, D) ``node_lo``, ``node_hi``): the row's cell within its box. New arrays."""
+    lo, hi = lo.copy(), hi.copy()
+    N, D = lo.shape
+    for i in range(N):
+        for j in range(leaves.shape[1]):
+            k = offsets[j] + leaves[i, j]
+            for d in range(D):
+                lo[i, d] = max(lo[i, d], node_lo[k, d])
+                hi[i, d] = min(hi[i, d], node_hi[k, d])
+    return lo, hi
+
+
+@nb.njit(cache=True)
+def donors_kernel(d, keys, sorted_keys, order, q):
+    """(N, S, q) per agent n and subset s, the ``q`` training agents nearest by ``d[n]`` (N, M) among
+    those whose key is ``keys[n, s]`` (``order``: the training agents sorted by key, stably, so in
+    ascending index within a key; ``sorted_keys``: their keys), nearest first, ties to the lower
+    index; -1 where fewer have the key. What ``np.argsort(d[n, members], kind="stable")[:q]`` gives."""
+    N, S = keys.shape
+    out = np.full((N, S, q), -1, np.int64)
+    best = np.empty(q)
+    for n in range(N):
+        for s in range(S):
+            lo = np.searchsorted(sorted_keys, keys[n, s])
+            hi = np.searchsorted(sorted_keys, keys[n, s], side="right")
+            k = 0
+            for p in range(lo, hi):  # insertion into the sorted buffer of the q nearest so far
+                member = order[p]
+                v = d[n, member]
+                if k == q and not v < best[q - 1]:
+                    continue
+                i = min(k, q - 1)
+                while i > 0 and v < best[i - 1]:  # strictly nearer moves ahead: ties keep index order
+                    best[i] = best[i - 1]
+                    out[n, s, i] = out[n, s, i - 1]
+                    i -= 1
+                best[i] = v
+                out[n, s, i] = member
+                k = min(k + 1, q)
+    return out
+
+
+@nb.njit(cache=True)
 def smallest_k(d, k):
     """(N, k) per row of ``d`` (N, M) the indices of its k smallest entries, smallest first, ties in
     index order (NaN last): one pass with a sorted insertion buffer of k (numpy's partition of all M
