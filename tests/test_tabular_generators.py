@@ -843,7 +843,6 @@ def test_compiled_split_levels_are_the_numpy_ones_bit_for_bit(german, seed):
     from learners.tabular.change_value import room_levels_compact
 
     world, neg = german
-    geo = WorldGeometry.of(world)
     rng = np.random.default_rng(seed)
     X = neg[rng.permutation(len(neg))[:60]]
     requests = [(544, True), (16, False), (32, False), (2, True), (5, False), (3, True)]

@@ -4,9 +4,9 @@ A multi-probe line search scales all numeric changes toward the agent, then each
 each changed feature is tried back at the agent's value. On a tree ensemble the answer first
 moves to the nearest point of its *cell* (``cell_clip``: where every tree reaches the same
 leaves) and each change is swept across the splits toward the agent (``split_edges``, with
-sklearn's float32 split semantics) in place of the line search per change. Every point returned was itself accepted by a model call:
-no value is recomputed after its check (``x + (c - x)`` can miss ``c``'s last bit). A heuristic:
-no certificate."""
+sklearn's float32 split semantics) in place of the line search per change. Every point returned
+was itself accepted by a model call: no value is recomputed after its check (``x + (c - x)`` can
+miss ``c``'s last bit). A heuristic: no certificate."""
 
 from __future__ import annotations
 
@@ -371,7 +371,8 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
            probes: int = 15) -> np.ndarray:
     """Shorten accepted answers ``C`` (N, D; NaN rows skipped) while the model accepts them: one
     scale of all numeric changes, then each numeric change on its own (combined if the model still
-    accepts), then each changed feature back at the agent's value. About 2 + rounds + 2 model calls."""
+    accepts; a tree ensemble: the exact split sweep instead), then each changed feature back at the
+    agent's value. About 2 + rounds + 2 model calls (a tree ensemble: 2 + rounds / 2 + its sweeps)."""
     C = C.copy()
     rows = np.flatnonzero(~np.isnan(C).any(1))
     if not len(rows):
