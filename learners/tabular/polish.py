@@ -269,14 +269,13 @@ def _crossings_within(world: TabularWorld, x: np.ndarray, c: np.ndarray, cols: n
                                    np.asarray(sign, float), np.asarray(reach, float), rounded, int(width))
 
 
-def _trade_crossings(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, own: np.ndarray,
-                     m: np.ndarray, sg: np.ndarray, V: np.ndarray) -> np.ndarray:
+def _trade_crossings(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, num: np.ndarray,
+                     own: np.ndarray, m: np.ndarray, sg: np.ndarray, V: np.ndarray) -> np.ndarray:
     """``trade_sweep`` on a tree ensemble: per trade q (agent ``own[q]``, partner column ``num[m[q]]``,
     direction ``sg[q]``: 0 up, 1 down), the first ``V.shape[1]`` split crossings of the partner within
     the trade's room (the farthest of ``V[q]``). The crossings are walked once per agent, partner and
     direction, as far as its widest room; each trade keeps the prefix within its own (the crossings are
     nearest first, so that prefix is what a walk as far as its own room finds)."""
-    num = np.flatnonzero(geo.numeric & ~geo.fixed)
     sign = np.where(sg == 0, 1.0, -1.0)
     cj = num[m]
     cv = c[own, cj]
@@ -345,7 +344,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         V = np.clip(c[a_i[e], cj][:, None] + signs[sg][:, None] * steps, lo[a_i[e], cj][:, None],
                     hi[a_i[e], cj][:, None])
         if edges:  # a tree ensemble: j's moves are the splits it crosses within the room, no others
-            V = _trade_crossings(world, geo, x, c, a_i[e], m, sg, V)
+            V = _trade_crossings(world, geo, x, c, num, a_i[e], m, sg, V)
         q_of, l_of = np.nonzero(~np.isnan(V))  # the trades: row c of the agent, ci given back, cj moved on
         if not len(q_of):
             break

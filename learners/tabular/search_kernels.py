@@ -10,6 +10,14 @@ import numba as nb
 import numpy as np
 
 
+@nb.njit(cache=True, inline="always")
+def _away(v, x):
+    """An integer column's value: the first integer at least as far from the agent's ``x`` as ``v``
+    (rounded away from it; ``WorldGeometry.project``'s rounding, the same bits)."""
+    g = v - x
+    return x + np.sign(g) * np.ceil(np.abs(g) - 1e-9)
+
+
 @nb.njit(cache=True)
 def _grow2(a, n):
     out = np.empty((max(n, 2 * a.shape[0]), a.shape[1]), a.dtype)
@@ -166,8 +174,7 @@ def closer_crossings_kernel(t, u, lft, n_splits, xv, cv, cols, rounded):
         for j in range(n_splits[col]):
             v = _crossing(t, u, lft, col, j, x)
             if rounded[col]:
-                g = v - x
-                v = x + np.sign(g) * np.ceil(np.abs(g) - 1e-9)
+                v = _away(v, x)
             if np.abs(v - x) < now - 1e-12 and np.sign(v - x) == side:
                 out[q, j] = v
     return out
@@ -303,8 +310,7 @@ def even_levels_kernel(xc, loc, hic, reach, rounded, e):
             for s in range(2 * e):  # ascending: x - steps[e-1], ..., x - steps[0], x + steps[0], ...
                 v = x - steps[e - 1 - s] if s < e else x + steps[s - e]
                 if rounded[c]:  # the first integer at least that far from the agent
-                    gap = v - x
-                    v = x + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+                    v = _away(v, x)
                 if v >= loc[n, c] and v <= hic[n, c] and v != x and np.abs(v - x) <= r + 1e-12:
                     kept[m] = v
                     m += 1
@@ -330,8 +336,7 @@ def _kept_crossings(t, u, lft, c, n_c, x, lo, hi, room, rounded, kept, gap):
     for k in range(first, last):  # ascending in k: the thresholds are sorted
         v = lft[c, k] if t[c, k] >= x else u[c, k]
         if rounded:
-            g = v - x
-            v = x + np.sign(g) * np.ceil(np.abs(g) - 1e-9)
+            v = _away(v, x)
         if v >= lo and v <= hi and v != x and np.abs(v - x) <= room + 1e-12:
             kept[m] = v
             gap[m] = np.abs(v - x)
@@ -505,7 +510,6 @@ def project_kernel(X, C, lo, hi, group_cols, group_ends, rounded):
             if any_rounded:
                 for d in range(D):
                     if rounded[d]:
-                        gap = row[d] - X[n, d]
-                        row[d] = X[n, d] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+                        row[d] = _away(row[d], X[n, d])
                     row[d] = min(max(row[d], lo[n, d]), hi[n, d])
     return out
