@@ -16,11 +16,11 @@ from learners.tabular.search_kernels import (
     block_boxes,
     closer_crossings_kernel,
     combinations_kernel,
-    crossings_within_kernel,
     even_levels_kernel,
     scan_rows_kernel,
     smallest_k,
     splits_back_kernel,
+    trade_moves_kernel,
 )
 
 
@@ -87,25 +87,43 @@ def _crossings(edges, x):
     return np.where(t[None, :] >= x[:, None], lft[None, :], u[None, :])
 
 
-def _crossings_within_reference(edges, x, c, cols, sign, V, rounded):
-    out = np.full(V.shape, np.nan)
-    L = V.shape[1]
-    for col in np.unique(cols):
-        e = np.flatnonzero(cols == col)
-        if int(col) not in edges:
-            continue
-        cv = c[e, col]
-        v = _crossings(edges[int(col)], x[e, col])
-        if rounded[col]:
-            v = np.where(v > x[e, col, None], np.ceil(v - 1e-9), np.floor(v + 1e-9))
-        ahead = sign[e, None] * (v - cv[:, None])
-        reach = np.nanmax(sign[e, None] * (V[e] - cv[:, None]), axis=1)
-        key = np.where((ahead > 1e-12) & (ahead <= reach[:, None] + 1e-12), ahead, np.inf)
-        order = np.argsort(key, axis=1, kind="stable")[:, :L]
-        vals = np.take_along_axis(v, order, 1)
-        ok = np.isfinite(np.take_along_axis(key, order, 1))
-        out[e, : vals.shape[1]] = np.where(ok, vals, np.nan)
-    return out
+def _trade_moves_reference(edges, x, c, num, a_i, ci, freed, lo, hi, geo, trees):
+    """``polish.trade_sweep``'s partner moves as numpy computed them before the kernel: (e, b, m, value)."""
+    from learners.tabular.polish import TRADE_SHARES
+
+    a_w, b_w, g_w = geo.weights
+    gj = c[a_i][:, num] - x[a_i][:, num]
+    room = (freed[:, :, None] - a_w * (np.abs(gj) <= 1e-12)[:, None, :]) / (b_w + g_w)
+    signs = np.array([1.0, -1.0])
+    live = ((ci[:, None] != num[None, :])[:, None, :, None] & (room > 1e-12)[..., None]
+            & (gj[:, None, :, None] * signs >= 0))
+    e, b, m, sg = np.nonzero(live)
+    cj = num[m]
+    steps = room[e, b, m][:, None] * TRADE_SHARES[None, :] * geo.span[cj][:, None]
+    steps = np.where(geo.rounded[cj][:, None], np.ceil(steps - 1e-9), steps)
+    own = a_i[e]
+    V = np.clip(c[own, cj][:, None] + signs[sg][:, None] * steps, lo[own, cj][:, None], hi[own, cj][:, None])
+    if trees:  # the first L crossings within the widest room of the agent, partner and direction, then its own
+        sign, cv = signs[sg], c[own, cj]
+        reach = sign * (V[:, -1] - cv)
+        key = (own * len(num) + m) * 2 + sg
+        widest = np.full(key.max() + 1, -np.inf)
+        np.maximum.at(widest, key, reach)
+        W = np.full(V.shape, np.nan)
+        for q in range(len(e)):
+            col = int(cj[q])
+            if col not in edges:
+                continue
+            v = _crossings(edges[col], x[own[q], col][None])[0]
+            if geo.rounded[col]:
+                v = np.where(v > x[own[q], col], np.ceil(v - 1e-9), np.floor(v + 1e-9))
+            ahead = sign[q] * (v - cv[q])
+            ok = (ahead > 1e-12) & (ahead <= widest[key[q]] + 1e-12)
+            first = v[ok][np.argsort(ahead[ok], kind="stable")][: V.shape[1]]
+            W[q, : len(first)] = np.where(sign[q] * (first - cv[q]) <= reach[q] + 1e-12, first, np.nan)
+        V = W
+    q_of, l_of = np.nonzero(~np.isnan(V))
+    return e[q_of], b[q_of], m[q_of], V[q_of, l_of]
 
 
 def _splits_back_reference(edges, x, c, cols, k, default):
@@ -141,6 +159,36 @@ def _closer_crossings_reference(edges, x, c, cols, rounded, width):
     return out
 
 
+@pytest.mark.parametrize("trees", [True, False])
+def test_trade_moves_are_the_numpy_ones(forest, trees):
+    """The partner moves of a trade sweep: the share ladder (any model) or the split crossings within
+    the room (a forest), for random answers and give-backs, the same entries, order and bits."""
+    from learners.tabular.polish import TRADE_SHARES, all_padded_edges, split_edges
+
+    world, X = forest
+    geo = WorldGeometry.of(world)
+    edges = split_edges(world)
+    rng = np.random.default_rng(1)
+    num = np.flatnonzero(geo.numeric & ~geo.fixed)
+    x = X[rng.integers(len(X), size=60)]
+    c = x.copy()
+    lo, hi = geo.box(x)
+    for i in range(len(x)):  # each answer moves one to three mutable numeric columns anywhere in its box
+        cols = rng.choice(num, rng.integers(1, 4), replace=False)
+        c[i, cols] = lo[i, cols] + rng.random(len(cols)) * (hi[i, cols] - lo[i, cols])
+        c[i, cols[geo.rounded[cols]]] = np.round(c[i, cols[geo.rounded[cols]]])
+    a_i, p_i = np.nonzero(np.abs(c[:, num] - x[:, num]) > 1e-12)
+    ci = num[p_i]
+    freed = rng.random((len(a_i), 5)) * 0.2 - 0.02  # some give-backs free nothing
+    a_w, b_w, g_w = geo.weights
+    got = trade_moves_kernel(a_i, ci, freed, x[:, num], c[:, num], lo[:, num], hi[:, num], num, geo.span, geo.rounded,
+                             TRADE_SHARES, float(a_w), float(b_w + g_w), trees, *all_padded_edges(world, X.shape[1]))
+    want = _trade_moves_reference(edges, x, c, num, a_i, ci, freed, lo, hi, geo, trees)
+    assert len(got[0]) > 100
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 def test_split_walks_match_the_sorted_crossings(forest):
     from learners.tabular.polish import all_padded_edges, split_edges
 
@@ -157,13 +205,6 @@ def test_split_walks_match_the_sorted_crossings(forest):
     cols = num[rng.integers(len(num), size=Q)]
     lo, hi = geo.lower[cols], geo.upper[cols]
     c[np.arange(Q), cols] = lo + rng.random(Q) * (hi - lo)  # the answer moved this column anywhere in bounds
-    sign = rng.choice([-1.0, 1.0], Q)
-    V = c[np.arange(Q), cols][:, None] + sign[:, None] * rng.random((Q, 6)) * (hi - lo)[:, None] * 0.3
-    got = crossings_within_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, sign,
-                                  np.max(sign[:, None] * (V - c[np.arange(Q), cols][:, None]), 1), geo.rounded, 6)
-    want = _crossings_within_reference(edges, x, c, cols, sign, V, geo.rounded)
-    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.nan_to_num(got), np.nan_to_num(want))
-    assert np.isfinite(got).any()
     got = closer_crossings_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, geo.rounded)
     want = _closer_crossings_reference(edges, x, c, cols, geo.rounded, got.shape[1])
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.nan_to_num(got), np.nan_to_num(want))

@@ -217,13 +217,16 @@ class Variants:
     def concat(cls, parts: list[Variants]) -> Variants:
         """One set of variants from several (their bases stacked, columns padded to the widest)."""
         k = max(p.cols.shape[1] for p in parts)
-        offs = np.cumsum([0] + [len(p.base) for p in parts])[:-1]
-
-        def pad(a: np.ndarray, fill: float) -> np.ndarray:
-            return np.pad(a, ((0, 0), (0, k - a.shape[1])), constant_values=fill)
-
-        return cls(np.concatenate([p.base for p in parts]), np.concatenate([p.index + o for p, o in zip(parts, offs, strict=True)]),
-                   np.concatenate([pad(p.cols, -1) for p in parts]), np.concatenate([pad(p.vals, 0.0) for p in parts]))
+        T = sum(len(p.index) for p in parts)
+        index, cols, vals = np.empty(T, np.int64), np.full((T, k), -1, np.int64), np.zeros((T, k))
+        at, off = 0, 0
+        for p in parts:  # filled in place: no padded copy of each part
+            n, w = len(p.index), p.cols.shape[1]
+            index[at:at + n] = p.index + off
+            cols[at:at + n, :w] = p.cols
+            vals[at:at + n, :w] = p.vals
+            at, off = at + n, off + len(p.base)
+        return cls(np.concatenate([p.base for p in parts]), index, cols, vals)
 
 
 def accepts_variants(world: TabularWorld, V: Variants) -> np.ndarray:

@@ -17,6 +17,7 @@ import numpy as np
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import MARGIN as MARGIN_SCORE
 from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants
+from learners.tabular.search_kernels import trade_moves_kernel
 
 
 def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
@@ -256,43 +257,6 @@ def _splits_back(world: TabularWorld, x: np.ndarray, c: np.ndarray, cols: np.nda
                               np.asarray(default, float))
 
 
-def _crossings_within(world: TabularWorld, x: np.ndarray, c: np.ndarray, cols: np.ndarray, sign: np.ndarray,
-                      reach: np.ndarray, width: int, rounded: np.ndarray) -> np.ndarray:
-    """(Q, width) per entry, the first ``width`` split crossings of column ``cols[q]`` beyond ``c`` in
-    direction ``sign[q]`` and no farther than ``reach[q]`` past it (the room), an integer column's first
-    integer across each; NaN padded. A column with no splits moves nowhere (all NaN)."""
-    from learners.tabular.search_kernels import crossings_within_kernel
-
-    t, u, lft, n = all_padded_edges(world, x.shape[1])
-    rows = np.arange(len(cols))
-    return crossings_within_kernel(t, u, lft, n, x[rows, cols], c[rows, cols], cols.astype(np.int64),
-                                   np.asarray(sign, float), np.asarray(reach, float), rounded, int(width))
-
-
-def _trade_crossings(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, num: np.ndarray,
-                     own: np.ndarray, m: np.ndarray, sg: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """``trade_sweep`` on a tree ensemble: per trade q (agent ``own[q]``, partner column ``num[m[q]]``,
-    direction ``sg[q]``: 0 up, 1 down), the first ``V.shape[1]`` split crossings of the partner within
-    the trade's room (the farthest of ``V[q]``). The crossings are walked once per agent, partner and
-    direction, as far as its widest room; each trade keeps the prefix within its own (the crossings are
-    nearest first, so that prefix is what a walk as far as its own room finds)."""
-    sign = np.where(sg == 0, 1.0, -1.0)
-    cj = num[m]
-    cv = c[own, cj]
-    reach = sign * (V[:, -1] - cv)  # V is monotone along its shares: the last one is the farthest
-    key = (own * len(num) + m) * 2 + sg
-    widest = np.full(len(x) * len(num) * 2, -np.inf)
-    np.maximum.at(widest, key, reach)
-    walks = np.flatnonzero(np.isfinite(widest))
-    slot = np.empty(len(widest), np.int64)
-    slot[walks] = np.arange(len(walks))
-    a_w, rest = np.divmod(walks, len(num) * 2)
-    m_w, sg_w = np.divmod(rest, 2)
-    W = _crossings_within(world, x[a_w], c[a_w], num[m_w], np.where(sg_w == 0, 1.0, -1.0), widest[walks],
-                          V.shape[1], geo.rounded)[slot[key]]
-    return np.where(sign[:, None] * (W - cv[:, None]) <= reach[:, None] + 1e-12, W, np.nan)
-
-
 def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
     """Trades between two numeric features, where coordinate moves stop one step short: for every
     changed numeric column i and every other mutable numeric column j, i gives back a step toward
@@ -308,6 +272,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     if b_w + g_w <= 0:  # an l0 distance: a numeric trade never shortens it
         return c
     edges = split_edges(world)
+    padded = all_padded_edges(world, x.shape[1]) if edges else (np.zeros((0, 0)),) * 3 + (np.zeros(0, np.int64),)
     for _ in range(rounds):
         d_now = geo.distance(x, c)
         gap = c[:, num] - x[:, num]
@@ -330,26 +295,15 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         given = np.repeat(c[a_i][:, None, :], B, axis=1)
         given[np.arange(E)[:, None], np.arange(B)[None, :], ci[:, None]] = backs
         freed = d_now[a_i, None] - geo.distance(x[a_i][:, None, :], given)  # (E, B) what each give-back saves
-        gj = c[a_i][:, num] - x[a_i][:, num]  # (E, M) every partner column j
-        room = (freed[:, :, None] - a_w * (np.abs(gj) <= 1e-12)[:, None, :]) / (b_w + g_w)  # normalized move of j that can still win
-        signs = np.array([1.0, -1.0])
-        live = ((ci[:, None] != num[None, :])[:, None, :, None] & (room > 1e-12)[..., None]
-                & (gj[:, None, :, None] * signs >= 0))  # (E, B, M, 2): j moves on its own way (either, if unchanged)
-        e, b, m, sg = np.nonzero(live)
+        # every other mutable numeric column moves on by shares of the room the give-back frees, either way
+        # if unchanged, else its own way (a tree ensemble: to the split crossings within that room)
+        e, b, m, v = trade_moves_kernel(a_i, ci, np.ascontiguousarray(freed), x[:, num], c[:, num], lo[:, num],
+                                        hi[:, num], num, geo.span, geo.rounded, TRADE_SHARES, float(a_w),
+                                        float(b_w + g_w), bool(edges), *padded)
         if not len(e):
             break
-        cj = num[m]
-        steps = room[e, b, m][:, None] * TRADE_SHARES[None, :] * geo.span[cj][:, None]  # (Q, L)
-        steps = np.where(geo.rounded[cj][:, None], np.ceil(steps - 1e-9), steps)
-        V = np.clip(c[a_i[e], cj][:, None] + signs[sg][:, None] * steps, lo[a_i[e], cj][:, None],
-                    hi[a_i[e], cj][:, None])
-        if edges:  # a tree ensemble: j's moves are the splits it crosses within the room, no others
-            V = _trade_crossings(world, geo, x, c, num, a_i[e], m, sg, V)
-        q_of, l_of = np.nonzero(~np.isnan(V))  # the trades: row c of the agent, ci given back, cj moved on
-        if not len(q_of):
-            break
-        own = a_i[e][q_of]
-        trades = Variants(c, own, np.stack([ci[e][q_of], cj[q_of]], 1), np.stack([backs[e, b][q_of], V[q_of, l_of]], 1))
+        own = a_i[e]
+        trades = Variants(c, own, np.stack([ci[e], num[m]], 1), np.stack([backs[e, b], v], 1))
         ok = accepts_variants(world, trades)
         if not ok.any():
             break

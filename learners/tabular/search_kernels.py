@@ -122,38 +122,122 @@ def _crossing(t, u, lft, col, j, xv):
     return lft[col, j] if t[col, j] >= xv else u[col, j]
 
 
+@nb.njit(cache=True, inline="always")
+def _walk_crossings(t, u, lft, n, col, s, x, c, r, rounded_col, out_row):
+    """The first ``len(out_row)`` split crossings of column ``col`` beyond ``c`` in direction ``s`` and at
+    most ``r`` past it, nearest first, written into ``out_row`` (left as it is past the last)."""
+    width = out_row.shape[0]
+    k = 0
+    # start a little behind c: a split's crossing is within a float32 step of it, an integer column's
+    # within one more unit, so no crossing before the start is ahead of c
+    tol = (1.0 if rounded_col else 0.0) + 1e-6 * (1.0 + np.abs(c))
+    if s > 0:
+        j, step, end = max(np.searchsorted(t[col, :n], c - tol) - 1, 0), 1, n
+    else:
+        j, step, end = min(np.searchsorted(t[col, :n], c + tol, side="right"), n - 1), -1, -1
+    while j != end and k < width:
+        v = _crossing(t, u, lft, col, j, x)
+        if rounded_col:
+            v = np.ceil(v - 1e-9) if v > x else np.floor(v + 1e-9)
+        ahead = s * (v - c)
+        if ahead > r + 1e-12:
+            break  # sorted: every later crossing is farther still
+        if ahead > 1e-12:
+            out_row[k] = v
+            k += 1
+        j += step
+
+
+@nb.njit(cache=True, inline="always")
+def _trade_room(given, freed, cj, xj, cv, sg, a_w, bg):
+    """The normalized room a give-back freeing ``freed`` leaves partner column ``cj`` (agent's value
+    ``xj``, answer's ``cv``) in direction ``sg`` (0 up, 1 down); 0 where it may not move that way (it
+    is the column given back, or it changed the other way)."""
+    gj = cv - xj
+    room = (freed - a_w * (np.abs(gj) <= 1e-12)) / bg
+    if given == cj or not room > 1e-12 or not gj * (1.0 - 2.0 * sg) >= 0:
+        return 0.0
+    return room
+
+
+@nb.njit(cache=True, inline="always")
+def _trade_move(room, share, cj, cv, lo, hi, sg, span, rounded):
+    """Partner column ``cj`` moved on from ``cv`` by ``share`` of ``room`` (an integer column's step
+    rounded up), clipped into [lo, hi]."""
+    step = room * share * span[cj]
+    if rounded[cj]:
+        step = np.ceil(step - 1e-9)
+    return min(max(cv + (1.0 - 2.0 * sg) * step, lo), hi)
+
+
 @nb.njit(cache=True)
-def crossings_within_kernel(t, u, lft, n_splits, xv, cv, cols, sign, reach, rounded, width):
-    """Per entry q, the first ``width`` split crossings of column ``cols[q]`` beyond ``cv[q]`` in the
-    direction ``sign[q]`` and at most ``reach[q]`` past it (an integer column's first integer across
-    each split), nearest first; NaN padded. The crossings of a column, in split order, are sorted
-    (below the agent each split's upper limit, above it the lower one), so one walk finds them."""
-    Q = cols.shape[0]
-    out = np.full((Q, width), np.nan)
-    for q in range(Q):
-        col = cols[q]
-        n = n_splits[col]
-        s, x, c, r = sign[q], xv[q], cv[q], reach[q]
-        k = 0
-        # start a little behind c: a split's crossing is within a float32 step of it, an integer column's
-        # within one more unit, so no crossing before the start is ahead of c
-        tol = (1.0 if rounded[col] else 0.0) + 1e-6 * (1.0 + np.abs(c))
-        if s > 0:
-            j, step, end = max(np.searchsorted(t[col, :n], c - tol) - 1, 0), 1, n
-        else:
-            j, step, end = min(np.searchsorted(t[col, :n], c + tol, side="right"), n - 1), -1, -1
-        while j != end and k < width:
-            v = _crossing(t, u, lft, col, j, x)
-            if rounded[col]:
-                v = np.ceil(v - 1e-9) if v > x else np.floor(v + 1e-9)
-            ahead = s * (v - c)
-            if ahead > r + 1e-12:
-                break  # sorted: every later crossing is farther still
-            if ahead > 1e-12:
-                out[q, k] = v
-                k += 1
-            j += step
-    return out
+def trade_moves_kernel(agent, given, freed, xm, cm, lom, him, num, span, rounded, shares, a_w, bg, trees, t, u, lft,
+                       n_splits):
+    """The moves of ``polish.trade_sweep``'s partner columns, per give-back: entry e (agent ``agent[e]``,
+    column ``given[e]`` given back) frees ``freed[e, b]`` of distance with its b-th give-back; every
+    other mutable numeric column (position m in ``num``; ``xm``, ``cm``, ``lom``, ``him`` (n, M): the
+    agent's value, the answer's, its reachable box) may then move on, either way if unchanged, by
+    ``shares`` of the normalized room ``(freed - a_w [m unchanged]) / bg`` (an integer column rounded
+    up), clipped into the box. A tree ensemble (``trees``) moves only to the split crossings within
+    that room, the first ``len(shares)`` of them (walked once per agent, partner and direction, as far
+    as its widest room). Entries come grouped by agent. Returns (e, b, m, value) per move, in the
+    order e, b, m, direction (up first), share or crossing."""
+    E, B = freed.shape
+    M, L = num.shape[0], shares.shape[0]
+    cap = max(16, E * B * M * 2 * L)
+    out_e, out_b, out_m = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
+    out_v = np.empty(cap)
+    n_out = 0
+    widest = np.empty((M, 2))
+    W = np.full((M, 2, L), np.nan)
+    start = 0
+    while start < E:
+        a = agent[start]
+        stop = start
+        while stop < E and agent[stop] == a:
+            stop += 1
+        if trees:  # each partner's crossings either way, as far as the widest room of the agent's entries
+            widest[:] = -np.inf
+            for e in range(start, stop):
+                for b in range(B):
+                    for m in range(M):
+                        for sg in range(2):
+                            room = _trade_room(given[e], freed[e, b], num[m], xm[a, m], cm[a, m], sg, a_w, bg)
+                            if room > 0:  # the ladder is monotone: its last move is the farthest
+                                far = _trade_move(room, shares[L - 1], num[m], cm[a, m], lom[a, m], him[a, m], sg,
+                                                  span, rounded)
+                                widest[m, sg] = max(widest[m, sg], (1.0 - 2.0 * sg) * (far - cm[a, m]))
+            for m in range(M):
+                for sg in range(2):
+                    W[m, sg, :] = np.nan
+                    if np.isfinite(widest[m, sg]):
+                        cj = num[m]
+                        _walk_crossings(t, u, lft, n_splits[cj], cj, 1.0 - 2.0 * sg, xm[a, m], cm[a, m], widest[m, sg],
+                                        rounded[cj], W[m, sg])
+        for e in range(start, stop):
+            for b in range(B):
+                for m in range(M):
+                    for sg in range(2):
+                        room = _trade_room(given[e], freed[e, b], num[m], xm[a, m], cm[a, m], sg, a_w, bg)
+                        if not room > 0:
+                            continue
+                        if not trees:
+                            for k in range(L):
+                                out_e[n_out], out_b[n_out], out_m[n_out] = e, b, m
+                                out_v[n_out] = _trade_move(room, shares[k], num[m], cm[a, m], lom[a, m], him[a, m], sg,
+                                                           span, rounded)
+                                n_out += 1
+                            continue
+                        s = 1.0 - 2.0 * sg
+                        reach = s * (_trade_move(room, shares[L - 1], num[m], cm[a, m], lom[a, m], him[a, m], sg, span,
+                                                 rounded) - cm[a, m])
+                        for k in range(L):  # the crossings within this entry's own room (a prefix: nearest first)
+                            w = W[m, sg, k]
+                            if w == w and s * (w - cm[a, m]) <= reach + 1e-12:
+                                out_e[n_out], out_b[n_out], out_m[n_out], out_v[n_out] = e, b, m, w
+                                n_out += 1
+        start = stop
+    return out_e[:n_out], out_b[:n_out], out_m[:n_out], out_v[:n_out]
 
 
 @nb.njit(cache=True)
