@@ -41,6 +41,7 @@ from learners.tabular.polish import (
 )
 from learners.tabular.search_kernels import (
     block_boxes,
+    combination_columns_kernel,
     combinations_kernel,
     donors_kernel,
     even_levels_kernel,
@@ -173,12 +174,7 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     live = may_accept_within(world, X, np.broadcast_to(cols, (N, len(cols))), filled.min(-1), filled.max(-1))
     who, pick = combinations_kernel(np.ascontiguousarray(step), np.where(live, np.asarray(best, float), 0.0), float(a),
                                     float(b), float(g), int(cap), int(PARTIAL_CAP * cap))
-    # each row's changed columns first (their order kept), as wide as the most any row changes: the
-    # model walks a row's changed columns, and a row changes 2 or 3 of the F mostly
-    first = np.argsort(pick < 0, axis=1, kind="stable")[:, : max(int((pick >= 0).sum(1).max(initial=0)), 1)]
-    pick = np.take_along_axis(pick, first, 1)
-    vc = np.where(pick >= 0, cols[first], -1)
-    vv = np.where(pick >= 0, lv[who[:, None], first, np.maximum(pick, 0)], 0.0)
+    vc, vv = combination_columns_kernel(who, pick, cols, np.ascontiguousarray(lv))
     return Variants(X, who, vc, vv), who
 
 

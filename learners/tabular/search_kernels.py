@@ -116,6 +116,31 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
     return out_who[:n_out], out_pick[:n_out]
 
 
+@nb.njit(cache=True)
+def combination_columns_kernel(who, pick, cols, levels):
+    """``combinations_kernel``'s combinations as variant columns: row r changes column ``cols[f]`` to
+    ``levels[who[r], f, pick[r, f]]`` for each f with ``pick[r, f] >= 0``, its changed columns first
+    (in feature order), as wide as the most any row changes (-1 and 0 padded): the model walks a
+    row's changed columns, and a row changes 2 or 3 of the F mostly."""
+    T, F = pick.shape
+    w = 1
+    for r in range(T):
+        n = 0
+        for f in range(F):
+            n += pick[r, f] >= 0
+        w = max(w, n)
+    vc = np.full((T, w), -1, np.int64)
+    vv = np.zeros((T, w))
+    for r in range(T):
+        k = 0
+        for f in range(F):
+            if pick[r, f] >= 0:
+                vc[r, k] = cols[f]
+                vv[r, k] = levels[who[r], f, pick[r, f]]
+                k += 1
+    return vc, vv
+
+
 @nb.njit(cache=True, inline="always")
 def _crossing(t, u, lft, col, j, xv):
     """The value just across split j of column ``col`` from ``xv`` (``polish.crossings``, one entry)."""
