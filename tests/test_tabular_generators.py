@@ -114,6 +114,38 @@ def test_geometry_distance_is_mace_distance(german):
             assert np.allclose(geo.distance(X[i], C[i]), mace_distance(world.schema, X[i], C[i], norm))
 
 
+def _numpy_distance(geo, X, C):
+    """The numpy formula the compiled ``deltas`` and ``distance`` replaced (the reference)."""
+    diff = np.abs(C - X)
+    d = np.zeros(diff.shape[:-1] + (geo.n_raw,))
+    num = np.flatnonzero(geo.numeric)
+    d[..., geo.raw_of_column[num]] = np.nan_to_num(diff[..., num] / geo.span[num])
+    other = np.flatnonzero(~geo.numeric)
+    to_raw = np.zeros((len(other), geo.n_raw))
+    to_raw[np.arange(len(other)), geo.raw_of_column[other]] = 1.0
+    d += ((diff[..., other] > 1e-9).astype(float) @ to_raw) > 0
+    a, b, g = geo.weights
+    return d, a * (d > 1e-12).sum(-1) + b * d.sum(-1) + g * d.max(-1, initial=0.0)
+
+
+@pytest.mark.parametrize("cell", ["german", 5, 19])
+def test_compiled_distance_is_the_numpy_formula_bit_for_bit(german, cell):
+    """Ties between answers are broken by distance, so the compiled Eq. 3 must add in numpy's order
+    (pairwise from 8 raw features on, eight sums from 16: German has 14, the toys 5 and 19),
+    broadcast as numpy does."""
+    world, neg = german if cell == "german" else (_toy_mlp_world(np.random.default_rng(0), D=cell), None)
+    rng = np.random.default_rng(0)
+    for norm in ("one", "zero", "infty"):
+        geo = WorldGeometry.of(world, norm)
+        X = neg[:6] if neg is not None else geo.lower + rng.random((6, len(geo.lower))) * (geo.upper - geo.lower)
+        C = geo.project(X, X[:, None, :] + rng.normal(0, 3, (6, 9, X.shape[1])) * (rng.random((6, 9, X.shape[1])) < .4))
+        for x, c in ((X[:, None, :], C), (X[0], C[0]), (X[:, None, :], C[:, :1])):
+            want_d, want = _numpy_distance(geo, x, c)
+            np.testing.assert_array_equal(geo.deltas(x, c), want_d)
+            np.testing.assert_array_equal(geo.distance(x, c), want)
+            assert geo.distance(x, c).shape == np.broadcast_shapes(x.shape, c.shape)[:-1]
+
+
 @pytest.mark.parametrize("method", sorted(TABULAR_GENERATORS))
 def test_answers_are_valid_and_never_beat_the_certificate(german, german_labels, method, tmp_path):
     world, _ = german

@@ -100,32 +100,28 @@ class WorldGeometry:
                               groups[1], self.rounded)
 
     def deltas(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
-        """(..., J) per-raw-feature normalized deltas of candidates ``C`` (..., D) from ``X``."""
-        diff = np.abs(C - X)
-        out = np.zeros(C.shape[:-1] + (self.n_raw,))
-        num = np.flatnonzero(self.numeric)
-        out[..., self.raw_of_column[num]] = np.nan_to_num(diff[..., num] / self.span[num])
-        other = np.flatnonzero(~self.numeric)
-        if len(other):  # a discrete raw feature moved (1) where any of its columns moved
-            moved = (diff[..., other] > 1e-9).astype(float)
-            out += (moved @ self._other_to_raw()) > 0  # the numeric raw features' entries get 0
-        return out
+        """(..., J) per-raw-feature normalized deltas of candidates ``C`` (..., D) from ``X`` (broadcast):
+        |dx| / span for a numeric feature, 1 for a discrete one where any of its columns moved."""
+        from learners.tabular.search_kernels import deltas_kernel
 
-    def _other_to_raw(self) -> np.ndarray:
-        """(non-numeric columns, J) 0/1: the raw feature each non-numeric column belongs to (built once)."""
-        hit = self.__dict__.get("_other_to_raw_matrix")
-        if hit is None:
-            other = np.flatnonzero(~self.numeric)
-            hit = np.zeros((len(other), self.n_raw))
-            hit[np.arange(len(other)), self.raw_of_column[other]] = 1.0
-            self.__dict__["_other_to_raw_matrix"] = hit
-        return hit
+        X2, C2, shape = self._rows(X, C)
+        return deltas_kernel(X2, C2, self.numeric, self.span, self.raw_of_column, self.n_raw).reshape(shape + (self.n_raw,))
 
     def distance(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
-        """MACE's Eq. 3 distance of ``C`` (..., D) from ``X`` (broadcast), in [0, 1]."""
+        """MACE's Eq. 3 distance of ``C`` (..., D) from ``X`` (broadcast), in [0, 1] (compiled: the
+        searches measure thousands of rows per request)."""
+        from learners.tabular.search_kernels import distance_kernel
+
         a, b, g = self.weights
-        d = self.deltas(X, C)
-        return a * (d > 1e-12).sum(-1) + b * d.sum(-1) + g * d.max(-1, initial=0.0)
+        X2, C2, shape = self._rows(X, C)
+        return distance_kernel(X2, C2, self.numeric, self.span, self.raw_of_column, self.n_raw, float(a), float(b),
+                               float(g)).reshape(shape)
+
+    def _rows(self, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+        """``X`` and ``C`` broadcast to one shape (..., D), as (R, D) float rows, and that leading shape."""
+        X, C = np.broadcast_arrays(np.asarray(X, float), np.asarray(C, float))
+        D = C.shape[-1]
+        return X.reshape(-1, D), C.reshape(-1, D), C.shape[:-1]
 
     def violations(self, X: np.ndarray, C: np.ndarray, tol: float = 1e-9) -> np.ndarray:
         """(N,) bool: does a row of ``C`` leave the agent's reachable box or break a one-hot group?"""

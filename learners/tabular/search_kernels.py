@@ -622,3 +622,74 @@ def project_kernel(X, C, lo, hi, group_cols, group_ends, rounded):
                         row[d] = _away(row[d], X[n, d])
                     row[d] = min(max(row[d], lo[n, d]), hi[n, d])
     return out
+
+
+@nb.njit(cache=True, inline="always")
+def _pairwise_sum(a):
+    """``a.sum()`` as numpy adds a contiguous row (its pairwise summation: eight running sums from
+    eight entries on, for fewer than 128), so the same bits."""
+    n = a.shape[0]
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    i = 8
+    while i < n - n % 8:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return res
+
+
+@nb.njit(cache=True, inline="always")
+def _row_deltas(x, c, numeric, span, raw_of_column, out):
+    """One row's per-raw-feature normalized deltas into ``out`` (``WorldGeometry.deltas``)."""
+    out[:] = 0.0
+    for d in range(x.shape[0]):
+        diff = np.abs(c[d] - x[d])
+        if numeric[d]:
+            v = diff / span[d]
+            if v != v:
+                v = 0.0
+            elif v == np.inf:
+                v = 1.7976931348623157e308  # np.nan_to_num's
+            out[raw_of_column[d]] = v
+        elif diff > 1e-9:  # a discrete raw feature moved where any of its columns moved
+            out[raw_of_column[d]] = 1.0
+
+
+@nb.njit(cache=True)
+def deltas_kernel(X, C, numeric, span, raw_of_column, n_raw):
+    """(R, J) ``WorldGeometry.deltas`` of rows ``C`` (R, D) from ``X`` (R, D)."""
+    out = np.empty((X.shape[0], n_raw))
+    for r in range(X.shape[0]):
+        _row_deltas(X[r], C[r], numeric, span, raw_of_column, out[r])
+    return out
+
+
+@nb.njit(cache=True)
+def distance_kernel(X, C, numeric, span, raw_of_column, n_raw, a, b, g):
+    """(R,) MACE's Eq. 3 distance of rows ``C`` (R, D) from ``X`` (R, D): ``a`` * changed raw features
+    + ``b`` * their summed normalized deltas (numpy's summation order) + ``g`` * the largest."""
+    out = np.empty(X.shape[0])
+    buf = np.empty(n_raw)
+    for r in range(X.shape[0]):
+        _row_deltas(X[r], C[r], numeric, span, raw_of_column, buf)
+        nnz, top = 0, 0.0
+        for j in range(n_raw):
+            nnz += buf[j] > 1e-12
+            top = max(top, buf[j])
+        out[r] = a * nnz + b * _pairwise_sum(buf) + g * top
+    return out
