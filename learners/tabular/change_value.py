@@ -252,7 +252,7 @@ class ChangeValueParams:
     region_rounds: int = 2  # a ReLU MLP or LR: rounds re-choosing the answers' numeric changes on their linear piece (0: none)
     piece_lp: bool = True  # a ReLU MLP or LR: then the l1 optimum over each answer's linear piece, by an LP
     piece_predicted: int = 1  # and over the pieces of the network's predictions for this many most probable subsets (where accepted)
-    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; a forest: the joint scale only; -1: no polish)
+    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; a forest: one round of the joint scale, then its exact split sweep; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
     use_network: bool = True  # False: no per-agent prediction (the training labels' change rates for all; an ablation)

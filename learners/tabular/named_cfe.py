@@ -22,7 +22,7 @@ class NamedCfeTabularParams:
     top_classes: int = 5  # classifier's top classes tried per agent (2 candidates each)
     neighbours_per_class: int = 2  # nearest training agents of each class that lend their values
     knn_candidates: int = 0  # extra plain nearest-neighbour donors (0: the network's answer alone)
-    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; a forest: the joint scale only; -1: no polish)
+    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; a forest: one round of the joint scale, then its exact split sweep; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
     hidden: tuple[int, ...] = (256, 256)  # classifier MLP widths

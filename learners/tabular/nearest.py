@@ -17,7 +17,7 @@ class NearestCfeParams:
     """Hyperparameters of the k-nearest-neighbour baseline."""
 
     k: int = 10  # training agents that lend their counterfactual (2k candidates: absolute and relative)
-    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; a forest: the joint scale only; -1: no polish)
+    polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; a forest: one round of the joint scale, then its exact split sweep; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
     polish_top: int = 4  # nearest accepted candidates polished per agent (the nearest after polish wins)
 

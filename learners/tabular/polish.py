@@ -325,7 +325,7 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
     """Shorten accepted answers ``C`` (N, D; NaN rows skipped) while the model accepts them: one
     scale of all numeric changes, then each numeric change on its own (combined if the model still
     accepts; a tree ensemble: the exact split sweep instead), then each changed feature back at the
-    agent's value. About 2 + rounds + 2 model calls (a tree ensemble: 2 + rounds / 2 + its sweeps)."""
+    agent's value. About 2 + rounds + 2 model calls (a tree ensemble: 3 + its sweeps)."""
     C = C.copy()
     rows = np.flatnonzero(~np.isnan(C).any(1))
     if not len(rows):
@@ -348,11 +348,13 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
             T[..., num] = np.clip(V, lon, hin)
             return T.reshape(-1, c.shape[1])
 
+        trees = bool(split_edges(world))
+        # the joint scale: half the rounds, a tree ensemble one (the split sweep below is exact per column;
+        # a second round changed no answer of the 4 forest cells)
         s = _line_search(world, scaled, np.zeros(len(c)), np.ones(len(c)), np.zeros(len(c), bool),
-                         rounds=max(1, rounds // 2), probes=P)
+                         rounds=1 if trees else max(1, rounds // 2), probes=P)
         shrunk = scaled(np.repeat(s[:, None], P, axis=1)).reshape(len(c), P, -1)[:, 0]
         c = np.where((s < 1.0)[:, None], shrunk, c)  # scale 1 was never probed: x + (c - x) may miss c's last bit
-        trees = bool(split_edges(world))
         # each change on its own: a line search, but on a tree ensemble the split sweep below is exact per
         # column (its decision changes only at splits), so probing between them would only repeat it
         a_idx, cols = np.nonzero(num[None, :] & (np.abs(c - x) > 1e-12))
