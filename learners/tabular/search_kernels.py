@@ -68,17 +68,19 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
     out_who = np.empty(max(16, N), np.int64)
     out_pick = np.empty((max(16, N), F), np.int64)
     n_out = 0
+    size = max(partial_cap, 1) * (E + 1)  # the most partials a step makes: each extends at most E + 1 ways
+    # two sets of buffers, swapped per feature (no allocation per agent and feature)
+    pick_a, pick_b = np.empty((size, F), np.int64), np.empty((size, F), np.int64)
+    tot_a, tot_b, nnz_a, nnz_b, top_a, top_b = (np.empty(size), np.empty(size), np.empty(size), np.empty(size),
+                                                np.empty(size), np.empty(size))
     for i in range(N):
         lim = best[i] - 1e-12
-        pick = np.full((1, F), -1, np.int64)
-        tot = np.zeros(1)
-        nnz = np.zeros(1)
-        top = np.zeros(1)
+        pick, tot, nnz, top = pick_a, tot_a, nnz_a, top_a
+        pick2, tot2, nnz2, top2 = pick_b, tot_b, nnz_b, top_b
+        pick[0, :] = -1
+        tot[0], nnz[0], top[0] = 0.0, 0.0, 0.0
         cnt = 1
         for f in range(F):
-            cap_new = cnt * (E + 1)  # each partial extends at most E + 1 ways
-            pick2 = np.empty((cap_new, F), np.int64)
-            tot2, nnz2, top2 = np.empty(cap_new), np.empty(cap_new), np.empty(cap_new)
             new = 0
             for p in range(cnt):
                 for o in range(E + 1):
@@ -93,11 +95,15 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
                         pick2[new, f] = o - 1
                         tot2[new], nnz2[new], top2[new] = t2, n2, m2
                         new += 1
-            pick2, tot2, nnz2, top2 = pick2[:new], tot2[:new], nnz2[:new], top2[:new]
-            pick, tot, nnz, top, cnt = pick2, tot2, nnz2, top2, new
+            pick, pick2, tot, tot2, nnz, nnz2, top, top2 = pick2, pick, tot2, tot, nnz2, nnz, top2, top
+            cnt = new
             if cnt > partial_cap:  # keep the farthest: a combination only just inside the room is the likeliest accepted
-                keep = _farthest(a * nnz + b * tot + g * top, partial_cap)
-                pick, tot, nnz, top, cnt = pick[keep], tot[keep], nnz[keep], top[keep], partial_cap
+                keep = _farthest(a * nnz[:cnt] + b * tot[:cnt] + g * top[:cnt], partial_cap)
+                for r in range(partial_cap):  # gathered into the spare buffers, then swapped in
+                    pick2[r] = pick[keep[r]]
+                    tot2[r], nnz2[r], top2[r] = tot[keep[r]], nnz[keep[r]], top[keep[r]]
+                pick, pick2, tot, tot2, nnz, nnz2, top, top2 = pick2, pick, tot2, tot, nnz2, nnz, top2, top
+                cnt = partial_cap
             if cnt == 0:
                 break
         many = np.flatnonzero(nnz[:cnt] >= 2)  # one feature alone the scan has already tried
