@@ -204,15 +204,16 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     from learners.tabular.search_kernels import closer_crossings_kernel
 
     t, u, lft, n_splits = all_padded_edges(world, x.shape[1])
+    act = np.arange(len(c))  # a sweep that moves none of an agent's columns would move none the next time
     for _ in range(sweeps):
-        moved_any = False
-        changed = np.abs(c[:, cols_all] - x[:, cols_all]) > 1e-12  # (n, m)
+        moved = np.zeros(len(c), bool)
+        changed = np.abs(c[act][:, cols_all] - x[act][:, cols_all]) > 1e-12  # (n, m)
         rank = np.cumsum(changed, 1) - 1
         for r in range(int(changed.sum(1).max(initial=0))):  # each agent's r-th changed column, all at once
             own, m_idx = np.nonzero(changed & (rank == r))
             if not len(own):
                 continue
-            col_of = cols_all[m_idx]
+            own, col_of = act[own], cols_all[m_idx]
             V = closer_crossings_kernel(t, u, lft, n_splits, x[own, col_of], c[own, col_of], col_of, geo.rounded)
             live = ~np.isnan(V)
             if not live.any():
@@ -224,8 +225,9 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
             best = gap.argmin(1)
             hit = np.isfinite(gap[np.arange(len(own)), best])
             c[own[hit], col_of[hit]] = V[np.flatnonzero(hit), best[hit]]
-            moved_any |= bool(hit.any())
-        if not moved_any:
+            moved[own[hit]] = True
+        act = np.flatnonzero(moved)
+        if not len(act):
             break
     return c
 
@@ -262,18 +264,22 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     changed numeric column i and every other mutable numeric column j, i gives back a step toward
     the agent and j moves on (further from the agent) by ``TRADE_SHARES`` of the room that step
     frees, the distance j may move and still come out nearer; the nearest accepted trade of each
-    agent is kept if it is nearer. One model call per round, all agents at once."""
+    agent is kept if it is nearer. One model call per round, all agents at once; an agent that no
+    trade moved would get the same trades again, so a later round sweeps only those it moved."""
     c = c.copy()
+    X_all, C_all = x, c
     num = np.flatnonzero(geo.numeric & ~geo.fixed)
     if len(num) < 2:
-        return c
-    lo, hi = geo.box(x)
+        return C_all
+    lo_all, hi_all = geo.box(x)
     a_w, b_w, g_w = geo.weights
     if b_w + g_w <= 0:  # an l0 distance: a numeric trade never shortens it
-        return c
+        return C_all
     edges = split_edges(world)
     padded = all_padded_edges(world, x.shape[1]) if edges else (np.zeros((0, 0)),) * 3 + (np.zeros(0, np.int64),)
+    act = np.arange(len(X_all))
     for _ in range(rounds):
+        x, c, lo, hi = X_all[act], C_all[act], lo_all[act], hi_all[act]
         d_now = geo.distance(x, c)
         gap = c[:, num] - x[:, num]
         a_i, p_i = np.nonzero(np.abs(gap) > 1e-12)  # agent, position in num of a changed column
@@ -316,8 +322,9 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         order = np.lexsort((d, own))
         first = np.r_[True, own[order][1:] != own[order][:-1]]
         pick = order[first]
-        c[own[pick]] = T[pick]
-    return c
+        C_all[act[own[pick]]] = T[pick]
+        act = act[np.unique(own[pick])]
+    return C_all
 
 
 def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 4,
