@@ -68,7 +68,10 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
     out_who = np.empty(max(16, N), np.int64)
     out_pick = np.empty((max(16, N), F), np.int64)
     n_out = 0
-    size = max(partial_cap, 1) * (E + 1)  # the most partials a step makes: each extends at most E + 1 ways
+    most = 1  # the most partials a step starts from: (E + 1) ** f, or the cap on them
+    for _ in range(F - 1):
+        most = min(most * (E + 1), max(partial_cap, 1))
+    size = most * (E + 1)  # and makes: each extends at most E + 1 ways
     # two sets of buffers, swapped per feature (no allocation per agent and feature)
     pick_a, pick_b = np.empty((size, F), np.int64), np.empty((size, F), np.int64)
     tot_a, tot_b, nnz_a, nnz_b, top_a, top_b = (np.empty(size), np.empty(size), np.empty(size), np.empty(size),
