@@ -119,9 +119,14 @@ class WorldGeometry:
 
     def _rows(self, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
         """``X`` and ``C`` broadcast to one shape (..., D), as (R, D) float rows, and that leading shape."""
-        X, C = np.broadcast_arrays(np.asarray(X, float), np.asarray(C, float))
-        D = C.shape[-1]
-        return X.reshape(-1, D), C.reshape(-1, D), C.shape[:-1]
+        X, C = np.asarray(X, float), np.asarray(C, float)
+        shape = np.broadcast_shapes(X.shape, C.shape)
+        D = shape[-1]
+
+        def rows(A: np.ndarray) -> np.ndarray:  # a broadcast side is copied into whole rows
+            return np.ascontiguousarray(np.broadcast_to(A, shape).reshape(-1, D))
+
+        return rows(X), rows(C), shape[:-1]
 
     def violations(self, X: np.ndarray, C: np.ndarray, tol: float = 1e-9) -> np.ndarray:
         """(N,) bool: does a row of ``C`` leave the agent's reachable box or break a one-hot group?"""
