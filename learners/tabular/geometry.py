@@ -120,8 +120,10 @@ class WorldGeometry:
     def _rows(self, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
         """``X`` and ``C`` broadcast to one shape (..., D), as (R, D) float rows, and that leading shape."""
         X, C = np.asarray(X, float), np.asarray(C, float)
-        shape = np.broadcast_shapes(X.shape, C.shape)
+        shape = X.shape if X.shape == C.shape else np.broadcast_shapes(X.shape, C.shape)
         D = shape[-1]
+        if X.ndim == 2 and X.shape == C.shape:  # the common case: rows against rows, no broadcast
+            return np.ascontiguousarray(X), np.ascontiguousarray(C), shape[:-1]
 
         def rows(A: np.ndarray) -> np.ndarray:  # a broadcast side is copied into whole rows
             return np.ascontiguousarray(np.broadcast_to(A, shape).reshape(-1, D))
