@@ -72,17 +72,17 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
     for _ in range(F - 1):
         most = min(most * (E + 1), max(partial_cap, 1))
     size = most * (E + 1)  # and makes: each extends at most E + 1 ways
-    # two sets of buffers, swapped per feature (no allocation per agent and feature)
-    pick_a, pick_b = np.empty((size, F), np.int64), np.empty((size, F), np.int64)
-    tot_a, tot_b, nnz_a, nnz_b, top_a, top_b = (np.empty(size), np.empty(size), np.empty(size), np.empty(size),
-                                                np.empty(size), np.empty(size))
+    # a partial is its parent among the last step's partials and its option at this step (-1: unchanged);
+    # the picks are read back only for the combinations returned (no row of F picks copied per partial)
+    par, opt = np.empty((F, size), np.int64), np.empty((F, size), np.int64)
+    par2, opt2 = np.empty(size, np.int64), np.empty(size, np.int64)
+    tot, nnz, top = np.empty(size), np.empty(size), np.empty(size)
+    tot2, nnz2, top2 = np.empty(size), np.empty(size), np.empty(size)
     for i in range(N):
         lim = best[i] - 1e-12
-        pick, tot, nnz, top = pick_a, tot_a, nnz_a, top_a
-        pick2, tot2, nnz2, top2 = pick_b, tot_b, nnz_b, top_b
-        pick[0, :] = -1
         tot[0], nnz[0], top[0] = 0.0, 0.0, 0.0
         cnt = 1
+        last = -1  # the last step with partials
         for f in range(F):
             new = 0
             for p in range(cnt):
@@ -94,21 +94,24 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
                             continue
                     t2, n2, m2 = tot[p] + add, nnz[p] + (o > 0), max(top[p], add)
                     if a * n2 + b * t2 + g * m2 < lim:
-                        pick2[new] = pick[p]
-                        pick2[new, f] = o - 1
+                        par2[new], opt2[new] = p, o - 1
                         tot2[new], nnz2[new], top2[new] = t2, n2, m2
                         new += 1
-            pick, pick2, tot, tot2, nnz, nnz2, top, top2 = pick2, pick, tot2, tot, nnz2, nnz, top2, top
             cnt = new
             if cnt > partial_cap:  # keep the farthest: a combination only just inside the room is the likeliest accepted
-                keep = _farthest(a * nnz[:cnt] + b * tot[:cnt] + g * top[:cnt], partial_cap)
-                for r in range(partial_cap):  # gathered into the spare buffers, then swapped in
-                    pick2[r] = pick[keep[r]]
-                    tot2[r], nnz2[r], top2[r] = tot[keep[r]], nnz[keep[r]], top[keep[r]]
-                pick, pick2, tot, tot2, nnz, nnz2, top, top2 = pick2, pick, tot2, tot, nnz2, nnz, top2, top
+                keep = _farthest(a * nnz2[:cnt] + b * tot2[:cnt] + g * top2[:cnt], partial_cap)
                 cnt = partial_cap
+            else:
+                keep = np.arange(cnt)
+            for r in range(cnt):  # this step's partials, in order
+                k = keep[r]
+                par[f, r], opt[f, r] = par2[k], opt2[k]
+                tot[r], nnz[r], top[r] = tot2[k], nnz2[k], top2[k]
             if cnt == 0:
                 break
+            last = f
+        if last < F - 1:
+            continue
         many = np.flatnonzero(nnz[:cnt] >= 2)  # one feature alone the scan has already tried
         if not len(many):
             continue
@@ -120,7 +123,10 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
             out_pick = _grow2(out_pick, n_out + m)
         for r in range(m):
             out_who[n_out + r] = i
-            out_pick[n_out + r] = pick[order[r]]
+            k = order[r]
+            for f in range(F - 1, -1, -1):  # read the picks back along the parents
+                out_pick[n_out + r, f] = opt[f, k]
+                k = par[f, k]
         n_out += m
     return out_who[:n_out], out_pick[:n_out]
 
