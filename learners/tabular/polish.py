@@ -276,8 +276,11 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     if b_w + g_w <= 0:  # an l0 distance: a numeric trade never shortens it
         return C_all
     edges = split_edges(world)
-    padded = all_padded_edges(world, x.shape[1]) if edges else (np.zeros((0, 0)),) * 3 + (np.zeros(0, np.int64),)
-    act = np.arange(len(X_all))
+    if edges:
+        splits = all_padded_edges(world, x.shape[1])
+    else:  # no splits: the kernel moves on the share ladder and never reads them
+        splits = (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0, np.int64))
+    act = np.arange(len(X_all))  # the agents a round sweeps: all, then those the last round moved
     for _ in range(rounds):
         x, c, lo, hi = X_all[act], C_all[act], lo_all[act], hi_all[act]
         d_now = geo.distance(x, c)
@@ -305,7 +308,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         # if unchanged, else its own way (a tree ensemble: to the split crossings within that room)
         e, b, m, v = trade_moves_kernel(a_i, ci, np.ascontiguousarray(freed), x[:, num], c[:, num], lo[:, num],
                                         hi[:, num], num, geo.span, geo.rounded, TRADE_SHARES, float(a_w),
-                                        float(b_w + g_w), bool(edges), *padded)
+                                        float(b_w + g_w), bool(edges), *splits)
         if not len(e):
             break
         own = a_i[e]

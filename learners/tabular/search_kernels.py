@@ -98,13 +98,12 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
                         tot2[new], nnz2[new], top2[new] = t2, n2, m2
                         new += 1
             cnt = new
-            if cnt > partial_cap:  # keep the farthest: a combination only just inside the room is the likeliest accepted
+            pruned = cnt > partial_cap
+            if pruned:  # keep the farthest: a combination only just inside the room is the likeliest accepted
                 keep = _farthest(a * nnz2[:cnt] + b * tot2[:cnt] + g * top2[:cnt], partial_cap)
                 cnt = partial_cap
-            else:
-                keep = np.arange(cnt)
             for r in range(cnt):  # this step's partials, in order
-                k = keep[r]
+                k = keep[r] if pruned else r
                 par[f, r], opt[f, r] = par2[k], opt2[k]
                 tot[r], nnz[r], top[r] = tot2[k], nnz2[k], top2[k]
             if cnt == 0:
