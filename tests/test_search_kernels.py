@@ -205,7 +205,11 @@ def test_split_walks_match_the_sorted_crossings(forest):
     cols = num[rng.integers(len(num), size=Q)]
     lo, hi = geo.lower[cols], geo.upper[cols]
     c[np.arange(Q), cols] = lo + rng.random(Q) * (hi - lo)  # the answer moved this column anywhere in bounds
-    got = closer_crossings_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, geo.rounded)
+    q_of, j_of, v = closer_crossings_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols,
+                                            geo.rounded)
+    assert np.all(np.diff(q_of * (n.max() + 1) + j_of) > 0)  # by entry, then split
+    got = np.full((Q, int(n[cols].max())), np.nan)
+    got[q_of, j_of] = v
     want = _closer_crossings_reference(edges, x, c, cols, geo.rounded, got.shape[1])
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.nan_to_num(got), np.nan_to_num(want))
     assert np.isfinite(got).any()

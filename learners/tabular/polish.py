@@ -214,17 +214,19 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
             if not len(own):
                 continue
             own, col_of = act[own], cols_all[m_idx]
-            V = closer_crossings_kernel(t, u, lft, n_splits, x[own, col_of], c[own, col_of], col_of, geo.rounded)
-            live = ~np.isnan(V)
-            if not live.any():
+            q_of, _, v = closer_crossings_kernel(t, u, lft, n_splits, x[own, col_of], c[own, col_of], col_of,
+                                                 geo.rounded)
+            if not len(q_of):
                 continue
-            ok = np.zeros(V.shape, bool)
-            e_of, w_of = np.nonzero(live)
-            ok[live] = accepts_variants(world, Variants(c, own[e_of], col_of[e_of][:, None], V[e_of, w_of][:, None]))
-            gap = np.where(ok, np.abs(V - x[own, col_of][:, None]), np.inf)
-            best = gap.argmin(1)
-            hit = np.isfinite(gap[np.arange(len(own)), best])
-            c[own[hit], col_of[hit]] = V[np.flatnonzero(hit), best[hit]]
+            ok = accepts_variants(world, Variants(c, own[q_of], col_of[q_of][:, None], v[:, None]))
+            q_of, v = q_of[ok], v[ok]
+            if not len(q_of):
+                continue
+            # per entry the accepted crossing nearest the agent (ties: the first split, a stable sort)
+            order = np.lexsort((np.abs(v - x[own[q_of], col_of[q_of]]), q_of))
+            pick = order[np.r_[True, q_of[order][1:] != q_of[order][:-1]]]
+            hit = q_of[pick]
+            c[own[hit], col_of[hit]] = v[pick]
             moved[own[hit]] = True
         act = np.flatnonzero(moved)
         if not len(act):

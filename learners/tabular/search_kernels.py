@@ -283,13 +283,14 @@ def trade_moves_kernel(agent, given, freed, xm, cm, lom, him, num, span, rounded
 def closer_crossings_kernel(t, u, lft, n_splits, xv, cv, cols, rounded):
     """Per entry q, each split crossing of column ``cols[q]`` from the agent's ``xv[q]`` (an integer
     column's first integer at least that far) that lies on the side of ``cv[q]`` and nearer the agent
-    than it, at its split's index; NaN elsewhere. (Q, most splits of those columns): the values
-    ``polish._edge_sweep`` tries for a change, computed per entry without (Q, T) temporaries."""
+    than it: the values ``polish._edge_sweep`` tries for a change. Returned as (q, split index,
+    value) triples, by entry and then split (no (entries, most splits) array, mostly empty)."""
     Q = cols.shape[0]
-    W = 0
+    n = 0
     for q in range(Q):
-        W = max(W, n_splits[cols[q]])
-    out = np.full((Q, W), np.nan)
+        n += n_splits[cols[q]]
+    out_q, out_j, out_v = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
+    k = 0
     for q in range(Q):
         col = cols[q]
         x, c = xv[q], cv[q]
@@ -299,8 +300,9 @@ def closer_crossings_kernel(t, u, lft, n_splits, xv, cv, cols, rounded):
             if rounded[col]:
                 v = _away(v, x)
             if np.abs(v - x) < now - 1e-12 and np.sign(v - x) == side:
-                out[q, j] = v
-    return out
+                out_q[k], out_j[k], out_v[k] = q, j, v
+                k += 1
+    return out_q[:k], out_j[:k], out_v[:k]
 
 
 @nb.njit(cache=True)
