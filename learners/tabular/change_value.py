@@ -25,6 +25,7 @@ from learners.tabular.geometry import (
     Variants,
     WorldGeometry,
     accepts,
+    first_within,
     may_accept_within,
     nearest_accepted_variants,
     repeats,
@@ -514,8 +515,7 @@ class ChangeValueGenerator(TabularGenerator):
                 P = polish(world, geo, x[a_of], P, rounds=steps, probes=int(self.params.polish_probes))
                 P = trade_sweep(world, geo, x[a_of], P)
             dp = geo.distance(x[a_of], P)
-            order = np.lexsort((dp, a_of))
-            first = order[np.r_[True, a_of[order][1:] != a_of[order][:-1]]]  # each agent's nearest
+            first = first_within(dp, a_of)  # each agent's nearest
             take = first[dp[first] < rec.distance[rows[a_of[first]]] - 1e-12]
             rec.CF[rows[a_of[take]]] = P[take]
             rec.distance[rows[a_of[take]]] = dp[take]

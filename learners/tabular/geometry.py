@@ -175,6 +175,13 @@ def rank_within(key: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndar
     return order, np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
 
 
+def first_within(key: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Per group (ascending), the index of its entry with the smallest ``key`` (ties: the lower index)."""
+    order = np.lexsort((key, group))
+    g = group[order]
+    return order[np.r_[True, g[1:] != g[:-1]]] if len(order) else order
+
+
 def nearest_accepted(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, T: np.ndarray, owner: np.ndarray,
                      k: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """For rows ``T`` (M, D) each proposed for agent ``owner[m]`` of ``X`` (N, D): per agent the

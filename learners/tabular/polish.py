@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import MARGIN as MARGIN_SCORE
-from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants
+from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants, first_within
 from learners.tabular.search_kernels import trade_moves_kernel
 
 
@@ -222,9 +222,8 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
             q_of, v = q_of[ok], v[ok]
             if not len(q_of):
                 continue
-            # per entry the accepted crossing nearest the agent (ties: the first split, a stable sort)
-            order = np.lexsort((np.abs(v - x[own[q_of], col_of[q_of]]), q_of))
-            pick = order[np.r_[True, q_of[order][1:] != q_of[order][:-1]]]
+            # per entry the accepted crossing nearest the agent (ties: the first split)
+            pick = first_within(np.abs(v - x[own[q_of], col_of[q_of]]), q_of)
             hit = q_of[pick]
             c[own[hit], col_of[hit]] = v[pick]
             moved[own[hit]] = True
@@ -324,11 +323,9 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         if not better.any():
             break
         T, own, d = T[better], own[better], d[better]
-        order = np.lexsort((d, own))
-        first = np.r_[True, own[order][1:] != own[order][:-1]]
-        pick = order[first]
+        pick = first_within(d, own)  # each agent's nearest trade
         C_all[act[own[pick]]] = T[pick]
-        act = act[np.unique(own[pick])]
+        act = act[own[pick]]  # ascending: one per agent
     return C_all
 
 
@@ -390,13 +387,13 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         trials = c[a_idx].copy()
         cols = geo.raw_of_column[None, :] == j_idx[:, None]
         trials[cols] = x[a_idx][cols]
-        ok = accepts(world, trials)
-        d = geo.distance(x[a_idx], trials)
-        best_d = geo.distance(x, c)
-        for t in np.flatnonzero(ok)[np.argsort(d[ok], kind="stable")]:  # greedy: smallest distance first
-            i = a_idx[t]
-            if d[t] < best_d[i] - 1e-12:  # one drop per agent: trials were made from the undropped row
-                c[i], best_d[i] = trials[t], d[t]
+        ok = np.flatnonzero(accepts(world, trials))
+        d = geo.distance(x[a_idx[ok]], trials[ok])
+        # one drop per agent (trials were made from the undropped row): its nearest accepted one, if nearer
+        best = first_within(d, a_idx[ok])
+        t = ok[best]
+        t = t[d[best] < geo.distance(x[a_idx[t]], c[a_idx[t]]) - 1e-12]
+        c[a_idx[t]] = trials[t]
     C[rows] = c
     return C
 
