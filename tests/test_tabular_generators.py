@@ -648,6 +648,40 @@ def test_combinations_within_are_every_winning_product_of_the_options(german, mo
         assert far[own2 == i].mean() >= d[own == i].mean()
 
 
+def test_combination_values_are_the_common_ones_then_the_neighbours_each_once(german, german_labels):
+    """Per agent, ``_combo_values`` holds the training answers' most common values per column, then
+    each value the answers of its nearest training agents move the column to, each value once; and
+    ``combinations_within`` with the same values per agent (N, D, m) gives what the shared (D, m) gives."""
+    from learners.tabular.change_value import combinations_within
+
+    world, neg = german
+    labels, train, _ = german_labels
+    gen = build_tabular_generator("change_value", {"max_epochs": 2, "combo_neighbours": 5}).fit(
+        world, _train(labels, train), seed=0)
+    X = neg[:6]
+    vals = gen._combo_values(X)
+    common = gen._common_values(int(gen.params.combo_common))
+    near = gen._neighbours(X, 5)
+    assert vals.shape == (len(X), X.shape[1], common.shape[1] + 5)
+    for i in range(len(X)):
+        for c in range(X.shape[1]):
+            got = vals[i, c][~np.isnan(vals[i, c])]
+            assert len(np.unique(got)) == len(got)  # each value once
+            moved = np.abs(gen.CF_[near[i], c] - gen.X_[near[i], c]) > 1e-12
+            want = set(common[c][~np.isnan(common[c])]) | set(gen.CF_[near[i], c][moved])
+            assert set(got) == want
+            k = int((~np.isnan(common[c])).sum())
+            np.testing.assert_array_equal(vals[i, c, :k], common[c, :k])  # the common ones first, in order
+    geo = WorldGeometry.of(world)
+    best = np.full(len(X), 0.05)
+    shared = combinations_within(world, geo, X, best, 2, 50, common)
+    per_agent = combinations_within(world, geo, X, best, 2, 50, np.broadcast_to(common[None], (len(X),) + common.shape))
+    np.testing.assert_array_equal(shared[1], per_agent[1])
+    np.testing.assert_array_equal(shared[0].rows(), per_agent[0].rows())
+    mine = combinations_within(world, geo, X, best, 2, 10**6, vals)[0].rows()
+    assert len(mine) >= len(combinations_within(world, geo, X, best, 2, 10**6, common)[0].rows())
+
+
 def test_score_bounds_skip_only_rows_no_model_accepts(german, german_labels, monkeypatch):
     """The searches skip the boxes a forest's score bound rules out: the answers are the same as
     with no bound at all (every skipped row would have been rejected), on an MLP's interval bound too."""

@@ -149,8 +149,9 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     ``best`` (N,), and come out nearer than ``best`` (by Eq. 3 on the changed columns, exact here):
     enumerated feature by feature, a partial combination dropped as soon as it cannot win (and, where
     more than ``PARTIAL_CAP * cap`` per agent remain, all but the farthest), at most ``cap`` per agent (the
-    farthest: a combination only just inside the room is the likeliest accepted). ``common`` (D, m; NaN padded): further values per column to try
-    where they are reachable and within the room (the values the training answers move a column to).
+    farthest: a combination only just inside the room is the likeliest accepted). ``common`` (D, m), or
+    (N, D, m) per agent; NaN padded: further values per column to try where they are reachable and
+    within the room (the values the training answers move a column to).
     The answers a tree ensemble needs several features for, each moved a little, which a scan of one
     to three features misses (GeCo's combinations, batched). An agent whose box of options the
     model's score bound rules out (``may_accept_within``) gets none: none of them would be accepted."""
@@ -162,9 +163,10 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
         return Variants(X, np.zeros(0, np.int64), np.zeros((0, 2), np.int64), np.zeros((0, 2))), np.zeros(0, np.int64)
     levels, pos = room_levels_compact(world, geo, X, room, [(values, True)])
     lv = levels[(values, True)][:, pos[cols]]  # (N, F, e)
-    if common is not None and common.shape[1]:
+    if common is not None and common.shape[-1]:
         lo, hi = geo.box(X)
-        cv = np.broadcast_to(common[cols][None], (N, len(cols), common.shape[1])).copy()
+        per_agent = common.ndim == 3
+        cv = (common[:, cols] if per_agent else np.broadcast_to(common[cols][None], (N, len(cols), common.shape[1]))).copy()
         xc = X[:, cols, None]
         fine = (cv >= lo[:, cols, None]) & (cv <= hi[:, cols, None]) & (cv != xc) \
             & (np.abs(cv - xc) <= (room[:, None] * geo.span[cols][None, :])[..., None] + 1e-12)
@@ -236,7 +238,7 @@ class ChangeValueParams:
 
     top_features: int = 6  # most probable changed features whose subsets are enumerated per agent
     top_subsets: int = 8  # most probable subsets of those tried per agent
-    donors_per_subset: int = 1  # nearest training agents with exactly that subset that lend their values too
+    donors_per_subset: int = 2  # nearest training agents with exactly that subset that lend their values too
     knn_candidates: int = 4  # plain nearest-neighbour donors too (coverage where the network is unsure; 0: none)
     grid_subsets: int = 0  # most probable subsets whose values are searched on a grid before the scan (0: none; the scan covers them)
     grid_values: int = 24  # values tried per numeric feature of a one-feature subset (fewer for larger subsets)
@@ -249,6 +251,7 @@ class ChangeValueParams:
     combo_rows: int = 1000  # a tree ensemble: up to this many combinations per agent of split crossings of all its numeric features within the room, nearest first (0: none)
     combo_values: int = 2  # split crossings per numeric feature in those combinations (the nearest to the agent, either way)
     combo_common: int = 6  # and the values the training answers most often move the feature to (where within the room)
+    combo_neighbours: int = 8  # and the values the answers of the agent's this many nearest training agents move it to
     scan_levels: tuple[int, int] = (16, 32)  # values of the first and the second feature of a scanned pair
     region_rounds: int = 2  # a ReLU MLP or LR: rounds re-choosing the answers' numeric changes on their linear piece (0: none)
     piece_lp: bool = True  # a ReLU MLP or LR: then the l1 optimum over each answer's linear piece, by an LP
@@ -279,7 +282,7 @@ class ChangeValueParams:
         for name in ("scan_features", "scan_subsets", "grid_subsets"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
-        for name in ("combo_rows", "combo_values", "combo_common"):
+        for name in ("combo_rows", "combo_values", "combo_common", "combo_neighbours"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if int(self.scan_starts) < 1:
@@ -431,7 +434,6 @@ class ChangeValueGenerator(TabularGenerator):
         p = self.params
         geo = WorldGeometry.of(world)
         prob, value = self._predict(X)
-        _LAST.prediction = (self, X, prob, value)  # the second search of this request reuses it
         subs = self.subsets(prob)  # (N, S, J)
         N, S, _ = subs.shape
         col = subs[..., geo.raw_of_column]  # (N, S, D)
@@ -450,8 +452,10 @@ class ChangeValueGenerator(TabularGenerator):
         missing = np.tile(donors < 0, 3)
         lent[missing] = X[np.nonzero(missing)[0]]  # the agent itself: dropped as no answer
         parts.append(lent)
+        near = self._neighbours(X, max(int(p.knn_candidates), int(p.combo_neighbours), 1), d=d)  # nearest first
+        _LAST.prediction = (self, X, prob, value, near)  # the second search of this request reuses them
         if p.knn_candidates > 0:
-            parts.append(self._lend(geo, X, self._neighbours(X, int(p.knn_candidates), d=d)))
+            parts.append(self._lend(geo, X, near[:, : int(p.knn_candidates)]))
         if p.grid_subsets > 0:
             parts.append(self._grid(world, geo, X, value, subs[:, : int(p.grid_subsets)]))
         return np.concatenate(parts, axis=1)
@@ -484,14 +488,16 @@ class ChangeValueGenerator(TabularGenerator):
         last = getattr(_LAST, "prediction", None)
         _LAST.prediction = None
         geo = WorldGeometry.of(world, norm)
+        fresh = last is not None and last[0] is self and last[1] is X
+        near = last[4] if fresh else None  # the agents' nearest training agents (candidates found them)
         if int(self.params.combo_rows) > 0 and not rec.found.all() and split_edges(world):
-            self._first_answers(world, geo, X, rec, polish_rounds)
+            self._first_answers(world, geo, X, rec, polish_rounds, near)
         if int(self.params.scan_subsets) <= 0 or not rec.found.any():
             rec.seconds += time.perf_counter() - t0
             return rec
         rows = np.flatnonzero(rec.found & (rec.distance > 0))
         x = X[rows]
-        if last is not None and last[0] is self and last[1] is X:
+        if fresh:
             prob, value = last[2][rows], last[3][rows]
         else:
             prob, value = self._predict(x)
@@ -503,7 +509,7 @@ class ChangeValueGenerator(TabularGenerator):
             V, own = Variants.concat([V, Variants.of_rows(Dc[n_of, k_of])]), np.concatenate([own, n_of])
         if int(self.params.combo_rows) > 0 and split_edges(world):  # several features' crossings at once
             Vc, oc = combinations_within(world, geo, x, rec.distance[rows], int(self.params.combo_values),
-                                         int(self.params.combo_rows), self._common_values(int(self.params.combo_common)))
+                                         int(self.params.combo_rows), self._combo_values(x, None if near is None else near[rows]))
             V, own = Variants.concat([V, Vc]), np.concatenate([own, oc])
         k = max(1, int(self.params.scan_starts))
         d_best, _, starts = nearest_accepted_variants(world, geo, x, V, own, k)  # one model call
@@ -552,14 +558,14 @@ class ChangeValueGenerator(TabularGenerator):
         rec.CF[rows[take]], rec.distance[rows[take]] = R[take, best[take]], dr[take, best[take]]
 
     def _first_answers(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, rec: Recommendations,
-                       polish_rounds: int | None) -> None:
+                       polish_rounds: int | None, near: np.ndarray | None = None) -> None:
         """A tree ensemble's agents no candidate answered: combinations of their numeric features'
         crossings anywhere in reach (the farthest first), the nearest accepted one polished; ``rec``
         is updated in place (the scan then starts from it)."""
         miss = np.flatnonzero(~rec.found)
         x = X[miss]
         V, own = combinations_within(world, geo, x, np.full(len(x), np.inf), int(self.params.combo_values),
-                                     int(self.params.combo_rows), self._common_values(int(self.params.combo_common)))
+                                     int(self.params.combo_rows), self._combo_values(x, None if near is None else near[miss]))
         d, _, start = nearest_accepted_variants(world, geo, x, V, own, 1)
         hit = np.flatnonzero(np.isfinite(d[:, 0]))
         if not len(hit):
@@ -572,6 +578,27 @@ class ChangeValueGenerator(TabularGenerator):
         rec.CF[miss[hit]] = P
         rec.distance[miss[hit]] = geo.distance(x[hit], P)
         rec.found[miss[hit]] = True
+
+    def _combo_values(self, X: np.ndarray, near: np.ndarray | None = None) -> np.ndarray:
+        """(N, D, m + k) per agent the values ``combinations_within`` tries beyond the crossings nearest
+        the agent: the ``combo_common`` values the training answers most often move each column to,
+        then those the answers of the agent's ``combo_neighbours`` nearest training agents (``near``,
+        nearest first, where the caller has them) move it to; each value once (NaN padded)."""
+        common = self._common_values(int(self.params.combo_common))
+        k = int(self.params.combo_neighbours)
+        N, (D, m) = len(X), common.shape
+        if k <= 0:
+            return np.broadcast_to(common[None], (N, D, m))
+        near = self._neighbours(X, k) if near is None else near[:, :k]
+        moved = np.abs(self.CF_[near] - self.X_[near]) > 1e-12  # (N, k, D)
+        theirs = np.where(moved, self.CF_[near], np.nan).transpose(0, 2, 1)  # (N, D, k)
+        vals = np.concatenate([np.broadcast_to(common[None], (N, D, m)), theirs], axis=2)
+        order = np.argsort(vals, axis=2, kind="stable")  # NaN last; a value met twice is kept once
+        sv = np.take_along_axis(vals, order, 2)
+        dup = np.zeros(sv.shape, bool)
+        dup[..., 1:] = sv[..., 1:] == sv[..., :-1]
+        np.put_along_axis(vals, order, np.where(dup, np.nan, sv), 2)
+        return vals
 
     def _common_values(self, m: int = 6) -> np.ndarray:
         """(D, m) per column the values the training answers most often move it to (NaN padded):

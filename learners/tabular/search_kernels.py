@@ -78,23 +78,34 @@ def combinations_kernel(step, best, a, b, g, cap, partial_cap):
     par2, opt2 = np.empty(size, np.int64), np.empty(size, np.int64)
     tot, nnz, top = np.empty(size), np.empty(size), np.empty(size)
     tot2, nnz2, top2 = np.empty(size), np.empty(size), np.empty(size)
+    fin = np.empty(E, np.int64)  # a feature's options that exist (in order), and the smallest step of them
     for i in range(N):
         lim = best[i] - 1e-12
         tot[0], nnz[0], top[0] = 0.0, 0.0, 0.0
         cnt = 1
         last = -1  # the last step with partials
         for f in range(F):
+            n_fin, smallest = 0, np.inf
+            for o in range(E):
+                if np.isfinite(step[i, f, o]):
+                    fin[n_fin] = o
+                    n_fin += 1
+                    smallest = min(smallest, step[i, f, o])
             new = 0
             for p in range(cnt):
-                for o in range(E + 1):
-                    add = 0.0
-                    if o > 0:
-                        add = step[i, f, o - 1]
-                        if not np.isfinite(add):
-                            continue
-                    t2, n2, m2 = tot[p] + add, nnz[p] + (o > 0), max(top[p], add)
+                if a * nnz[p] + b * tot[p] + g * top[p] < lim:  # unchanged
+                    par2[new], opt2[new] = p, -1
+                    tot2[new], nnz2[new], top2[new] = tot[p], nnz[p], top[p]
+                    new += 1
+                # the distance grows with the step: where the smallest cannot win, none can
+                if n_fin == 0 or a * (nnz[p] + 1) + b * (tot[p] + smallest) + g * max(top[p], smallest) >= lim:
+                    continue
+                for q in range(n_fin):
+                    o = fin[q]
+                    add = step[i, f, o]
+                    t2, n2, m2 = tot[p] + add, nnz[p] + 1, max(top[p], add)
                     if a * n2 + b * t2 + g * m2 < lim:
-                        par2[new], opt2[new] = p, o - 1
+                        par2[new], opt2[new] = p, o
                         tot2[new], nnz2[new], top2[new] = t2, n2, m2
                         new += 1
             cnt = new
