@@ -609,6 +609,8 @@ def test_combinations_within_are_every_winning_product_of_the_options(german, mo
     cols = [c for c in np.flatnonzero(geo.numeric & ~geo.fixed) if c in split_edges(world)]
     common = np.full((X.shape[1], 2), np.nan)
     common[cols[0]] = [X[:, cols[0]].max() + 1, np.nan]  # a value the training answers would lend
+    lv0 = room_levels(world, geo, X, best / geo.weights[1], [(2, True)])[(2, True)]
+    common[cols[1], 0] = lv0[0, cols[1], 0]  # and one that is also a crossing: tried once
     bounded, own_b = combinations_within(world, geo, X, best, 2, 10**9, common)
     monkeypatch.setattr(type(world.model), "score_bounds", lambda self, *a: None)  # the enumeration itself
     V, own = combinations_within(world, geo, X, best, 2, 10**9, common)
@@ -634,6 +636,7 @@ def test_combinations_within_are_every_winning_product_of_the_options(german, mo
             if (np.abs(r - X[i]) > 1e-12).sum() >= 2 and geo.distance(X[i], r) < best[i] - 1e-12:
                 want.add(r.tobytes())
         assert {r.tobytes() for r in rows[own == i]} == want
+        assert len(want) == (own == i).sum()  # each once: an option met again (a common value that is a crossing) adds no row
     assert not (own == 3).any()  # a zero budget: nothing can win
     accepted = world.accepts(rows)
     for i in range(len(X)):  # with the model's score bound: all of an agent's, or none where none is accepted

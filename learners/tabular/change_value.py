@@ -170,7 +170,7 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
         xc = X[:, cols, None]
         fine = (cv >= lo[:, cols, None]) & (cv <= hi[:, cols, None]) & (cv != xc) \
             & (np.abs(cv - xc) <= (room[:, None] * geo.span[cols][None, :])[..., None] + 1e-12)
-        lv = np.concatenate([lv, np.where(fine, cv, np.nan)], axis=2)
+        lv = _first_of_each(np.concatenate([lv, np.where(fine, cv, np.nan)], axis=2))  # a crossing met again: once
     step = np.abs(lv - X[:, cols, None]) / geo.span[cols][None, :, None]  # normalized change of each option (NaN: none)
     # an agent whose box of options (its own values too) the model's score bound rules out gets none
     filled = np.where(np.isnan(lv), X[:, cols, None], lv)
@@ -179,6 +179,17 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
                                     float(b), float(g), int(cap), int(PARTIAL_CAP * cap))
     vc, vv = combination_columns_kernel(who, pick, cols, np.ascontiguousarray(lv))
     return Variants(X, who, vc, vv), who
+
+
+def _first_of_each(vals: np.ndarray) -> np.ndarray:
+    """``vals`` (..., m) with each value met again along the last axis set to NaN (its first stays)."""
+    order = np.argsort(vals, axis=-1, kind="stable")  # NaN last; equal values in their order
+    sv = np.take_along_axis(vals, order, -1)
+    again = np.zeros(sv.shape, bool)
+    again[..., 1:] = sv[..., 1:] == sv[..., :-1]
+    out = vals.copy()
+    np.put_along_axis(out, order, np.where(again, np.nan, sv), -1)
+    return out
 
 
 def discrete_changes(geo: WorldGeometry, X: np.ndarray) -> np.ndarray:
@@ -592,13 +603,7 @@ class ChangeValueGenerator(TabularGenerator):
         near = self._neighbours(X, k) if near is None else near[:, :k]
         moved = np.abs(self.CF_[near] - self.X_[near]) > 1e-12  # (N, k, D)
         theirs = np.where(moved, self.CF_[near], np.nan).transpose(0, 2, 1)  # (N, D, k)
-        vals = np.concatenate([np.broadcast_to(common[None], (N, D, m)), theirs], axis=2)
-        order = np.argsort(vals, axis=2, kind="stable")  # NaN last; a value met twice is kept once
-        sv = np.take_along_axis(vals, order, 2)
-        dup = np.zeros(sv.shape, bool)
-        dup[..., 1:] = sv[..., 1:] == sv[..., :-1]
-        np.put_along_axis(vals, order, np.where(dup, np.nan, sv), 2)
-        return vals
+        return _first_of_each(np.concatenate([np.broadcast_to(common[None], (N, D, m)), theirs], axis=2))
 
     def _common_values(self, m: int = 6) -> np.ndarray:
         """(D, m) per column the values the training answers most often move it to (NaN padded):

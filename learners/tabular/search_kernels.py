@@ -385,7 +385,8 @@ def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_o
                      alive, block):
     """The rows of a scan of k features (``ChangeValueGenerator._scan``): for each (agent ``ii[p]``,
     subset ``ss[p]``) and each combination ``combos[q]`` of positions on the k axes ``axes[p]``
-    (values, NaN: the agent's own; the last axis must have a value), the row of the subset's base
+    (values, NaN: the agent's own, at an axis's first NaN only: the padding after it would repeat its
+    rows; the last axis must have a value), the row of the subset's base
     with column ``cols[p, j]`` at its value, kept only where its distance from the agent (the base's
     deltas ``bdel`` with the k columns replaced: exact but for a max term's base part, so a lower
     bound) is below ``best``, and its block of ``block`` combinations is ``alive`` (n, B). Returns the
@@ -402,6 +403,13 @@ def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_o
         lim = best[bi] - 1e-12
         for q in range(m):
             if not alive[p, q // block] or np.isnan(axes[p, k - 1, combos[q, k - 1]]):
+                continue
+            again = False  # an axis's first NaN is the agent's own value; a later one (padding) repeats that row
+            for j in range(k - 1):
+                at = combos[q, j]
+                if at > 0 and np.isnan(axes[p, j, at]) and np.isnan(axes[p, j, at - 1]):
+                    again = True
+            if again:
                 continue
             lb_sum, lb_nnz, lb_max = b_sum[bi, bs], float(b_nnz[bi, bs]), 0.0
             for j in range(k):
