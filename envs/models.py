@@ -204,6 +204,9 @@ class WhiteBoxModel:
         return model_from_dict(json.loads(Path(path).read_text()))
 
 
+COMPLETE_DEPTH = 12  # a forest at most this deep is descended as complete trees (2**depth nodes each)
+
+
 @dataclass
 class TreeEnsemble(WhiteBoxModel):
     """A decision tree (one tree) or a random forest (probabilities averaged over trees)."""
@@ -219,10 +222,11 @@ class TreeEnsemble(WhiteBoxModel):
 
     def class_probas(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(P(0), P(1)) per row, summed over the trees in order and divided by their number, as sklearn."""
-        from envs.tree_kernels import forest_sums
+        from envs.tree_kernels import complete_sums, forest_sums
 
         X32 = np.ascontiguousarray(self._check(X), np.float32)
-        s0, s1 = forest_sums(X32, *self._stacked())
+        complete = self._complete()
+        s0, s1 = complete_sums(X32, *complete) if complete is not None else forest_sums(X32, *self._stacked())
         return s0 / len(self.trees), s1 / len(self.trees)
 
     def _stacked(self) -> tuple[np.ndarray, ...]:
@@ -250,6 +254,17 @@ class TreeEnsemble(WhiteBoxModel):
             self.__dict__["_stack"] = stack
         return stack
 
+    def _complete(self) -> tuple[Any, ...] | None:
+        """The trees as complete trees (``tree_kernels.complete_layout``: a step loads no child id)
+        where the deepest leaf is at most ``COMPLETE_DEPTH`` deep; None for a deeper forest (the
+        linked ``_stacked`` layout then). Built once."""
+        if "_complete_stack" not in self.__dict__:
+            from envs.tree_kernels import complete_layout
+
+            stack = self._stacked()
+            self.__dict__["_complete_stack"] = complete_layout(*stack) if int(stack[5]) <= COMPLETE_DEPTH else None
+        return self.__dict__["_complete_stack"]
+
     def leaves(self, X: np.ndarray) -> np.ndarray:
         """(rows, trees) leaf index of each row in each tree, on the float32 cast as sklearn
         (compiled: a forest's per-tree Python loop cost ~75 µs a tree)."""
@@ -265,12 +280,13 @@ class TreeEnsemble(WhiteBoxModel):
     def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """``score`` of variant rows, bit for bit: the compiled descent copies each base row and its
         changed columns into one float32 row buffer (the same cast as ``score``)."""
-        from envs.tree_kernels import forest_sums_variants
+        from envs.tree_kernels import complete_sums_variants, forest_sums_variants
 
-        base32 = np.ascontiguousarray(self._check(base), np.float32)
-        s0, s1 = forest_sums_variants(base32, np.ascontiguousarray(index, np.int64),
-                                      np.ascontiguousarray(cols, np.int64),
-                                      np.ascontiguousarray(vals, np.float64).astype(np.float32), *self._stacked())
+        args = (np.ascontiguousarray(self._check(base), np.float32), np.ascontiguousarray(index, np.int64),
+                np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64).astype(np.float32))
+        complete = self._complete()
+        s0, s1 = (complete_sums_variants(*args, *complete) if complete is not None
+                  else forest_sums_variants(*args, *self._stacked()))
         n = len(self.trees)
         return s1 / n - s0 / n
 

