@@ -69,7 +69,7 @@ def _set_changes(x, cols, vals, i, base, b):
 def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature, threshold, depth, p0, p1):
     """``forest_sums`` of variant rows: row t is ``base[index[t]]`` with column ``cols[t, i]`` (>= 0)
     set to ``vals[t, i]`` (float32 like ``base``); each row is assembled in one buffer, never stored."""
-    T, D, K = index.shape[0], base.shape[1], cols.shape[1]
+    T, D = index.shape[0], base.shape[1]
     s0 = np.zeros(T)
     s1 = np.zeros(T)
     nodes = np.empty(offsets.shape[0], np.int64)
