@@ -205,6 +205,7 @@ class WhiteBoxModel:
 
 
 COMPLETE_DEPTH = 12  # a forest at most this deep is descended as complete trees (2**depth nodes each)
+COMPLETE_NODES = 1 << 20  # and only where all its complete trees hold at most this many nodes (about 32 MB)
 
 
 @dataclass
@@ -256,13 +257,15 @@ class TreeEnsemble(WhiteBoxModel):
 
     def _complete(self) -> tuple[Any, ...] | None:
         """The trees as complete trees (``tree_kernels.complete_layout``: a step loads no child id)
-        where the deepest leaf is at most ``COMPLETE_DEPTH`` deep; None for a deeper forest (the
-        linked ``_stacked`` layout then). Built once."""
+        where the deepest leaf is at most ``COMPLETE_DEPTH`` deep and the padded trees hold at most
+        ``COMPLETE_NODES`` nodes; None otherwise (the linked ``_stacked`` layout then). Built once."""
         if "_complete_stack" not in self.__dict__:
             from envs.tree_kernels import complete_layout
 
             stack = self._stacked()
-            self.__dict__["_complete_stack"] = complete_layout(*stack) if int(stack[5]) <= COMPLETE_DEPTH else None
+            depth = int(stack[5])
+            small = depth <= COMPLETE_DEPTH and len(self.trees) << depth <= COMPLETE_NODES
+            self.__dict__["_complete_stack"] = complete_layout(*stack) if small else None
         return self.__dict__["_complete_stack"]
 
     def leaves(self, X: np.ndarray) -> np.ndarray:

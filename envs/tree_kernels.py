@@ -146,7 +146,7 @@ def complete_layout(offsets: np.ndarray, left: np.ndarray, right: np.ndarray, fe
     """The linked layout (``TreeEnsemble._stacked``) as complete trees of the deepest leaf's depth:
     (n_trees, feature, threshold, depth, q0, q1) for ``complete_sums``. A leaf above the bottom is
     padded with tests that lead, either way, to copies of it (threshold +inf). The children are
-    implied, so a step loads no child id: 10-20% faster on the benchmark forests (depth 8)."""
+    implied, so a step loads no child id: about 10% faster on the benchmark forests (depth 8)."""
     T, inner = len(offsets), (1 << int(depth)) - 1
     feat = np.zeros((T, inner), np.int64)
     thr = np.full((T, inner), np.inf)

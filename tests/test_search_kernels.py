@@ -355,7 +355,7 @@ def test_complete_tree_sums_are_the_linked_ones_and_sklearns(max_depth):
     deeper than ``COMPLETE_DEPTH`` keeps the linked layout."""
     from sklearn.ensemble import RandomForestClassifier
 
-    from envs.models import COMPLETE_DEPTH, Tree, TreeEnsemble
+    from envs.models import COMPLETE_DEPTH, COMPLETE_NODES, Tree, TreeEnsemble
     from envs.tree_kernels import complete_sums, complete_sums_variants, forest_sums, forest_sums_variants
 
     rng = np.random.default_rng(3)
@@ -365,7 +365,7 @@ def test_complete_tree_sums_are_the_linked_ones_and_sklearns(max_depth):
     sk = RandomForestClassifier(n_estimators=6, max_depth=max_depth, random_state=0).fit(X, y)
     model = TreeEnsemble([Tree.from_sklearn(t) for t in sk.estimators_], 5)
     linked = model._stacked()
-    assert (model._complete() is None) == (int(linked[5]) > COMPLETE_DEPTH)
+    assert (model._complete() is None) == (int(linked[5]) > COMPLETE_DEPTH or 6 << int(linked[5]) > COMPLETE_NODES)
     from envs.tree_kernels import complete_layout
 
     complete = complete_layout(*linked)
