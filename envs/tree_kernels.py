@@ -57,6 +57,16 @@ def forest_sums(X, offsets, left, right, feature, threshold, depth, p0, p1):
 
 
 @nb.njit(cache=True, inline="always")
+def _load_base(x, base, b, cur):
+    """Row buffer ``x``: base row ``b`` where it holds another (``cur``); returns b. Variants of one
+    base come in runs: a base row is copied once per run, then each variant's changes set and undone."""
+    if b != cur:
+        for d in range(base.shape[1]):
+            x[d] = base[b, d]
+    return b
+
+
+@nb.njit(cache=True, inline="always")
 def _set_changes(x, cols, vals, i, base, b):
     """Row buffer ``x`` holds base row ``b``: set variant i's changed columns (``vals`` None: undo them)."""
     for j in range(cols.shape[1]):
@@ -77,10 +87,7 @@ def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature,
     cur = -1
     for i in range(T):
         b = index[i]
-        if b != cur:  # variants of one base come in runs: copy a base row once, then undo each change
-            for d in range(D):
-                x[d] = base[b, d]
-            cur = b
+        cur = _load_base(x, base, b, cur)
         _set_changes(x, cols, vals, i, base, b)
         _descend_all(x, nodes, offsets, left, right, feature, threshold, depth)
         _set_changes(x, cols, None, i, base, b)
@@ -131,10 +138,7 @@ def complete_sums_variants(base, index, cols, vals, n_trees, feature, threshold,
     cur = -1
     for i in range(T):
         b = index[i]
-        if b != cur:
-            for d in range(D):
-                x[d] = base[b, d]
-            cur = b
+        cur = _load_base(x, base, b, cur)
         _set_changes(x, cols, vals, i, base, b)
         s0[i], s1[i] = _complete_sums(x, nodes, feature, threshold, depth, q0, q1)
         _set_changes(x, cols, None, i, base, b)
