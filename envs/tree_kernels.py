@@ -129,7 +129,9 @@ def complete_sums(X, n_trees, feature, threshold, depth, q0, q1):
 
 @nb.njit(cache=True)
 def complete_sums_variants(base, index, cols, vals, n_trees, feature, threshold, depth, q0, q1):
-    """``forest_sums_variants`` on the complete layout: the same sums, bit for bit."""
+    """``forest_sums_variants`` on the complete layout: the same sums, bit for bit. A kernel of its
+    own: one kernel branching per row on the layout made both layouts slower (200 and 182 ns a
+    row on Credit forest against 162 and 147)."""
     T, D = index.shape[0], base.shape[1]
     s0 = np.zeros(T)
     s1 = np.zeros(T)
