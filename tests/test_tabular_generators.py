@@ -515,26 +515,44 @@ def test_nearest_accepted_matches_a_loop():
         assert (own[live] == i).all() and ok[live].all()
 
 
-def test_discrete_changes_are_every_reachable_value(german):
-    from learners.tabular.change_value import discrete_changes
+def test_discrete_variants_are_every_reachable_value_once(german):
+    """Every other reachable value of each discrete feature, alone, once, in agent order: the
+    variants' rows are those of a brute force over every column set of each feature."""
+    from learners.tabular.change_value import discrete_variants
 
     world, neg = german
     geo = WorldGeometry.of(world)
     x = neg[:5]
-    R = discrete_changes(geo, x)
-    moved = (R != x[:, None, :]).any(-1)
-    assert moved.any(1).all()
+    V, owner = discrete_variants(geo, x)
+    assert (np.diff(owner) >= 0).all()
+    R = V.rows()
+    lo, hi = geo.box(x)
     for i in range(len(x)):
-        rows = R[i][moved[i]]
-        d = geo.deltas(x[i][None], rows)
+        want = []  # brute force: each discrete raw feature at each of its other values, kept where reachable
+        for j, kind in enumerate(geo.raw_kinds):
+            cols = np.flatnonzero(geo.raw_of_column == j)
+            if kind == "numeric":
+                continue
+            if kind == "group":
+                options = [np.eye(len(cols))[k] for k in range(len(cols))]
+            else:
+                options = [np.array([v]) for v in range(int(geo.lower[cols[0]]), int(geo.upper[cols[0]]) + 1)]
+            for v in options:
+                r = x[i].copy()
+                r[cols] = v
+                if (r != x[i]).any() and (r >= lo[i]).all() and (r <= hi[i]).all():
+                    want.append(r)
+        mine = R[owner == i]
+        np.testing.assert_array_equal(mine, np.array(want).reshape(-1, x.shape[1]))
+        assert len(mine)
+        d = geo.deltas(x[i][None], mine)
         assert ((d > 0).sum(1) == 1).all()  # one raw feature each
-        assert not geo.violations(np.repeat(x[i][None], len(rows), 0), rows).any()  # reachable, groups one-hot
-        assert len(np.unique(rows, axis=0)) == len(rows)
-    # an immutable discrete feature never moves
-    fixed = [j for j, k in enumerate(geo.raw_kinds) if k != "numeric"
-             and geo.fixed[geo.raw_of_column == j].all()]
-    for j in fixed:
-        assert (geo.deltas(x[:, None, :], R)[..., j] == 0).all()
+        assert not geo.violations(np.repeat(x[i][None], len(mine), 0), mine).any()  # reachable, groups one-hot
+        assert len(np.unique(mine, axis=0)) == len(mine)
+        # an immutable discrete feature never moves
+        for j in (j for j, k in enumerate(geo.raw_kinds) if k != "numeric" and geo.fixed[geo.raw_of_column == j].all()):
+            assert (d[:, j] == 0).all()
+    assert V.cols.shape[1] <= 2  # a move changes one column, or two of a one-hot group
 
 
 def test_room_levels_take_every_reachable_step_that_fits():

@@ -96,11 +96,16 @@ class TabularGenerator(ABC):
         cached = self.__dict__.get("_scaled_train")
         if cached is None or cached[0] is not self.X_:
             B = self._scaled(self.X_)
-            cached = (self.X_, B, (B * B).sum(1))
+            # -2 B, transposed and contiguous: the product comes out already scaled (by a power of two:
+            # the same bits) and BLAS runs its fastest layout; the sums then add in place
+            cached = (self.X_, np.ascontiguousarray(-2 * B.T), (B * B).sum(1))
             self.__dict__["_scaled_train"] = cached
-        _, B, bb = cached
+        _, minus_2bt, bb = cached
         A = self._scaled(X)
-        return (A * A).sum(1)[:, None] - 2 * A @ B.T + bb[None, :]
+        d = A @ minus_2bt
+        d += (A * A).sum(1)[:, None]
+        d += bb[None, :]
+        return d
 
     def _neighbours(self, X: np.ndarray, k: int, among: np.ndarray | None = None, d: np.ndarray | None = None
                     ) -> np.ndarray:

@@ -11,6 +11,7 @@ scanned within the room its distance leaves, and the nearest finds are polished 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from learners.tabular.search_kernels import (
     block_boxes,
     combination_columns_kernel,
     combinations_kernel,
+    discrete_moves_kernel,
     donors_kernel,
     even_levels_kernel,
     scan_rows_kernel,
@@ -181,6 +183,15 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     return Variants(X, who, vc, vv), who
 
 
+@functools.lru_cache(maxsize=64)
+def _grid_indices(sizes: tuple[int, ...]) -> np.ndarray:
+    """(prod(sizes), k) every index combination of k axes of these sizes, the last axis fastest
+    (built once per shape; read-only)."""
+    out = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, len(sizes))
+    out.flags.writeable = False
+    return out
+
+
 def _first_of_each(vals: np.ndarray) -> np.ndarray:
     """``vals`` (..., m) with each value met again along the last axis set to NaN (its first stays)."""
     order = np.argsort(vals, axis=-1, kind="stable")  # NaN last; equal values in their order
@@ -192,42 +203,40 @@ def _first_of_each(vals: np.ndarray) -> np.ndarray:
     return out
 
 
-def discrete_changes(geo: WorldGeometry, X: np.ndarray) -> np.ndarray:
-    """(N, K, D) each agent with one non-numeric raw feature at another value it may reach (each
-    other column of a one-hot group, each other code of a binary or nominal feature); a value an
-    agent may not reach repeats the agent (no answer)."""
-    mask, vals = _discrete_moves(geo)  # (K, D) columns each move sets, and to what
-    if not len(mask):
-        return np.empty((len(X), 0, X.shape[1]))
+def discrete_variants(geo: WorldGeometry, X: np.ndarray) -> tuple[Variants, np.ndarray]:
+    """Each agent of ``X`` (N, D) with one non-numeric raw feature at another value it may reach
+    (each other column of a one-hot group, each other code of a binary or nominal feature), as
+    variants of the agents (only the columns a move changes; compiled: no (N, moves, D) rows are
+    built), agent by agent in the order of the moves, and the agent of each (T,)."""
+    ptr, cols, vals = _discrete_moves(geo)
+    if len(ptr) < 2:
+        return Variants(X, np.zeros(0, np.int64), np.full((0, 1), -1, np.int64), np.zeros((0, 1))), np.zeros(0, np.int64)
     lo, hi = geo.box(X)
-    R = np.where(mask[None], vals[None], X[:, None, :])
-    inside = ((R >= lo[:, None, :]) & (R <= hi[:, None, :])) | ~mask[None]
-    ok = inside.all(-1) & ((R != X[:, None, :]) & mask[None]).any(-1)
-    return np.where(ok[..., None], R, X[:, None, :])
+    owner, vc, vv = discrete_moves_kernel(np.ascontiguousarray(X, float), lo, hi, ptr, cols, vals)
+    return Variants(X, owner, vc, vv), owner
 
 
-def _discrete_moves(geo: WorldGeometry) -> tuple[np.ndarray, np.ndarray]:
-    """Every one-feature move of a discrete feature as (K, D) masks of the columns it sets and
-    their values (built once per geometry)."""
+def _discrete_moves(geo: WorldGeometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every one-feature move of a discrete feature: where each move's columns start (moves + 1,)
+    in the columns it sets and their values (built once per geometry)."""
     hit = geo.__dict__.get("_discrete_moves")
     if hit is not None:
         return hit
-    D = len(geo.lower)
-    masks, values = [], []
+    ptr, cols, values = [0], [], []
     for j, kind in enumerate(geo.raw_kinds):
         if kind == "numeric":
             continue
-        cols = np.flatnonzero(geo.raw_of_column == j)
+        members = np.flatnonzero(geo.raw_of_column == j)
         if kind == "group":
-            options = [(cols, (cols == c).astype(float)) for c in cols]
+            options = [(members, (members == c).astype(float)) for c in members]
         else:
-            options = [(cols, np.array([v])) for v in np.arange(np.ceil(geo.lower[cols[0]]), np.floor(geo.upper[cols[0]]) + 1)]
+            options = [(members, np.array([v])) for v in np.arange(np.ceil(geo.lower[members[0]]),
+                                                                    np.floor(geo.upper[members[0]]) + 1)]
         for cs, v in options:
-            m, val = np.zeros(D, bool), np.zeros(D)
-            m[cs], val[cs] = True, v
-            masks.append(m)
-            values.append(val)
-    out = (np.array(masks, bool).reshape(-1, D), np.array(values, float).reshape(-1, D))
+            cols.extend(int(c) for c in cs)
+            values.extend(float(a) for a in v)
+            ptr.append(len(cols))
+    out = (np.array(ptr, np.int64), np.array(cols, np.int64), np.array(values, float))
     geo.__dict__["_discrete_moves"] = out
     return out
 
@@ -464,7 +473,7 @@ class ChangeValueGenerator(TabularGenerator):
         lent[missing] = X[np.nonzero(missing)[0]]  # the agent itself: dropped as no answer
         parts.append(lent)
         near = self._neighbours(X, max(int(p.knn_candidates), int(p.combo_neighbours), 1), d=d)  # nearest first
-        _LAST.prediction = (self, X, prob, value, near)  # the second search of this request reuses them
+        _LAST.prediction = (self, X, prob, value, near, subs)  # the second search of this request reuses them
         if p.knn_candidates > 0:
             parts.append(self._lend(geo, X, near[:, : int(p.knn_candidates)]))
         if p.grid_subsets > 0:
@@ -509,15 +518,15 @@ class ChangeValueGenerator(TabularGenerator):
         rows = np.flatnonzero(rec.found & (rec.distance > 0))
         x = X[rows]
         if fresh:
-            prob, value = last[2][rows], last[3][rows]
+            prob, value, subs = last[2][rows], last[3][rows], last[5][rows]
         else:
             prob, value = self._predict(x)
-        subs = self._scan_sets(geo, prob)
+            subs = self.subsets(prob)
+        subs = self._scan_sets(geo, prob, subs)
         V, own = self._scan(world, geo, x, value, subs, rec.distance[rows])  # variant rows of the agents own
         if self.params.scan_discrete:  # every one-feature change of a discrete feature too (few rows)
-            Dc = discrete_changes(geo, x)
-            n_of, k_of = np.nonzero((Dc != x[:, None, :]).any(-1))
-            V, own = Variants.concat([V, Variants.of_rows(Dc[n_of, k_of])]), np.concatenate([own, n_of])
+            Vd, od = discrete_variants(geo, x)
+            V, own = Variants.concat([V, Vd]), np.concatenate([own, od])
         if int(self.params.combo_rows) > 0 and split_edges(world):  # several features' crossings at once
             Vc, oc = combinations_within(world, geo, x, rec.distance[rows], int(self.params.combo_values),
                                          int(self.params.combo_rows), self._combo_values(x, None if near is None else near[rows]))
@@ -621,11 +630,11 @@ class ChangeValueGenerator(TabularGenerator):
         self.__dict__["common_values_"] = out
         return out
 
-    def _scan_sets(self, geo: WorldGeometry, prob: np.ndarray) -> np.ndarray:
-        """(N, S, J) subsets scanned within reach: the ``scan_subsets`` most probable ones, then the
-        ``scan_features`` most probable mutable numeric features alone and together (up to
-        ``scan_depth`` at once)."""
-        subs = self.subsets(prob)[:, : int(self.params.scan_subsets)]
+    def _scan_sets(self, geo: WorldGeometry, prob: np.ndarray, subs: np.ndarray | None = None) -> np.ndarray:
+        """(N, S, J) subsets scanned within reach: the ``scan_subsets`` most probable ones (of
+        ``subs``, ``subsets(prob)`` where the caller has it), then the ``scan_features`` most
+        probable mutable numeric features alone and together (up to ``scan_depth`` at once)."""
+        subs = (self.subsets(prob) if subs is None else subs)[:, : int(self.params.scan_subsets)]
         N, J = prob.shape
         movable = np.zeros(J, bool)
         movable[geo.raw_of_column[geo.numeric & ~geo.fixed]] = True
@@ -687,7 +696,7 @@ class ChangeValueGenerator(TabularGenerator):
                     v = np.concatenate([v, np.full((len(ii), 1), np.nan)], 1)
                 axes.append(v)
             sizes = [v.shape[1] for v in axes]
-            combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
+            combos = _grid_indices(tuple(sizes))
             padded = np.full((len(ii), k, max(sizes)), np.nan)
             for pos, v in enumerate(axes):
                 padded[:, pos, : v.shape[1]] = v

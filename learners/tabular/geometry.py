@@ -90,14 +90,20 @@ class WorldGeometry:
         from learners.tabular.search_kernels import project_kernel
 
         lo, hi = self.box(X)
+        cols, ends = self.group_arrays()
+        return project_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(C, float), lo, hi, cols, ends,
+                              self.rounded)
+
+    def group_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The one-hot groups' columns, concatenated (G,), and where each group ends in them (groups,)
+        (built once)."""
         groups = self.__dict__.get("_group_arrays")
         if groups is None:
             cols = [np.asarray(c, np.int64) for c in self.group_columns]
             groups = (np.concatenate(cols) if cols else np.zeros(0, np.int64),
                       np.cumsum([len(c) for c in cols]).astype(np.int64))
             self.__dict__["_group_arrays"] = groups
-        return project_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(C, float), lo, hi, groups[0],
-                              groups[1], self.rounded)
+        return groups
 
     def deltas(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """(..., J) per-raw-feature normalized deltas of candidates ``C`` (..., D) from ``X`` (broadcast):

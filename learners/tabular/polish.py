@@ -181,9 +181,11 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
     P = np.clip(x, lo, hi)
     r = geo.rounded
     P[:, r] = np.where(P[:, r] > x[:, r], np.ceil(P[:, r] - 1e-9), np.where(P[:, r] < x[:, r], np.floor(P[:, r] + 1e-9), P[:, r]))
-    for cols in geo.group_columns:
-        broken = np.abs(P[:, cols].sum(1) - 1) > 1e-9
-        P[np.ix_(broken, cols)] = c[np.ix_(broken, cols)]
+    g_cols, g_ends = geo.group_arrays()
+    if len(g_cols):  # every group at once
+        g_sizes = np.diff(g_ends, prepend=0)
+        broken = np.abs(np.add.reduceat(P[:, g_cols], g_ends - g_sizes, axis=1) - 1) > 1e-9  # (n, groups)
+        P[:, g_cols] = np.where(np.repeat(broken, g_sizes, axis=1), c[:, g_cols], P[:, g_cols])
     inside = ((P >= lo - 1e-12) & (P <= hi + 1e-12)).all(1)  # a rounding may leave the cell
     inside[inside] = accepts(world, P[inside])  # and the model has the last word
     P = np.where(inside[:, None], P, c)
@@ -241,6 +243,8 @@ TRADE_BACK_STEPS = (1.0, 2.0, 4.0, 8.0, 16.0)
 TRADE_BACK_SHARES = (1 / 16, 1 / 4, 1 / 2, 1.0, 15 / 16)
 TRADE_BACK_SPLITS = (0, 0, 0, 0, -1)
 TRADE_BACK_INT_SHARES = (1 / 2, 3 / 4, 7 / 8, 15 / 16, 1.0)  # an integer column's shares, where its change is large
+_STEPS, _INT_SHARES, _REAL_SHARES = (np.array(v)[None, :] for v in (TRADE_BACK_STEPS, TRADE_BACK_INT_SHARES,
+                                                                     TRADE_BACK_SHARES))  # (1, B) each
 # where the feature that takes the trade up moves: these shares of the room the give-back frees (a
 # move of the whole room cannot win; the polish after a trade shortens the move that won)
 TRADE_SHARES = np.array([1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 15 / 16, 31 / 32, 63 / 64])  # fine near 1: a
@@ -291,16 +295,17 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
             break
         ci, g = num[p_i], gap[a_i, p_i]
         E = len(a_i)
-        backs = np.empty((E, len(TRADE_BACK_STEPS)))  # (E, B) what column ci of each entry gives back to
-        for b, (k_int, k_share, k_real, k_split) in enumerate(zip(TRADE_BACK_STEPS, TRADE_BACK_INT_SHARES,
-                                                                   TRADE_BACK_SHARES, TRADE_BACK_SPLITS, strict=True)):
-            # an integer column gives back whole steps, or whole shares of a change too large for steps
-            step = np.where(geo.rounded[ci], np.where(np.abs(g) > 2 * TRADE_BACK_STEPS[-1], np.ceil(k_share * np.abs(g)),
-                                                      k_int), k_real * np.abs(g))
-            back = np.where(np.abs(g) > step + 1e-12, c[a_i, ci] - np.sign(g) * step, x[a_i, ci])
-            if edges and k_split != 0:  # a tree ensemble's real column: whole splits
-                back = np.where(geo.rounded[ci], back, _splits_back(world, x[a_i], c[a_i], ci, k_split, back))
-            backs[:, b] = back
+        # (E, B) what column ci of each entry gives back to, each way at once: an integer column gives
+        # back whole steps, or whole shares of a change too large for steps
+        ag, rnd = np.abs(g)[:, None], geo.rounded[ci][:, None]
+        step = np.where(rnd, np.where(ag > 2 * TRADE_BACK_STEPS[-1], np.ceil(_INT_SHARES * ag), _STEPS),
+                        _REAL_SHARES * ag)
+        backs = np.where(ag > step + 1e-12, c[a_i, ci][:, None] - np.sign(g)[:, None] * step, x[a_i, ci][:, None])
+        if edges:  # a tree ensemble's real column: whole splits
+            for b, k_split in enumerate(TRADE_BACK_SPLITS):
+                if k_split != 0:
+                    backs[:, b] = np.where(rnd[:, 0], backs[:, b], _splits_back(world, x[a_i], c[a_i], ci, k_split,
+                                                                                  backs[:, b].copy()))
         B = backs.shape[1]
         given = np.repeat(c[a_i][:, None, :], B, axis=1)
         given[np.arange(E)[:, None], np.arange(B)[None, :], ci[:, None]] = backs

@@ -552,6 +552,45 @@ def leaf_boxes_kernel(leaves, offsets, node_lo, node_hi, lo, hi):
 
 
 @nb.njit(cache=True)
+def discrete_moves_kernel(X, lo, hi, move_ptr, move_cols, move_vals):
+    """Per agent n (N, D) and move k (its columns ``move_cols[move_ptr[k]:move_ptr[k + 1]]`` set to
+    ``move_vals`` there), in that order, the moves within the agent's box [``lo``, ``hi``] that change
+    it: their agent (T,), and the columns they change (T, w; -1 padded, w the most any changes)
+    with their values (T, w)."""
+    N = X.shape[0]
+    K = move_ptr.shape[0] - 1
+    width = 1
+    for k in range(K):
+        width = max(width, move_ptr[k + 1] - move_ptr[k])
+    owner = np.empty(N * K, np.int64)
+    cols = np.full((N * K, width), -1, np.int64)
+    vals = np.zeros((N * K, width))
+    t, used = 0, 1
+    for n in range(N):
+        for k in range(K):
+            inside = True
+            for p in range(move_ptr[k], move_ptr[k + 1]):
+                c, v = move_cols[p], move_vals[p]
+                if v < lo[n, c] or v > hi[n, c]:
+                    inside = False
+                    break
+            if not inside:
+                continue
+            m = 0
+            for p in range(move_ptr[k], move_ptr[k + 1]):
+                c, v = move_cols[p], move_vals[p]
+                if v != X[n, c]:
+                    cols[t, m] = c
+                    vals[t, m] = v
+                    m += 1
+            if m:
+                owner[t] = n
+                used = max(used, m)
+                t += 1
+    return owner[:t], cols[:t, :used].copy(), vals[:t, :used].copy()
+
+
+@nb.njit(cache=True)
 def donors_kernel(d, keys, sorted_keys, order, q):
     """(N, S, q) per agent n and subset s, the ``q`` training agents nearest by ``d[n]`` (N, M) among
     those whose key is ``keys[n, s]`` (``order``: the training agents sorted by key, stably, so in
