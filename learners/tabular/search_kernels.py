@@ -350,12 +350,24 @@ def splits_back_kernel(t, u, lft, n_splits, xv, cv, cols, k, default):
     return out
 
 
+@nb.njit(cache=True, inline="always")
+def _padding(axes, combos, p, q, k):
+    """Does combination q of scan item p sit on padding of an axis but the last? An axis's first NaN
+    is the agent's own value; a later one repeats that row."""
+    for j in range(k - 1):
+        at = combos[q, j]
+        if at > 0 and np.isnan(axes[p, j, at]) and np.isnan(axes[p, j, at - 1]):
+            return True
+    return False
+
+
 @nb.njit(cache=True)
 def block_boxes(axes, combos, cols, X, ii, block):
     """(n, B, k) low and high ends, per scan item p and block of ``block`` consecutive combinations
     (``scan_rows_kernel``'s order), of the values each of the k axes takes in the block (NaN: the
     agent's own value): the box a score bound rules the block's rows in or out by; and (n, B) the
-    block's rows (its combinations with a value on the last axis)."""
+    block's rows (its combinations that ``scan_rows_kernel`` makes rows of: a value on the last axis,
+    no padding on the others; a block of padding only has none, and no score bound is spent on it)."""
     n, k = cols.shape
     m = combos.shape[0]
     n_blocks = (m + block - 1) // block
@@ -365,7 +377,7 @@ def block_boxes(axes, combos, cols, X, ii, block):
     for p in range(n):
         for bl in range(n_blocks):
             for q in range(bl * block, min(m, (bl + 1) * block)):
-                if not np.isnan(axes[p, k - 1, combos[q, k - 1]]):
+                if not np.isnan(axes[p, k - 1, combos[q, k - 1]]) and not _padding(axes, combos, p, q, k):
                     rows[p, bl] += 1
             for j in range(k):
                 own = X[ii[p], cols[p, j]]
@@ -404,12 +416,7 @@ def scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw_o
         for q in range(m):
             if not alive[p, q // block] or np.isnan(axes[p, k - 1, combos[q, k - 1]]):
                 continue
-            again = False  # an axis's first NaN is the agent's own value; a later one (padding) repeats that row
-            for j in range(k - 1):
-                at = combos[q, j]
-                if at > 0 and np.isnan(axes[p, j, at]) and np.isnan(axes[p, j, at - 1]):
-                    again = True
-            if again:
+            if _padding(axes, combos, p, q, k):
                 continue
             lb_sum, lb_nnz, lb_max = b_sum[bi, bs], float(b_nnz[bi, bs]), 0.0
             for j in range(k):
