@@ -300,6 +300,37 @@ def test_donors_are_the_nearest_with_the_same_subset():
             assert np.array_equal(got[:, s], want)
 
 
+def test_lent_candidates_are_the_numpy_ones(forest):
+    """``TabularGenerator._lend`` (a kernel) against the numpy code it replaced, on a real schema
+    (numeric, integer, binary and one-hot columns), with missing donors lending the agent."""
+    from learners.tabular.change_value import ChangeValueGenerator
+
+    world, X = forest
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(5)
+    train = X[rng.integers(0, len(X), 60)]
+    CF = geo.project(train, train[:, None, :] + rng.normal(0, 1, (60, 1, X.shape[1])) * (rng.random((60, 1, X.shape[1])) < 0.3))[:, 0]
+    gen = ChangeValueGenerator()
+    gen.X_, gen.CF_ = train, CF
+    gen.changed_ = geo.deltas(train, CF) > 1e-12
+    donors = rng.integers(-1, 60, (len(X), 7))
+    got = gen._lend(geo, X, donors)
+    # the reference: the numpy code of earlier releases
+    d = np.maximum(donors, 0)
+    col_changed = gen.changed_[d][..., geo.raw_of_column]
+    xb = np.broadcast_to(X[:, None, :], col_changed.shape)
+    absolute = np.where(col_changed, CF[d], xb)
+    relative = np.where(col_changed & geo.numeric, xb + (CF[d] - train[d]), absolute)
+    lo, hi = geo.box(X)
+    step = CF[d] - train[d]
+    pushed = np.where(step > 0, hi[:, None, :], np.where(step < 0, lo[:, None, :], xb))
+    want = np.concatenate([absolute, relative, np.where(col_changed & geo.numeric, pushed, absolute)], axis=1)
+    missing = np.tile(donors < 0, 3)
+    want[missing] = X[np.nonzero(missing)[0]]
+    assert missing.any() and (~missing).any() and ((step > 0) & col_changed).any() and ((step < 0) & col_changed).any()
+    np.testing.assert_array_equal(got, want)
+
+
 def _even_levels_reference(xc, loc, hic, reach, rounded, e):
     """The numpy code ``even_levels_kernel`` replaced: all 2e candidates per (agent, column) built,
     the kept ones moved first by a stable sort, then all or e spread over them."""

@@ -77,18 +77,17 @@ class TabularGenerator(ABC):
     def _lend(self, geo: WorldGeometry, X: np.ndarray, donors: np.ndarray) -> np.ndarray:
         """(N, 3k, D) candidates from each donor's changed features: the donor's new values (absolute),
         the donor's change added to the agent (relative), and the numeric changes pushed to the
-        agent's bound in the same direction (extreme; the polish brings them back)."""
-        N, k = donors.shape
-        col_changed = self.changed_[donors][..., geo.raw_of_column]  # (N, k, D)
-        xb = np.broadcast_to(X[:, None, :], (N, k, X.shape[1]))
-        absolute = np.where(col_changed, self.CF_[donors], xb)
-        rel = xb + (self.CF_[donors] - self.X_[donors])
-        relative = np.where(col_changed & geo.numeric, rel, absolute)
+        agent's bound in the same direction (extreme; the polish brings them back). A donor -1 (none)
+        lends the agent itself (no answer). Compiled: one pass, no (N, k, D) temporaries."""
+        from learners.tabular.search_kernels import lend_kernel
+
+        col_changed = self.__dict__.get("_col_changed")
+        if col_changed is None or col_changed[0] is not self.changed_:
+            col_changed = (self.changed_, np.ascontiguousarray(self.changed_[:, geo.raw_of_column]))
+            self.__dict__["_col_changed"] = col_changed
         lo, hi = geo.box(X)
-        step = self.CF_[donors] - self.X_[donors]
-        pushed = np.where(step > 0, hi[:, None, :], np.where(step < 0, lo[:, None, :], xb))
-        extreme = np.where(col_changed & geo.numeric, pushed, absolute)
-        return np.concatenate([absolute, relative, extreme], axis=1)
+        return lend_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(donors, np.int64), self.X_, self.CF_,
+                           col_changed[1], geo.numeric, lo, hi)
 
     def _train_distances(self, X: np.ndarray) -> np.ndarray:
         """(N, M) squared scaled Euclidean distances (float32) from ``X`` to the training agents; the

@@ -468,10 +468,7 @@ class ChangeValueGenerator(TabularGenerator):
         keys = self._set_keys(subs.reshape(N * S, -1)).reshape(N, S)
         d = self._train_distances(X)  # (N, M)
         donors = self._donors(d, keys, min(int(p.donors_per_subset), len(self.X_)))  # (N, S*q), -1: none
-        lent = self._lend(geo, X, np.maximum(donors, 0))  # (N, 3*S*q, D)
-        missing = np.tile(donors < 0, 3)
-        lent[missing] = X[np.nonzero(missing)[0]]  # the agent itself: dropped as no answer
-        parts.append(lent)
+        parts.append(self._lend(geo, X, donors))  # (N, 3*S*q, D); a missing donor lends the agent (no answer)
         near = self._neighbours(X, max(int(p.knn_candidates), int(p.combo_neighbours), 1), d=d)  # nearest first
         _LAST.prediction = (self, X, prob, value, near, subs)  # the second search of this request reuses them
         if p.knn_candidates > 0:

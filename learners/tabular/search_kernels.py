@@ -598,6 +598,44 @@ def discrete_moves_kernel(X, lo, hi, move_ptr, move_cols, move_vals):
 
 
 @nb.njit(cache=True)
+def lend_kernel(X, donors, X_train, CF_train, col_changed, numeric, lo, hi):
+    """(N, 3k, D) candidates lent by each agent's k donors (``donors`` (N, k), -1: none, which lends
+    the agent itself): for donor j, row j takes the donor's new values where its answer changed
+    the column's raw feature (``col_changed`` (M, D)), row k + j adds the donor's change to the
+    agent's value instead (numeric columns), row 2k + j pushes that change to the agent's bound
+    ``lo``/``hi`` (N, D) in its direction; elsewhere the agent's value."""
+    N, D = X.shape
+    k = donors.shape[1]
+    out = np.empty((N, 3 * k, D))
+    for i in range(N):
+        for j in range(k):
+            m = donors[i, j]
+            for c in range(D):
+                x = X[i, c]
+                if m < 0:
+                    out[i, j, c] = x
+                    out[i, k + j, c] = x
+                    out[i, 2 * k + j, c] = x
+                    continue
+                if col_changed[m, c]:
+                    new = CF_train[m, c]
+                    if numeric[c]:
+                        step = CF_train[m, c] - X_train[m, c]
+                        out[i, j, c] = new
+                        out[i, k + j, c] = x + step
+                        out[i, 2 * k + j, c] = hi[i, c] if step > 0 else (lo[i, c] if step < 0 else x)
+                    else:
+                        out[i, j, c] = new
+                        out[i, k + j, c] = new
+                        out[i, 2 * k + j, c] = new
+                else:
+                    out[i, j, c] = x
+                    out[i, k + j, c] = x
+                    out[i, 2 * k + j, c] = x
+    return out
+
+
+@nb.njit(cache=True)
 def donors_kernel(d, keys, sorted_keys, order, q):
     """(N, S, q) per agent n and subset s, the ``q`` training agents nearest by ``d[n]`` (N, M) among
     those whose key is ``keys[n, s]`` (``order``: the training agents sorted by key, stably, so in
