@@ -265,16 +265,28 @@ def test_scan_rows_kernel_matches_the_numpy_rows():
         lb_max = np.maximum(lb_max, new)
     keep = (a * lb_nnz + b * lb_sum + g * lb_max < best[bi] - 1e-12) & alive[n_of, m_of // block]
     assert 0 < keep.sum() < len(keep)
-    # the blocks' boxes: each axis' range over the block's combinations (NaN: the agent's own value)
+    # the blocks' boxes: each axis' range over the block's combinations (NaN: the agent's own value), the
+    # agent's own values alone for a block without rows; their union is the range over all combinations
     lo, hi, rows = block_boxes(axes, combos, cols, X, ii, block)
+    empty = 0
     for p in range(len(ii)):
+        own = X[ii[p], cols[p]]
         for bl in range(alive.shape[1]):
             q = combos[bl * block: (bl + 1) * block]
             v = axes[p, np.arange(k)[None, :], q]
-            v = np.where(np.isnan(v), X[ii[p], cols[p]][None, :], v)
-            v = np.concatenate([v, X[ii[p], cols[p]][None, :]])
-            assert np.array_equal(lo[p, bl], v.min(0)) and np.array_equal(hi[p, bl], v.max(0))
-            assert rows[p, bl] == (~np.isnan(axes[p, k - 1, q[:, k - 1]])).sum()
+            v = np.where(np.isnan(v), own[None, :], v)
+            v = np.concatenate([v, own[None, :]])
+            assert rows[p, bl] == live[p, bl * block: (bl + 1) * block].sum()
+            if rows[p, bl]:
+                assert np.array_equal(lo[p, bl], v.min(0)) and np.array_equal(hi[p, bl], v.max(0))
+            else:
+                empty += 1
+                assert np.array_equal(lo[p, bl], own) and np.array_equal(hi[p, bl], own)
+        if rows[p].any():
+            v = np.where(np.isnan(axes[p, np.arange(k)[None, :], combos]), own[None, :], axes[p, np.arange(k)[None, :], combos])
+            used = v[live[p]]
+            assert (lo[p].min(0) <= used.min(0)).all() and (hi[p].max(0) >= used.max(0)).all()
+    assert empty
     assert np.array_equal(idx, (bi * S + bs)[keep]) and np.array_equal(vc, wc[keep]) and np.array_equal(vv, wv[keep])
     rows = np.concatenate([idx[:, None], vv], 1)
     assert len(np.unique(rows[np.isin(idx, (ii * S + ss)[:2])], axis=0)) == np.isin(idx, (ii * S + ss)[:2]).sum()

@@ -106,13 +106,16 @@ _PADDED: dict[int, tuple[dict, dict]] = {}
 
 
 def all_padded_edges(world: TabularWorld, D: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``padded_edges`` of every column 0..D-1 and each column's number of splits (D,) (cached)."""
+    """``padded_edges`` of every column 0..D-1 and each column's number of splits (D,) (cached: the
+    sweeps ask on every call)."""
+    entry = _PADDED.get(id(split_edges(world)))
+    hit = entry[1].get(("all", D)) if entry is not None and entry[0] is split_edges(world) else None
+    if hit is not None:
+        return hit
     t, u, lft = padded_edges(world, np.arange(D))
-    cache = _PADDED[id(split_edges(world))][1]
-    n = cache.get(("n", D))
-    if n is None:
-        n = cache[("n", D)] = (~np.isnan(t)).sum(1).astype(np.int64) if t.size else np.zeros(D, np.int64)
-    return t, u, lft, n
+    n = (~np.isnan(t)).sum(1).astype(np.int64) if t.size else np.zeros(D, np.int64)
+    out = _PADDED[id(split_edges(world))][1][("all", D)] = (t, u, lft, n)
+    return out
 
 
 def crossings(edges: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray) -> np.ndarray:

@@ -382,7 +382,9 @@ def block_boxes(axes, combos, cols, X, ii, block):
             for j in range(k):
                 own = X[ii[p], cols[p, j]]
                 low, high = own, own
-                for q in range(bl * block, min(m, (bl + 1) * block)):
+                # a block without rows keeps the agent's own values: every other block's box holds them,
+                # so the union of the boxes is the same
+                for q in range(bl * block, min(m, (bl + 1) * block) if rows[p, bl] else bl * block):
                     v = axes[p, j, combos[q, j]]
                     if not np.isnan(v):
                         low = min(low, v)
