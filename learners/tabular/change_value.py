@@ -600,7 +600,8 @@ class ChangeValueGenerator(TabularGenerator):
         """(N, D, m + k) per agent the values ``combinations_within`` tries beyond the crossings nearest
         the agent: the ``combo_common`` values the training answers most often move each column to,
         then those the answers of the agent's ``combo_neighbours`` nearest training agents (``near``,
-        nearest first, where the caller has them) move it to; each value once (NaN padded)."""
+        nearest first, where the caller has them) move it to (NaN padded; a value may repeat:
+        ``combinations_within`` tries each once)."""
         common = self._common_values(int(self.params.combo_common))
         k = int(self.params.combo_neighbours)
         N, (D, m) = len(X), common.shape
@@ -609,7 +610,7 @@ class ChangeValueGenerator(TabularGenerator):
         near = self._neighbours(X, k) if near is None else near[:, :k]
         moved = np.abs(self.CF_[near] - self.X_[near]) > 1e-12  # (N, k, D)
         theirs = np.where(moved, self.CF_[near], np.nan).transpose(0, 2, 1)  # (N, D, k)
-        return _first_of_each(np.concatenate([np.broadcast_to(common[None], (N, D, m)), theirs], axis=2))
+        return np.concatenate([np.broadcast_to(common[None], (N, D, m)), theirs], axis=2)
 
     def _common_values(self, m: int = 6) -> np.ndarray:
         """(D, m) per column the values the training answers most often move it to (NaN padded):

@@ -357,11 +357,12 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         xn, cn, lon, hin = x[:, None, num], c[:, None, num], lo[:, None, num], hi[:, None, num]
         rnd = geo.rounded[num]
 
-        def scaled(S: np.ndarray) -> np.ndarray:  # (n, P) scales -> projected rows (numeric columns only move)
+        def scaled(S: np.ndarray) -> np.ndarray:  # (n, m) scales -> (n * m, D) projected rows (numeric columns only move)
             V = xn + S[..., None] * (cn - xn)
-            V[..., rnd] = xn[..., rnd] + np.sign(V[..., rnd] - xn[..., rnd]) * np.ceil(
-                np.abs(V[..., rnd] - xn[..., rnd]) - 1e-9)
-            T = np.repeat(c[:, None, :], P, axis=1)
+            if rnd.any():
+                gap = V[..., rnd] - xn[..., rnd]
+                V[..., rnd] = xn[..., rnd] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+            T = np.repeat(c[:, None, :], S.shape[1], axis=1)
             T[..., num] = np.clip(V, lon, hin)
             return T.reshape(-1, c.shape[1])
 
@@ -370,7 +371,7 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         # a second round changed no answer of the 4 forest cells)
         s = _line_search(world, scaled, np.zeros(len(c)), np.ones(len(c)), np.zeros(len(c), bool),
                          rounds=1 if trees else max(1, rounds // 2), probes=P)
-        shrunk = scaled(np.repeat(s[:, None], P, axis=1)).reshape(len(c), P, -1)[:, 0]
+        shrunk = scaled(s[:, None])
         c = np.where((s < 1.0)[:, None], shrunk, c)  # scale 1 was never probed: x + (c - x) may miss c's last bit
         # each change on its own: a line search, but on a tree ensemble the split sweep below is exact per
         # column (its decision changes only at splits), so probing between them would only repeat it
