@@ -317,7 +317,7 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     from fastapi import FastAPI
     from starlette.concurrency import run_in_threadpool
 
-    from serving.app import _Guard, add_health_and_model, install_handlers, shutdown
+    from serving.app import _Guard, add_health_and_model, freeze_startup_heap, install_handlers, shutdown
     from serving.jobs import install_batch_routes
     from serving.tabular_schemas import TABULAR_ERRORS, record_models, to_record
 
@@ -350,4 +350,5 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     from serving.page import add_page  # GET / for people, GET /schema and /example
 
     add_page(app, svc)
+    freeze_startup_heap()
     return app

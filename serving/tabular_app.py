@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from serving.app import _Guard, add_health_and_model, install_handlers, shutdown
+from serving.app import _Guard, add_health_and_model, freeze_startup_heap, install_handlers, shutdown
 from serving.jobs import install_batch_routes
 from serving.tabular import TabularService
 from serving.tabular_schemas import (
@@ -68,4 +68,5 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
     from serving.page import add_page  # GET / for people, GET /schema and /example
 
     add_page(app, svc)
+    freeze_startup_heap()
     return app

@@ -129,7 +129,7 @@ def test_a_job_is_cancelled(svc, records):
 
 def test_health_answers_while_a_big_batch_runs(client, records):
     """The batch runs in chunks on a worker thread: the event loop answers /health meanwhile."""
-    body = {"records": records * 40}  # 1,800 records
+    body = {"records": records * 100}  # 4,500 records (about 3 s)
 
     async def scenario() -> tuple[float, list[float], list[float]]:
         transport = httpx.ASGITransport(app=client.app)
@@ -149,7 +149,9 @@ def test_health_answers_while_a_big_batch_runs(client, records):
 
     total, health, seen = asyncio.run(scenario())
     assert len(health) >= 5 and max(seen) > total / 2, (total, len(health))  # answered all along, not only at the end
-    assert max(health) < 0.25, max(health)
+    # promptly: a full collection of the heap the app started with once held the GIL for 0.3-0.8 s here (the
+    # app freezes that heap: serving.app.freeze_startup_heap)
+    assert max(health) < 0.25, (total, sorted(health)[-3:])
 
 
 def test_utf16_bodies_are_rejected_and_errors_use_tabular_words(client, records):
