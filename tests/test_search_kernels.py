@@ -343,6 +343,71 @@ def test_lent_candidates_are_the_numpy_ones(forest):
     np.testing.assert_array_equal(got, want)
 
 
+def test_cell_points_are_the_numpy_ones(forest):
+    """``cell_points_kernel`` (the cell clip's point) against the numpy code it replaced: the agent
+    clipped into each row's leaf boxes and reachable box, integers rounded inward, a broken one-hot
+    group the row's own, and whether the point stays in the box."""
+    from learners.tabular.polish import _stacked_leaf_boxes
+    from learners.tabular.search_kernels import cell_points_kernel
+
+    world, X = forest
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(3)
+    x = X[rng.integers(0, len(X), 200)]
+    c = geo.project(x, X[rng.integers(0, len(X), 200)][:, None, :])[:, 0]  # other agents' rows: many cells
+    leaves = world.model.leaves(c)
+    offsets, node_lo, node_hi = _stacked_leaf_boxes(world.model)
+    lo, hi = geo.box(x)
+    g_cols, g_ends = geo.group_arrays()
+    P, inside = cell_points_kernel(leaves, offsets, node_lo, node_hi, lo, hi, x, c, geo.rounded, g_cols, g_ends)
+    # the reference
+    for j in range(leaves.shape[1]):
+        k = offsets[j] + leaves[:, j]
+        lo, hi = np.maximum(lo, node_lo[k]), np.minimum(hi, node_hi[k])
+    W = np.clip(x, lo, hi)
+    r = geo.rounded
+    W[:, r] = np.where(W[:, r] > x[:, r], np.ceil(W[:, r] - 1e-9), np.where(W[:, r] < x[:, r], np.floor(W[:, r] + 1e-9), W[:, r]))
+    broken_any = False
+    for cols in geo.group_columns:
+        broken = np.abs(W[:, cols].sum(1) - 1) > 1e-9
+        broken_any |= broken.any()
+        W[np.ix_(broken, cols)] = c[np.ix_(broken, cols)]
+    want_inside = ((W >= lo - 1e-12) & (W <= hi + 1e-12)).all(1)
+    assert broken_any and (W != c).any() and (W != x).any()
+    np.testing.assert_array_equal(P, W)
+    np.testing.assert_array_equal(inside, want_inside)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), probes=st.sampled_from([1, 3, 15]))
+def test_line_search_probes_and_updates_are_the_numpy_ones(seed, probes):
+    """The polish's line search steps (``probe_values_kernel``, ``probe_update_kernel``) against the
+    numpy code they replaced: integer and real items, probes at ``far``, none or several accepted."""
+    from learners.tabular.search_kernels import probe_update_kernel, probe_values_kernel
+
+    rng = np.random.default_rng(seed)
+    n = 30
+    near = np.round(rng.normal(0, 3, n), 1)
+    far = near + rng.choice([0.0, 0.5, 1.0, 2.0, -3.0, 17.3], n)
+    integral = rng.random(n) < 0.5
+    near[integral], far[integral] = np.round(near[integral]), np.round(far[integral])
+    t = np.arange(1, probes + 1) / (probes + 1)
+    V, live = probe_values_kernel(near, far, t, integral)
+    W = near[:, None] + (far - near)[:, None] * t[None, :]
+    W = np.where(integral[:, None], near[:, None] + np.sign(far - near)[:, None] * np.ceil(np.abs(W - near[:, None]) - 1e-9), W)
+    np.testing.assert_array_equal(V, W)
+    np.testing.assert_array_equal(live, W != far[:, None])
+    accepted = rng.random((n, probes)) < 0.3
+    new_near, new_far = probe_update_kernel(V, accepted, live, near, far)
+    ok, every = accepted & live, np.arange(n)
+    has, j = ok.any(1), ok.argmax(1)
+    last_live = np.where(live.any(1), probes - 1 - live[:, ::-1].argmax(1), 0)
+    want_near = np.where(has, np.where(j > 0, V[every, np.maximum(j - 1, 0)], near),
+                         np.where(live.any(1), V[every, last_live], near))
+    np.testing.assert_array_equal(new_near, want_near)
+    np.testing.assert_array_equal(new_far, np.where(has, V[every, j], far))
+
+
 def _even_levels_reference(xc, loc, hic, reach, rounded, e):
     """The numpy code ``even_levels_kernel`` replaced: all 2e candidates per (agent, column) built,
     the kept ones moved first by a stable sort, then all or e spread over them."""

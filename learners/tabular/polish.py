@@ -26,25 +26,18 @@ def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, i
     accepted): ``probes`` evenly spaced points per item and round, all items in one model call
     (``make`` turns the (n, probes) values into rows), so ``rounds`` calls reach a resolution of
     (probes + 1) ** -rounds of the segment. Integer items probe integers (rounded away from near)."""
-    near, far = near.astype(float).copy(), far.astype(float).copy()
+    from learners.tabular.search_kernels import probe_update_kernel, probe_values_kernel
+
+    near, far = np.array(near, float), np.array(far, float)
     n, t = len(near), np.arange(1, probes + 1) / (probes + 1)
-    every = np.arange(n)
+    integral = np.ascontiguousarray(integral, bool)
     for _ in range(rounds):
-        V = near[:, None] + (far - near)[:, None] * t[None, :]
-        gap = np.abs(V - near[:, None])
-        V = np.where(integral[:, None], near[:, None] + np.sign(far - near)[:, None] * np.ceil(gap - 1e-9), V)
-        live = V != far[:, None]
+        V, live = probe_values_kernel(near, far, t, integral)  # compiled: a polish call's fixed cost was these steps
         if not live.any():
             break
         R = make(V)
-        ok = (accepts_variants(world, R) if isinstance(R, Variants) else accepts(world, R)).reshape(n, probes) & live
-        has = ok.any(1)
-        j = ok.argmax(1)
-        last_live = np.where(live.any(1), probes - 1 - live[:, ::-1].argmax(1), 0)
-        new_near = np.where(has, np.where(j > 0, V[every, np.maximum(j - 1, 0)], near),
-                            np.where(live.any(1), V[every, last_live], near))
-        far = np.where(has, V[every, j], far)
-        near = new_near
+        ok = (accepts_variants(world, R) if isinstance(R, Variants) else accepts(world, R)).reshape(n, probes)
+        near, far = probe_update_kernel(V, ok, live, near, far)
     return far
 
 
@@ -177,19 +170,13 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
     c, x = C[rows], X[rows]
     leaves = world.model.leaves(c)  # through a counting wrapper when there is one
     lo, hi = geo.box(x)
-    from learners.tabular.search_kernels import leaf_boxes_kernel
+    from learners.tabular.search_kernels import cell_points_kernel
 
     offsets, node_lo, node_hi = _stacked_leaf_boxes(model)
-    lo, hi = leaf_boxes_kernel(np.ascontiguousarray(leaves, np.int64), offsets, node_lo, node_hi, lo, hi)
-    P = np.clip(x, lo, hi)
-    r = geo.rounded
-    P[:, r] = np.where(P[:, r] > x[:, r], np.ceil(P[:, r] - 1e-9), np.where(P[:, r] < x[:, r], np.floor(P[:, r] + 1e-9), P[:, r]))
     g_cols, g_ends = geo.group_arrays()
-    if len(g_cols):  # every group at once
-        g_sizes = np.diff(g_ends, prepend=0)
-        broken = np.abs(np.add.reduceat(P[:, g_cols], g_ends - g_sizes, axis=1) - 1) > 1e-9  # (n, groups)
-        P[:, g_cols] = np.where(np.repeat(broken, g_sizes, axis=1), c[:, g_cols], P[:, g_cols])
-    inside = ((P >= lo - 1e-12) & (P <= hi + 1e-12)).all(1)  # a rounding may leave the cell
+    P, inside = cell_points_kernel(np.ascontiguousarray(leaves, np.int64), offsets, node_lo, node_hi, lo, hi,
+                                   np.ascontiguousarray(x, float), np.ascontiguousarray(c, float), geo.rounded, g_cols,
+                                   g_ends)
     inside[inside] = accepts(world, P[inside])  # and the model has the last word
     P = np.where(inside[:, None], P, c)
     out = C.copy()

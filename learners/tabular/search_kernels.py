@@ -545,19 +545,89 @@ def split_levels_kernel(t, u, lft, xc, loc, hic, reach, rounded, es, nearest):
 
 
 @nb.njit(cache=True)
-def leaf_boxes_kernel(leaves, offsets, node_lo, node_hi, lo, hi):
-    """Per row, its box ``lo``, ``hi`` (N, D) intersected with the box of the leaf it reaches in each
-    tree (``leaves`` (N, trees), ids within each tree; ``offsets``: each tree's first row of the
-    stacked (nodes, D) ``node_lo``, ``node_hi``): the row's cell within its box. New arrays."""
-    lo, hi = lo.copy(), hi.copy()
-    N, D = lo.shape
-    for i in range(N):
+def probe_values_kernel(near, far, t, integral):
+    """(n, P) the line search's probes ``near + (far - near) * t`` per item (an integer item's rounded
+    away from ``near``: the first integer step at least as far) and (n, P) whether each differs from
+    ``far`` (a probe at ``far`` is known accepted)."""
+    n, P = near.shape[0], t.shape[0]
+    V = np.empty((n, P))
+    live = np.empty((n, P), np.bool_)
+    for i in range(n):
+        for p in range(P):
+            v = near[i] + (far[i] - near[i]) * t[p]
+            if integral[i]:
+                v = near[i] + np.sign(far[i] - near[i]) * np.ceil(abs(v - near[i]) - 1e-9)
+            V[i, p] = v
+            live[i, p] = v != far[i]
+    return V, live
+
+
+@nb.njit(cache=True)
+def probe_update_kernel(V, ok, live, near, far):
+    """The segments after a round of probes ``V`` (n, P): where a live probe was accepted (``ok``),
+    [the probe before the first accepted one (or ``near``), that one]; else [the last live probe
+    (or ``near``), ``far``]. New arrays."""
+    n, P = V.shape
+    new_near, new_far = near.copy(), far.copy()
+    for i in range(n):
+        first, last = -1, -1
+        for p in range(P):
+            if live[i, p]:
+                last = p
+                if first < 0 and ok[i, p]:
+                    first = p
+        if first >= 0:
+            new_near[i] = V[i, first - 1] if first > 0 else near[i]
+            new_far[i] = V[i, first]
+        elif last >= 0:
+            new_near[i] = V[i, last]
+    return new_near, new_far
+
+
+@nb.njit(cache=True)
+def cell_points_kernel(leaves, offsets, node_lo, node_hi, lo, hi, x, c, rounded, group_cols, group_ends):
+    """Per row i, the point of its cell nearest the agent ``x[i]``: the agent clipped into the box of
+    the leaves it reaches (``leaves`` (n, trees), ids within each tree; ``offsets``: each tree's first
+    row of the stacked (nodes, D) ``node_lo``, ``node_hi``) intersected with its reachable box
+    [``lo``, ``hi``] (n, D); integer columns (``rounded``) rounded inward, a one-hot group (columns
+    ``group_cols``, each group ending at ``group_ends``) the row ``c[i]``'s own where the clip breaks
+    it. Returns the points (n, D) and whether each lies in its box (a rounding may leave it)."""
+    n, D = x.shape
+    P = np.empty((n, D))
+    inside = np.ones(n, np.bool_)
+    box_lo = np.empty(D)
+    box_hi = np.empty(D)
+    for i in range(n):
+        for d in range(D):
+            box_lo[d] = lo[i, d]
+            box_hi[d] = hi[i, d]
         for j in range(leaves.shape[1]):
             k = offsets[j] + leaves[i, j]
             for d in range(D):
-                lo[i, d] = max(lo[i, d], node_lo[k, d])
-                hi[i, d] = min(hi[i, d], node_hi[k, d])
-    return lo, hi
+                box_lo[d] = max(box_lo[d], node_lo[k, d])
+                box_hi[d] = min(box_hi[d], node_hi[k, d])
+        for d in range(D):
+            v = min(max(x[i, d], box_lo[d]), box_hi[d])
+            if rounded[d]:
+                if v > x[i, d]:
+                    v = np.ceil(v - 1e-9)
+                elif v < x[i, d]:
+                    v = np.floor(v + 1e-9)
+            P[i, d] = v
+        start = 0
+        for g in range(group_ends.shape[0]):
+            total = 0.0
+            for m in range(start, group_ends[g]):
+                total += P[i, group_cols[m]]
+            if abs(total - 1) > 1e-9:
+                for m in range(start, group_ends[g]):
+                    P[i, group_cols[m]] = c[i, group_cols[m]]
+            start = group_ends[g]
+        for d in range(D):
+            if P[i, d] < box_lo[d] - 1e-12 or P[i, d] > box_hi[d] + 1e-12:
+                inside[i] = False
+                break
+    return P, inside
 
 
 @nb.njit(cache=True)
