@@ -408,6 +408,21 @@ def test_line_search_probes_and_updates_are_the_numpy_ones(seed, probes):
     np.testing.assert_array_equal(new_far, np.where(has, V[every, j], far))
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.sampled_from([0.0, 1.0, 2.0, np.inf, np.nan])), max_size=40))
+def test_first_within_is_the_lexsort_first(entries):
+    """Each group's entry with the smallest key, ties to the lower index, NaN after every number: what
+    the lexsort it replaced gives."""
+    from learners.tabular.geometry import first_within
+
+    group = np.array([g for g, _ in entries], np.int64)
+    key = np.array([k for _, k in entries], float)
+    order = np.lexsort((key, group))
+    g = group[order]
+    want = order[np.r_[True, g[1:] != g[:-1]]] if len(order) else order
+    assert np.array_equal(first_within(key, group), want)
+
+
 def _even_levels_reference(xc, loc, hic, reach, rounded, e):
     """The numpy code ``even_levels_kernel`` replaced: all 2e candidates per (agent, column) built,
     the kept ones moved first by a stable sort, then all or e spread over them."""

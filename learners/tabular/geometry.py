@@ -182,7 +182,14 @@ def rank_within(key: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def first_within(key: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Per group (ascending), the index of its entry with the smallest ``key`` (ties: the lower index)."""
+    """Per group (ascending), the index of its entry with the smallest ``key`` (ties: the lower index;
+    NaN last): what ``np.lexsort((key, group))`` puts first in each group (compiled where the groups
+    are indices, as every search's are)."""
+    group = np.asarray(group)
+    if len(group) and group.dtype.kind in "iu" and group.min() >= 0:
+        from learners.tabular.search_kernels import first_within_kernel
+
+        return first_within_kernel(np.ascontiguousarray(key, float), np.ascontiguousarray(group, np.int64))
     order = np.lexsort((key, group))
     g = group[order]
     return order[np.r_[True, g[1:] != g[:-1]]] if len(order) else order

@@ -190,12 +190,14 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     agent, the other columns held; exact per column, since the decision changes only at splits."""
     edges = split_edges(world)
     c = c.copy()
-    cols_all = np.array([j for j in np.flatnonzero(geo.numeric) if j in edges], np.int64)
-    if not len(cols_all):
+    if not edges:
         return c
     from learners.tabular.search_kernels import closer_crossings_kernel
 
     t, u, lft, n_splits = all_padded_edges(world, x.shape[1])
+    cols_all = np.flatnonzero(geo.numeric & (n_splits > 0))  # the numeric columns a tree splits on
+    if not len(cols_all):
+        return c
     act = np.arange(len(c))  # a sweep that moves none of an agent's columns would move none the next time
     for _ in range(sweeps):
         moved = np.zeros(len(c), bool)
@@ -299,7 +301,8 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         B = backs.shape[1]
         given = np.repeat(c[a_i][:, None, :], B, axis=1)
         given[np.arange(E)[:, None], np.arange(B)[None, :], ci[:, None]] = backs
-        freed = d_now[a_i, None] - geo.distance(x[a_i][:, None, :], given)  # (E, B) what each give-back saves
+        # (E, B) what each give-back saves (rows against rows: no broadcast copies)
+        freed = d_now[a_i, None] - geo.distance(np.repeat(x[a_i], B, axis=0), given.reshape(E * B, -1)).reshape(E, B)
         # every other mutable numeric column moves on by shares of the room the give-back frees, either way
         # if unchanged, else its own way (a tree ensemble: to the split crossings within that room)
         e, b, m, v = trade_moves_kernel(a_i, ci, np.ascontiguousarray(freed), x[:, num], c[:, num], lo[:, num],

@@ -545,6 +545,32 @@ def split_levels_kernel(t, u, lft, xc, loc, hic, reach, rounded, es, nearest):
 
 
 @nb.njit(cache=True)
+def first_within_kernel(key, group):
+    """Per group (ascending; ``group`` >= 0), the index of its entry with the smallest ``key``, ties
+    and NaN as ``np.lexsort((key, group))`` orders them: the lower index, NaN after every number."""
+    G = 0
+    for i in range(group.shape[0]):
+        G = max(G, group[i] + 1)
+    best = np.full(G, -1, np.int64)
+    for i in range(group.shape[0]):
+        g = group[i]
+        b = best[g]
+        if b < 0 or key[i] < key[b] or (np.isnan(key[b]) and not np.isnan(key[i])):
+            best[g] = i
+    n = 0
+    for g in range(G):
+        if best[g] >= 0:
+            n += 1
+    out = np.empty(n, np.int64)
+    n = 0
+    for g in range(G):
+        if best[g] >= 0:
+            out[n] = best[g]
+            n += 1
+    return out
+
+
+@nb.njit(cache=True)
 def probe_values_kernel(near, far, t, integral):
     """(n, P) the line search's probes ``near + (far - near) * t`` per item (an integer item's rounded
     away from ``near``: the first integer step at least as far) and (n, P) whether each differs from
