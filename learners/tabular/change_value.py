@@ -705,7 +705,8 @@ class ChangeValueGenerator(TabularGenerator):
             block = sizes[-1] if k > 1 else min(SCAN_BLOCK, sizes[0])
             lo_b, hi_b, n_rows = block_boxes(padded, combos, cols, X, ii, block)  # (n, B, k) twice, (n, B)
             alive = n_rows > 0
-            big = np.flatnonzero(n_rows.sum(1) >= BOUNDED_BLOCK)
+            # the whole box first where it holds two or more bounded blocks (one block's box is the whole box)
+            big = np.flatnonzero((n_rows.sum(1) >= BOUNDED_BLOCK) & ((n_rows >= BOUNDED_BLOCK).sum(1) != 1))
             whole = may_accept_within(world, base[ii[big], ss[big]], cols[big], lo_b[big].min(1), hi_b[big].max(1))
             alive[big[~whole]] = False
             p_of, b_of = np.nonzero(alive & (n_rows >= BOUNDED_BLOCK))
