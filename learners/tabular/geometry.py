@@ -78,9 +78,10 @@ class WorldGeometry:
 
     def box(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(N, D) reachable bounds per agent: schema bounds narrowed by mutability."""
-        lo = np.where(self.fixed | self.up, np.maximum(self.lower, X), self.lower)
-        hi = np.where(self.fixed | self.down, np.minimum(self.upper, X), self.upper)
-        return lo, hi
+        raise_lo, cut_hi = self.__dict__.get("_box_masks") or self.__dict__.setdefault(
+            "_box_masks", (self.fixed | self.up, self.fixed | self.down))
+        return (np.where(raise_lo, np.maximum(self.lower, X), self.lower),
+                np.where(cut_hi, np.minimum(self.upper, X), self.upper))
 
     def project(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """Candidates ``C`` (N, K, D) made reachable for the agents ``X`` (N, D): clipped into the
