@@ -219,6 +219,54 @@ def test_split_walks_match_the_sorted_crossings(forest):
         assert np.array_equal(got, _splits_back_reference(edges, x, c, cols, k, default))
 
 
+def test_edge_sweep_is_the_numpy_sweep(forest):
+    """``polish._edge_sweep`` (its crossings and their application compiled) against the numpy sweep
+    it replaced, from accepted answers that moved several numeric columns far."""
+    from learners.tabular.geometry import Variants, accepts, accepts_variants, first_within
+    from learners.tabular.polish import _edge_sweep, all_padded_edges
+
+    world, X = forest
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(4)
+    lo, hi = geo.box(X)
+    num = geo.numeric & ~geo.fixed
+    C = np.where(num & (rng.random(X.shape) < 0.6), lo + rng.random(X.shape) * (hi - lo), X)
+    C = geo.project(X, C[:, None, :])[:, 0]
+    ok = accepts(world, C)
+    x, c0 = X[ok], C[ok]
+    assert len(x) >= 5
+    got = _edge_sweep(world, geo, x, c0)
+    # the reference: the numpy sweep of earlier releases
+    t, u, lft, n_splits = all_padded_edges(world, x.shape[1])
+    cols_all = np.flatnonzero(geo.numeric & (n_splits > 0))
+    c, act = c0.copy(), np.arange(len(c0))
+    for _ in range(2):
+        moved = np.zeros(len(c), bool)
+        changed = np.abs(c[act][:, cols_all] - x[act][:, cols_all]) > 1e-12
+        rank = np.cumsum(changed, 1) - 1
+        for r in range(int(changed.sum(1).max(initial=0))):
+            own, m_idx = np.nonzero(changed & (rank == r))
+            if not len(own):
+                continue
+            own, col_of = act[own], cols_all[m_idx]
+            q_of, _, v = closer_crossings_kernel(t, u, lft, n_splits, x[own, col_of], c[own, col_of], col_of, geo.rounded)
+            if not len(q_of):
+                continue
+            ok = accepts_variants(world, Variants(c, own[q_of], col_of[q_of][:, None], v[:, None]))
+            q_of, v = q_of[ok], v[ok]
+            if not len(q_of):
+                continue
+            pick = first_within(np.abs(v - x[own[q_of], col_of[q_of]]), q_of)
+            hit = q_of[pick]
+            c[own[hit], col_of[hit]] = v[pick]
+            moved[own[hit]] = True
+        act = np.flatnonzero(moved)
+        if not len(act):
+            break
+    assert (c != c0).any()
+    np.testing.assert_array_equal(got, c)
+
+
 def test_scan_rows_kernel_matches_the_numpy_rows():
     """The rows nearer than the budget in live blocks, and the blocks' boxes; a first axis's NaN
     after a NaN (padding after the agent's own value) makes no row: it would repeat one."""

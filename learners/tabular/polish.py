@@ -192,7 +192,7 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     c = c.copy()
     if not edges:
         return c
-    from learners.tabular.search_kernels import closer_crossings_kernel
+    from learners.tabular.search_kernels import edge_apply_kernel, edge_crossings_kernel
 
     t, u, lft, n_splits = all_padded_edges(world, x.shape[1])
     cols_all = np.flatnonzero(geo.numeric & (n_splits > 0))  # the numeric columns a tree splits on
@@ -202,25 +202,15 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     for _ in range(sweeps):
         moved = np.zeros(len(c), bool)
         changed = np.abs(c[act][:, cols_all] - x[act][:, cols_all]) > 1e-12  # (n, m)
-        rank = np.cumsum(changed, 1) - 1
+        first = np.argsort(~changed, axis=1, kind="stable")  # each agent's changed columns first, in order
+        table = np.where(np.take_along_axis(changed, first, 1), cols_all[first], -1)
         for r in range(int(changed.sum(1).max(initial=0))):  # each agent's r-th changed column, all at once
-            own, m_idx = np.nonzero(changed & (rank == r))
+            own, col_of, v = edge_crossings_kernel(table, r, act, x, c, t, u, lft, n_splits, geo.rounded)
             if not len(own):
                 continue
-            own, col_of = act[own], cols_all[m_idx]
-            q_of, _, v = closer_crossings_kernel(t, u, lft, n_splits, x[own, col_of], c[own, col_of], col_of,
-                                                 geo.rounded)
-            if not len(q_of):
-                continue
-            ok = accepts_variants(world, Variants(c, own[q_of], col_of[q_of][:, None], v[:, None]))
-            q_of, v = q_of[ok], v[ok]
-            if not len(q_of):
-                continue
-            # per entry the accepted crossing nearest the agent (ties: the first split)
-            pick = first_within(np.abs(v - x[own[q_of], col_of[q_of]]), q_of)
-            hit = q_of[pick]
-            c[own[hit], col_of[hit]] = v[pick]
-            moved[own[hit]] = True
+            ok = accepts_variants(world, Variants(c, own, col_of[:, None], v[:, None]))
+            # per (agent, column) the accepted crossing nearest the agent (ties: the first split), in place
+            edge_apply_kernel(own, col_of, v, ok, x, c, moved)
         act = np.flatnonzero(moved)
         if not len(act):
             break

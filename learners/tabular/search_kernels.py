@@ -317,6 +317,55 @@ def closer_crossings_kernel(t, u, lft, n_splits, xv, cv, cols, rounded):
 
 
 @nb.njit(cache=True)
+def edge_crossings_kernel(table, r, act, x, c, t, u, lft, n_splits, rounded):
+    """``closer_crossings_kernel`` for the r-th changed column of each agent ``act[i]`` (``table``
+    (n, m): each agent's changed columns in order, -1 padded): the (agent, column, value) of every
+    crossing an edge sweep tries at that rank, by agent and then split."""
+    n = 0
+    for i in range(table.shape[0]):
+        if table[i, r] >= 0:
+            n += n_splits[table[i, r]]
+    own, col_of, val = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
+    k = 0
+    for i in range(table.shape[0]):
+        col = table[i, r]
+        if col < 0:
+            continue
+        a = act[i]
+        xv, cv = x[a, col], c[a, col]
+        now, side = np.abs(cv - xv), np.sign(cv - xv)
+        for j in range(n_splits[col]):
+            v = _crossing(t, u, lft, col, j, xv)
+            if rounded[col]:
+                v = _away(v, xv)
+            if np.abs(v - xv) < now - 1e-12 and np.sign(v - xv) == side:
+                own[k], col_of[k], val[k] = a, col, v
+                k += 1
+    return own[:k], col_of[:k], val[:k]
+
+
+@nb.njit(cache=True)
+def edge_apply_kernel(own, col_of, val, ok, x, c, moved):
+    """Each (agent, column)'s accepted crossing nearest the agent (``ok``; ties: the first) written
+    into ``c`` in place, its agent marked in ``moved``: the edge sweep's step after its model call
+    (entries of one agent and column are consecutive, as ``edge_crossings_kernel`` makes them)."""
+    n = own.shape[0]
+    q = 0
+    while q < n:
+        end = q
+        while end < n and own[end] == own[q] and col_of[end] == col_of[q]:
+            end += 1
+        best = -1
+        for p in range(q, end):
+            if ok[p] and (best < 0 or np.abs(val[p] - x[own[p], col_of[p]]) < np.abs(val[best] - x[own[best], col_of[best]])):
+                best = p
+        if best >= 0:
+            c[own[best], col_of[best]] = val[best]
+            moved[own[best]] = True
+        q = end
+
+
+@nb.njit(cache=True)
 def splits_back_kernel(t, u, lft, n_splits, xv, cv, cols, k, default):
     """Per entry q, column ``cols[q]`` moved back from ``cv[q]`` toward the agent's ``xv[q]`` across the
     splits it crossed: to the k-th split back from ``cv`` (k > 0) or the split nearest the agent
