@@ -125,9 +125,9 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
         cols = np.array([c for c in cols if int(c) in edges], np.int64)
     pos = np.full(D, len(cols), np.int64)
     pos[cols] = np.arange(len(cols))
-    out = {r: np.full((N, len(cols) + 1, r[0]), np.nan) for r in requests}
     if not len(cols):
-        return out, pos
+        return {r: np.full((N, 1, r[0]), np.nan) for r in requests}, pos
+    out: dict[tuple[int, bool], np.ndarray] = {}
     lo, hi = geo.box(X)
     reach = room[:, None] * geo.span[cols][None, :]  # (N, C)
     args = (X[:, cols], lo[:, cols], hi[:, cols], reach, geo.rounded[cols])
@@ -140,6 +140,7 @@ def room_levels_compact(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
             out[(e, nearest)][:, : len(cols), :] = vals[i, :, :, :w]
     else:  # evenly spaced steps (compiled: the (N, C, 2e) candidates are never built)
         for e, nearest in requests:
+            out[(e, nearest)] = np.full((N, len(cols) + 1, e), np.nan)
             out[(e, nearest)][:, : len(cols), :] = even_levels_kernel(*args, int(e))
     return out, pos
 
