@@ -14,8 +14,8 @@ from learners.tabular.geometry import WorldGeometry
 from learners.tabular.search_kernels import (
     _farthest,
     block_boxes,
-    closer_crossings_kernel,
     combinations_kernel,
+    edge_crossings_kernel,
     even_levels_kernel,
     scan_rows_kernel,
     smallest_k,
@@ -205,14 +205,12 @@ def test_split_walks_match_the_sorted_crossings(forest):
     cols = num[rng.integers(len(num), size=Q)]
     lo, hi = geo.lower[cols], geo.upper[cols]
     c[np.arange(Q), cols] = lo + rng.random(Q) * (hi - lo)  # the answer moved this column anywhere in bounds
-    q_of, j_of, v = closer_crossings_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols,
-                                            geo.rounded)
-    assert np.all(np.diff(q_of * (n.max() + 1) + j_of) > 0)  # by entry, then split
-    got = np.full((Q, int(n[cols].max())), np.nan)
-    got[q_of, j_of] = v
-    want = _closer_crossings_reference(edges, x, c, cols, geo.rounded, got.shape[1])
-    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.nan_to_num(got), np.nan_to_num(want))
-    assert np.isfinite(got).any()
+    # one entry per agent, its changed column at rank 0
+    q_of, col_of, v = edge_crossings_kernel(cols[:, None], 0, np.arange(Q), x, c, t, u, lft, n, geo.rounded)
+    want = _closer_crossings_reference(edges, x, c, cols, geo.rounded, int(n[cols].max()))
+    wq, wj = np.nonzero(~np.isnan(want))  # by entry, then split
+    assert np.array_equal(q_of, wq) and np.array_equal(col_of, cols[wq]) and np.array_equal(v, want[wq, wj])
+    assert len(v)
     default = rng.random(Q)
     for k in (-1, 1, 2, 3):
         got = splits_back_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, k, default)
@@ -223,7 +221,7 @@ def test_edge_sweep_is_the_numpy_sweep(forest):
     """``polish._edge_sweep`` (its crossings and their application compiled) against the numpy sweep
     it replaced, from accepted answers that moved several numeric columns far."""
     from learners.tabular.geometry import Variants, accepts, accepts_variants, first_within
-    from learners.tabular.polish import _edge_sweep, all_padded_edges
+    from learners.tabular.polish import _edge_sweep, all_padded_edges, split_edges
 
     world, X = forest
     geo = WorldGeometry.of(world)
@@ -249,7 +247,9 @@ def test_edge_sweep_is_the_numpy_sweep(forest):
             if not len(own):
                 continue
             own, col_of = act[own], cols_all[m_idx]
-            q_of, _, v = closer_crossings_kernel(t, u, lft, n_splits, x[own, col_of], c[own, col_of], col_of, geo.rounded)
+            ref = _closer_crossings_reference(split_edges(world), x[own], c[own], col_of, geo.rounded, int(n_splits.max()))
+            q_of, j_of = np.nonzero(~np.isnan(ref))
+            v = ref[q_of, j_of]
             if not len(q_of):
                 continue
             ok = accepts_variants(world, Variants(c, own[q_of], col_of[q_of][:, None], v[:, None]))

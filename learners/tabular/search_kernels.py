@@ -291,36 +291,12 @@ def trade_moves_kernel(agent, given, freed, xm, cm, lom, him, num, span, rounded
 
 
 @nb.njit(cache=True)
-def closer_crossings_kernel(t, u, lft, n_splits, xv, cv, cols, rounded):
-    """Per entry q, each split crossing of column ``cols[q]`` from the agent's ``xv[q]`` (an integer
-    column's first integer at least that far) that lies on the side of ``cv[q]`` and nearer the agent
-    than it: the values ``polish._edge_sweep`` tries for a change. Returned as (q, split index,
-    value) triples, by entry and then split (no (entries, most splits) array, mostly empty)."""
-    Q = cols.shape[0]
-    n = 0
-    for q in range(Q):
-        n += n_splits[cols[q]]
-    out_q, out_j, out_v = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
-    k = 0
-    for q in range(Q):
-        col = cols[q]
-        x, c = xv[q], cv[q]
-        now, side = np.abs(c - x), np.sign(c - x)
-        for j in range(n_splits[col]):
-            v = _crossing(t, u, lft, col, j, x)
-            if rounded[col]:
-                v = _away(v, x)
-            if np.abs(v - x) < now - 1e-12 and np.sign(v - x) == side:
-                out_q[k], out_j[k], out_v[k] = q, j, v
-                k += 1
-    return out_q[:k], out_j[:k], out_v[:k]
-
-
-@nb.njit(cache=True)
 def edge_crossings_kernel(table, r, act, x, c, t, u, lft, n_splits, rounded):
-    """``closer_crossings_kernel`` for the r-th changed column of each agent ``act[i]`` (``table``
-    (n, m): each agent's changed columns in order, -1 padded): the (agent, column, value) of every
-    crossing an edge sweep tries at that rank, by agent and then split."""
+    """The crossings an edge sweep tries for the r-th changed column of each agent ``act[i]``
+    (``table`` (n, m): each agent's changed columns in order, -1 padded): each split crossing of the
+    column from the agent's value (an integer column's first integer at least that far) on the side
+    of its answer ``c`` and nearer the agent than it, as (agent, column, value), by agent and then
+    split (no (entries, most splits) array, mostly empty)."""
     n = 0
     for i in range(table.shape[0]):
         if table[i, r] >= 0:
