@@ -629,11 +629,11 @@ class ChangeValueGenerator(TabularGenerator):
         self.__dict__["common_values_"] = out
         return out
 
-    def _scan_sets(self, geo: WorldGeometry, prob: np.ndarray, subs: np.ndarray | None = None) -> np.ndarray:
+    def _scan_sets(self, geo: WorldGeometry, prob: np.ndarray, subs: np.ndarray) -> np.ndarray:
         """(N, S, J) subsets scanned within reach: the ``scan_subsets`` most probable ones (of
-        ``subs``, ``subsets(prob)`` where the caller has it), then the ``scan_features`` most
-        probable mutable numeric features alone and together (up to ``scan_depth`` at once)."""
-        subs = (self.subsets(prob) if subs is None else subs)[:, : int(self.params.scan_subsets)]
+        ``subs``: ``subsets(prob)``), then the ``scan_features`` most probable mutable numeric
+        features alone and together (up to ``scan_depth`` at once)."""
+        subs = subs[:, : int(self.params.scan_subsets)]
         N, J = prob.shape
         movable = np.zeros(J, bool)
         movable[geo.raw_of_column[geo.numeric & ~geo.fixed]] = True

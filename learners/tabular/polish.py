@@ -101,13 +101,14 @@ _PADDED: dict[int, tuple[dict, dict]] = {}
 def all_padded_edges(world: TabularWorld, D: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``padded_edges`` of every column 0..D-1 and each column's number of splits (D,) (cached: the
     sweeps ask on every call)."""
-    entry = _PADDED.get(id(split_edges(world)))
-    hit = entry[1].get(("all", D)) if entry is not None and entry[0] is split_edges(world) else None
+    edges = split_edges(world)
+    entry = _PADDED.get(id(edges))
+    hit = entry[1].get(("all", D)) if entry is not None and entry[0] is edges else None
     if hit is not None:
         return hit
-    t, u, lft = padded_edges(world, np.arange(D))
+    t, u, lft = padded_edges(world, np.arange(D))  # (creates the model's cache entry)
     n = (~np.isnan(t)).sum(1).astype(np.int64) if t.size else np.zeros(D, np.int64)
-    out = _PADDED[id(split_edges(world))][1][("all", D)] = (t, u, lft, n)
+    out = _PADDED[id(edges)][1][("all", D)] = (t, u, lft, n)
     return out
 
 
