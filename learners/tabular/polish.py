@@ -17,7 +17,7 @@ import numpy as np
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import MARGIN as MARGIN_SCORE
 from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants, first_within
-from learners.tabular.search_kernels import trade_moves_kernel
+from learners.tabular.search_kernels import trade_pick_kernel, trade_round_kernel
 
 
 def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
@@ -226,25 +226,12 @@ TRADE_BACK_STEPS = (1.0, 2.0, 4.0, 8.0, 16.0)
 TRADE_BACK_SHARES = (1 / 16, 1 / 4, 1 / 2, 1.0, 15 / 16)
 TRADE_BACK_SPLITS = (0, 0, 0, 0, -1)
 TRADE_BACK_INT_SHARES = (1 / 2, 3 / 4, 7 / 8, 15 / 16, 1.0)  # an integer column's shares, where its change is large
-_STEPS, _INT_SHARES, _REAL_SHARES = (np.array(v)[None, :] for v in (TRADE_BACK_STEPS, TRADE_BACK_INT_SHARES,
-                                                                     TRADE_BACK_SHARES))  # (1, B) each
+_BACKS = (np.array(TRADE_BACK_STEPS), np.array(TRADE_BACK_INT_SHARES), np.array(TRADE_BACK_SHARES),
+          np.array(TRADE_BACK_SPLITS, np.int64))  # (B,) each, as ``trade_round_kernel`` takes them
 # where the feature that takes the trade up moves: these shares of the room the give-back frees (a
 # move of the whole room cannot win; the polish after a trade shortens the move that won)
 TRADE_SHARES = np.array([1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 15 / 16, 31 / 32, 63 / 64])  # fine near 1: a
 # smooth boundary's trades often win by a few percent
-
-
-def _splits_back(world: TabularWorld, x: np.ndarray, c: np.ndarray, cols: np.ndarray, k: int, default: np.ndarray
-                 ) -> np.ndarray:
-    """(n,) per row, column ``cols[n]`` moved back toward the agent across splits it crossed: to the
-    k-th split back from ``c`` (k > 0), or to the split nearest the agent (k = -1); the agent's own
-    value when there are too few; ``default`` where the column has no splits (a compiled walk)."""
-    from learners.tabular.search_kernels import splits_back_kernel
-
-    t, u, lft, n = all_padded_edges(world, x.shape[1])
-    rows = np.arange(len(cols))
-    return splits_back_kernel(t, u, lft, n, x[rows, cols], c[rows, cols], cols.astype(np.int64), int(k),
-                              np.asarray(default, float))
 
 
 def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.ndarray, rounds: int = 2) -> np.ndarray:
@@ -269,52 +256,21 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     else:  # no splits: the kernel moves on the share ladder and never reads them
         splits = (np.zeros((0, 0)), np.zeros((0, 0)), np.zeros((0, 0)), np.zeros(0, np.int64))
     act = np.arange(len(X_all))  # the agents a round sweeps: all, then those the last round moved
+    rule = (geo.numeric, geo.span, geo.raw_of_column, geo.n_raw)
     for _ in range(rounds):
-        x, c, lo, hi = X_all[act], C_all[act], lo_all[act], hi_all[act]
-        d_now = geo.distance(x, c)
-        gap = c[:, num] - x[:, num]
-        a_i, p_i = np.nonzero(np.abs(gap) > 1e-12)  # agent, position in num of a changed column
-        if not len(a_i):
+        # compiled up to the model call and after it: the steps between calls were most of a sweep's time
+        x, c = X_all[act], C_all[act]
+        d_now, own, cols, vals = trade_round_kernel(x, c, lo_all[act], hi_all[act], num, *rule, geo.rounded,
+                                                    float(a_w), float(b_w), float(g_w), *_BACKS, TRADE_SHARES,
+                                                    bool(edges), *splits)
+        if not len(own):
             break
-        ci, g = num[p_i], gap[a_i, p_i]
-        E = len(a_i)
-        # (E, B) what column ci of each entry gives back to, each way at once: an integer column gives
-        # back whole steps, or whole shares of a change too large for steps
-        ag, rnd = np.abs(g)[:, None], geo.rounded[ci][:, None]
-        step = np.where(rnd, np.where(ag > 2 * TRADE_BACK_STEPS[-1], np.ceil(_INT_SHARES * ag), _STEPS),
-                        _REAL_SHARES * ag)
-        backs = np.where(ag > step + 1e-12, c[a_i, ci][:, None] - np.sign(g)[:, None] * step, x[a_i, ci][:, None])
-        if edges:  # a tree ensemble's real column: whole splits
-            for b, k_split in enumerate(TRADE_BACK_SPLITS):
-                if k_split != 0:
-                    backs[:, b] = np.where(rnd[:, 0], backs[:, b], _splits_back(world, x[a_i], c[a_i], ci, k_split,
-                                                                                  backs[:, b].copy()))
-        B = backs.shape[1]
-        given = np.repeat(c[a_i][:, None, :], B, axis=1)
-        given[np.arange(E)[:, None], np.arange(B)[None, :], ci[:, None]] = backs
-        # (E, B) what each give-back saves (rows against rows: no broadcast copies)
-        freed = d_now[a_i, None] - geo.distance(np.repeat(x[a_i], B, axis=0), given.reshape(E * B, -1)).reshape(E, B)
-        # every other mutable numeric column moves on by shares of the room the give-back frees, either way
-        # if unchanged, else its own way (a tree ensemble: to the split crossings within that room)
-        e, b, m, v = trade_moves_kernel(a_i, ci, np.ascontiguousarray(freed), x[:, num], c[:, num], lo[:, num],
-                                        hi[:, num], num, geo.span, geo.rounded, TRADE_SHARES, float(a_w),
-                                        float(b_w + g_w), bool(edges), *splits)
-        if not len(e):
+        ok = accepts_variants(world, Variants(c, own, cols, vals))
+        agents, rows = trade_pick_kernel(x, c, own, cols, vals, ok, d_now, *rule, float(a_w), float(b_w), float(g_w))
+        if not len(agents):
             break
-        own = a_i[e]
-        trades = Variants(c, own, np.stack([ci[e], num[m]], 1), np.stack([backs[e, b], v], 1))
-        ok = accepts_variants(world, trades)
-        if not ok.any():
-            break
-        T, own = trades.rows(np.flatnonzero(ok)), own[ok]
-        d = geo.distance(x[own], T)
-        better = d < d_now[own] - 1e-12
-        if not better.any():
-            break
-        T, own, d = T[better], own[better], d[better]
-        pick = first_within(d, own)  # each agent's nearest trade
-        C_all[act[own[pick]]] = T[pick]
-        act = act[own[pick]]  # ascending: one per agent
+        C_all[act[agents]] = rows
+        act = act[agents]  # ascending: one per agent
     return C_all
 
 

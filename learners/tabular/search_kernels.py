@@ -341,38 +341,139 @@ def edge_apply_kernel(own, col_of, val, ok, x, c, moved):
         q = end
 
 
+@nb.njit(cache=True, inline="always")
+def _split_back(t, u, lft, n, col, x, c, k, default):
+    """Column ``col`` moved back from ``c`` toward the agent's ``x`` across the splits it crossed: to
+    the k-th split back from ``c`` (k > 0) or the split nearest the agent (k = -1), ``x`` when there
+    are too few; ``default`` where the column has no splits (``n`` = 0)."""
+    if n == 0:
+        return default
+    gc = c - x
+    idx = np.empty(n, np.int64)
+    key = np.empty(n)
+    m = 0
+    for j in range(n):
+        v = _crossing(t, u, lft, col, j, x)
+        gx = v - x
+        if np.sign(gx) == np.sign(gc) and abs(gx) < abs(gc) - 1e-12:  # crossed, before c's own
+            idx[m] = j
+            key[m] = -abs(gx) if k > 0 else abs(gx)
+            m += 1
+    pick = min(abs(k), n) - 1
+    if pick < m:
+        return _crossing(t, u, lft, col, idx[np.argsort(key[:m], kind="mergesort")[pick]], x)
+    return x
+
+
 @nb.njit(cache=True)
 def splits_back_kernel(t, u, lft, n_splits, xv, cv, cols, k, default):
     """Per entry q, column ``cols[q]`` moved back from ``cv[q]`` toward the agent's ``xv[q]`` across the
     splits it crossed: to the k-th split back from ``cv`` (k > 0) or the split nearest the agent
-    (k = -1), the agent's own value when there are too few (``polish._splits_back``, same ties);
+    (k = -1), the agent's own value when there are too few (same ties as a stable sort);
     ``default[q]`` where the column has no splits."""
-    Q = cols.shape[0]
     out = default.copy()
-    for q in range(Q):
-        col = cols[q]
-        n = n_splits[col]
-        if n == 0:
-            continue
-        x, c = xv[q], cv[q]
-        gc = c - x
-        idx = np.empty(n, np.int64)
-        key = np.empty(n)
-        m = 0
-        for j in range(n):
-            v = _crossing(t, u, lft, col, j, x)
-            gx = v - x
-            if np.sign(gx) == np.sign(gc) and abs(gx) < abs(gc) - 1e-12:  # crossed, before c's own
-                idx[m] = j
-                key[m] = -abs(gx) if k > 0 else abs(gx)
-                m += 1
-        pick = min(abs(k), n) - 1
-        if pick < m:
-            j = idx[np.argsort(key[:m], kind="mergesort")[pick]]
-            out[q] = _crossing(t, u, lft, col, j, x)
-        else:
-            out[q] = x
+    for q in range(cols.shape[0]):
+        out[q] = _split_back(t, u, lft, n_splits[cols[q]], cols[q], xv[q], cv[q], k, default[q])
     return out
+
+
+@nb.njit(cache=True)
+def trade_round_kernel(x, c, lo, hi, num, numeric, span, raw_of_column, n_raw, rounded, a_w, b_w, g_w, steps,
+                       int_shares, real_shares, back_splits, shares, trees, t, u, lft, n_splits):
+    """One round of ``polish.trade_sweep`` up to its model call, for answers ``c`` of agents ``x``
+    (n, D): each changed numeric column (position p in ``num``) gives back, B ways (``steps``, or
+    ``int_shares`` of a change over twice the largest step, for an integer column; ``real_shares``
+    of a real one's change, or on a tree ensemble the split ``back_splits[b]`` where it is not 0), the
+    distance each give-back frees, and the partner moves (``trade_moves_kernel``). Returns the
+    answers' distances (n,) and the trades as variants of ``c``: agent (T,), columns and values
+    (T, 2) (the column given back, then the partner), in the order of the numpy steps it replaced."""
+    n, D = x.shape
+    M, B = num.shape[0], steps.shape[0]
+    buf = np.empty(n_raw)
+    d_now = np.empty(n)
+    E = 0
+    for i in range(n):
+        d_now[i] = _row_distance(x[i], c[i], numeric, span, raw_of_column, buf, a_w, b_w, g_w)
+        for p in range(M):
+            E += np.abs(c[i, num[p]] - x[i, num[p]]) > 1e-12
+    a_i, ci = np.empty(E, np.int64), np.empty(E, np.int64)
+    e = 0
+    for i in range(n):  # agent by agent, columns in order: np.nonzero's order
+        for p in range(M):
+            if np.abs(c[i, num[p]] - x[i, num[p]]) > 1e-12:
+                a_i[e], ci[e] = i, num[p]
+                e += 1
+    backs = np.empty((E, B))
+    freed = np.empty((E, B))
+    row = np.empty(D)
+    for e in range(E):
+        a, col = a_i[e], ci[e]
+        g = c[a, col] - x[a, col]
+        ag = np.abs(g)
+        for b in range(B):
+            if rounded[col]:
+                step = np.ceil(int_shares[b] * ag) if ag > 2 * steps[B - 1] else steps[b]
+            else:
+                step = real_shares[b] * ag
+            backs[e, b] = c[a, col] - np.sign(g) * step if ag > step + 1e-12 else x[a, col]
+            if trees and back_splits[b] != 0 and not rounded[col]:
+                backs[e, b] = _split_back(t, u, lft, n_splits[col], col, x[a, col], c[a, col], back_splits[b],
+                                          backs[e, b])
+        for d in range(D):
+            row[d] = c[a, d]
+        for b in range(B):
+            row[col] = backs[e, b]
+            freed[e, b] = d_now[a] - _row_distance(x[a], row, numeric, span, raw_of_column, buf, a_w, b_w, g_w)
+    xm, cm, lom, him = np.empty((n, M)), np.empty((n, M)), np.empty((n, M)), np.empty((n, M))
+    for i in range(n):
+        for p in range(M):
+            xm[i, p], cm[i, p], lom[i, p], him[i, p] = x[i, num[p]], c[i, num[p]], lo[i, num[p]], hi[i, num[p]]
+    me, mb, mm, mv = trade_moves_kernel(a_i, ci, freed, xm, cm, lom, him, num, span, rounded, shares, a_w, b_w + g_w,
+                                        trees, t, u, lft, n_splits)
+    T = me.shape[0]
+    own = np.empty(T, np.int64)
+    cols, vals = np.empty((T, 2), np.int64), np.empty((T, 2))
+    for q in range(T):
+        own[q] = a_i[me[q]]
+        cols[q, 0], cols[q, 1] = ci[me[q]], num[mm[q]]
+        vals[q, 0], vals[q, 1] = backs[me[q], mb[q]], mv[q]
+    return d_now, own, cols, vals
+
+
+@nb.njit(cache=True)
+def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_column, n_raw, a_w, b_w, g_w):
+    """After a trade round's model call: per agent its nearest accepted trade (``ok``; ties: the
+    first) where nearer than its answer by more than 1e-12. Returns the agents (ascending) and
+    their new rows (k, D)."""
+    n, D = c.shape
+    best = np.full(n, np.inf)
+    pick = np.full(n, -1, np.int64)
+    buf = np.empty(n_raw)
+    row = np.empty(D)
+    for q in range(own.shape[0]):
+        if not ok[q]:
+            continue
+        a = own[q]
+        for d in range(D):
+            row[d] = c[a, d]
+        row[cols[q, 0]], row[cols[q, 1]] = vals[q, 0], vals[q, 1]
+        dq = _row_distance(x[a], row, numeric, span, raw_of_column, buf, a_w, b_w, g_w)
+        if dq < d_now[a] - 1e-12 and dq < best[a]:
+            best[a], pick[a] = dq, q
+    k = 0
+    for a in range(n):
+        k += pick[a] >= 0
+    agents, rows = np.empty(k, np.int64), np.empty((k, D))
+    k = 0
+    for a in range(n):
+        q = pick[a]
+        if q >= 0:
+            agents[k] = a
+            for d in range(D):
+                rows[k, d] = c[a, d]
+            rows[k, cols[q, 0]], rows[k, cols[q, 1]] = vals[q, 0], vals[q, 1]
+            k += 1
+    return agents, rows
 
 
 @nb.njit(cache=True, inline="always")
@@ -921,6 +1022,17 @@ def deltas_kernel(X, C, numeric, span, raw_of_column, n_raw):
     return out
 
 
+@nb.njit(cache=True, inline="always")
+def _row_distance(x, c, numeric, span, raw_of_column, buf, a, b, g):
+    """One row's MACE Eq. 3 distance (``distance_kernel``'s, the same bits; ``buf``: (n_raw,) scratch)."""
+    _row_deltas(x, c, numeric, span, raw_of_column, buf)
+    nnz, top = 0, 0.0
+    for j in range(buf.shape[0]):
+        nnz += buf[j] > 1e-12
+        top = max(top, buf[j])
+    return a * nnz + b * _pairwise_sum(buf) + g * top
+
+
 @nb.njit(cache=True)
 def distance_kernel(X, C, numeric, span, raw_of_column, n_raw, a, b, g):
     """(R,) MACE's Eq. 3 distance of rows ``C`` (R, D) from ``X`` (R, D): ``a`` * changed raw features
@@ -928,10 +1040,5 @@ def distance_kernel(X, C, numeric, span, raw_of_column, n_raw, a, b, g):
     out = np.empty(X.shape[0])
     buf = np.empty(n_raw)
     for r in range(X.shape[0]):
-        _row_deltas(X[r], C[r], numeric, span, raw_of_column, buf)
-        nnz, top = 0, 0.0
-        for j in range(n_raw):
-            nnz += buf[j] > 1e-12
-            top = max(top, buf[j])
-        out[r] = a * nnz + b * _pairwise_sum(buf) + g * top
+        out[r] = _row_distance(X[r], C[r], numeric, span, raw_of_column, buf, a, b, g)
     return out
