@@ -644,3 +644,30 @@ def test_complete_tree_sums_are_the_linked_ones_and_sklearns(max_depth):
     for got, want in zip(complete_sums_variants(R, index, cols, vals, *complete),
                          forest_sums_variants(R, index, cols, vals, *linked), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), P=st.integers(1, 16))
+def test_scaled_rows_are_the_numpy_rows(seed, P):
+    """The polish's scaled answers (``scaled_rows_kernel``) against the numpy steps they replaced:
+    numeric columns scaled toward the agent, integer ones rounded away from it, clipped; the rest kept."""
+    from learners.tabular.search_kernels import scaled_rows_kernel
+
+    rng = np.random.default_rng(seed)
+    n, D = 7, 9
+    num = rng.random(D) < 0.6
+    rounded = num & (rng.random(D) < 0.5)
+    x = np.where(rounded, np.round(rng.normal(0, 20, (n, D))), rng.normal(size=(n, D)))
+    c = x + np.where(rng.random((n, D)) < 0.7, rng.normal(0, 10, (n, D)), 0.0)
+    lo, hi = np.minimum(x, c) - rng.random((n, D)), np.maximum(x, c) + rng.random((n, D))
+    lo[rng.random((n, D)) < 0.2] = x[rng.random((n, D)) < 0.2].mean()  # a box that cuts some scaled values
+    S = rng.random((n, P))
+    S[:, 0] = 0.0
+    xn, cn, lon, hin, rnd = x[:, None, num], c[:, None, num], lo[:, None, num], hi[:, None, num], rounded[num]
+    V = xn + S[..., None] * (cn - xn)
+    gap = V[..., rnd] - xn[..., rnd]
+    V[..., rnd] = xn[..., rnd] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
+    want = np.repeat(c[:, None, :], P, axis=1)
+    want[..., num] = np.clip(V, lon, hin)
+    got = scaled_rows_kernel(x, c, S, np.flatnonzero(num), rounded, lo, hi)
+    np.testing.assert_array_equal(got, want.reshape(-1, D))

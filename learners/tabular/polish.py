@@ -17,7 +17,7 @@ import numpy as np
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import MARGIN as MARGIN_SCORE
 from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants, first_within
-from learners.tabular.search_kernels import trade_pick_kernel, trade_round_kernel
+from learners.tabular.search_kernels import scaled_rows_kernel, trade_pick_kernel, trade_round_kernel
 
 
 def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
@@ -291,17 +291,10 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         P = probes
 
         lo, hi = geo.box(x)
-        xn, cn, lon, hin = x[:, None, num], c[:, None, num], lo[:, None, num], hi[:, None, num]
-        rnd = geo.rounded[num]
+        num_cols = np.flatnonzero(num)
 
         def scaled(S: np.ndarray) -> np.ndarray:  # (n, m) scales -> (n * m, D) projected rows (numeric columns only move)
-            V = xn + S[..., None] * (cn - xn)
-            if rnd.any():
-                gap = V[..., rnd] - xn[..., rnd]
-                V[..., rnd] = xn[..., rnd] + np.sign(gap) * np.ceil(np.abs(gap) - 1e-9)
-            T = np.repeat(c[:, None, :], S.shape[1], axis=1)
-            T[..., num] = np.clip(V, lon, hin)
-            return T.reshape(-1, c.shape[1])
+            return scaled_rows_kernel(x, c, np.ascontiguousarray(S, float), num_cols, geo.rounded, lo, hi)
 
         trees = bool(split_edges(world))
         # the joint scale: half the rounds, a tree ensemble one (the split sweep below is exact per column;

@@ -602,6 +602,28 @@ def even_levels_kernel(xc, loc, hic, reach, rounded, e):
     return out
 
 
+@nb.njit(cache=True)
+def scaled_rows_kernel(x, c, S, num_cols, rounded, lo, hi):
+    """(n * P, D) the polish's scaled answers: row i * P + p is ``c[i]`` with each numeric column
+    (``num_cols``) at ``x + S[i, p] * (c - x)`` (an integer column's rounded away from the agent),
+    clipped into [``lo``, ``hi``]: the numpy steps it replaced, in their order (the same bits)."""
+    n, P = S.shape
+    D = c.shape[1]
+    out = np.empty((n * P, D))
+    for i in range(n):
+        for p in range(P):
+            r = i * P + p
+            for d in range(D):
+                out[r, d] = c[i, d]
+            for j in range(num_cols.shape[0]):
+                d = num_cols[j]
+                v = x[i, d] + S[i, p] * (c[i, d] - x[i, d])
+                if rounded[d]:
+                    v = _away(v, x[i, d])
+                out[r, d] = min(max(v, lo[i, d]), hi[i, d])
+    return out
+
+
 @nb.njit(cache=True, inline="always")
 def _kept_crossings(t, u, lft, c, n_c, x, lo, hi, room, rounded, kept, gap):
     """Into ``kept`` (ascending) and ``gap`` (distance from the agent): column c's split crossings from
