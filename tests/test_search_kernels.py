@@ -671,3 +671,45 @@ def test_scaled_rows_are_the_numpy_rows(seed, P):
     want[..., num] = np.clip(V, lon, hin)
     got = scaled_rows_kernel(x, c, S, np.flatnonzero(num), rounded, lo, hi)
     np.testing.assert_array_equal(got, want.reshape(-1, D))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 4))
+def test_nearest_accepted_kernel_is_the_numpy_ranking(seed, k):
+    """Per agent the k nearest accepted variant rows that move it (``nearest_accepted_kernel``)
+    against the numpy steps it replaced (rows built, the agent itself dropped, a stable lexsort by
+    agent then distance): the same distances, positions and rows, ties (repeated rows) in row order."""
+    from learners.tabular.geometry import Variants
+    from learners.tabular.search_kernels import nearest_accepted_kernel
+
+    rng = np.random.default_rng(seed)
+    N, D, T = 6, 5, 120
+    X = np.round(rng.normal(size=(N, D)), 1)
+    owner = np.sort(rng.integers(0, N, T))
+    base = X[owner] if seed % 2 else np.round(rng.normal(size=(T, D)), 1)
+    cols = np.where(rng.random((T, 2)) < 0.3, -1, np.stack([rng.choice(D, 2, replace=False) for _ in range(T)]))
+    vals = np.round(rng.normal(size=(T, 2)), 1)  # coarse values: many rows repeat (ties), some are the agent
+    V = Variants(base, np.arange(T), cols, vals)
+    ok = rng.random(T) < 0.6
+    numeric, span, raw = rng.random(D) < 0.6, rng.random(D) + 0.5, np.arange(D)
+    a, b, g = 0.2, 0.5, 0.3
+    got = nearest_accepted_kernel(X, base, np.arange(T), cols, vals, ok, owner, k, numeric, span, raw, D, a, b, g)
+    # the numpy reference
+    from learners.tabular.search_kernels import distance_kernel
+
+    best, index, rows = np.full((N, k), np.inf), np.full((N, k), -1), np.full((N, k, D), np.nan)
+    at = np.flatnonzero(ok)
+    R = V.rows(at)
+    moved = (np.abs(R - X[owner[at]]) > 1e-12).any(1)
+    at, R = at[moved], R[moved]
+    d, own = distance_kernel(X[owner[at]], R, numeric, span, raw, D, a, b, g), owner[at]
+    order = np.lexsort((d, own))
+    g_sorted = own[order]
+    start = np.r_[0, np.flatnonzero(g_sorted[1:] != g_sorted[:-1]) + 1] if len(order) else np.zeros(0, int)
+    rank = np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
+    keep = rank < k
+    best[g_sorted[keep], rank[keep]] = d[order][keep]
+    index[g_sorted[keep], rank[keep]] = at[order][keep]
+    rows[g_sorted[keep], rank[keep]] = R[order][keep]
+    for x, y in zip(got, (best, index, rows), strict=True):
+        np.testing.assert_array_equal(x, y)

@@ -173,15 +173,6 @@ def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C
     return d
 
 
-def rank_within(key: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The order that sorts by ``group``, then ``key``, and each sorted entry's rank within its group
-    (0 for the smallest key of each group)."""
-    order = np.lexsort((key, group))
-    g = group[order]
-    start = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1] if len(g) else np.zeros(0, np.int64)
-    return order, np.arange(len(order)) - np.repeat(start, np.diff(np.r_[start, len(order)]))
-
-
 def first_within(key: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Per group (ascending), the index of its entry with the smallest ``key`` (ties: the lower index;
     NaN last): what ``np.lexsort((key, group))`` puts first in each group (compiled where the groups
@@ -293,22 +284,12 @@ def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.nda
     """``nearest_accepted`` of variant rows: per agent the distances of its ``k`` nearest accepted
     rows (N, k) and their positions in ``V`` (N, k; -1 where fewer), and the (N, k, D) rows (NaN
     where none); one model call, and only accepted rows are ever built."""
-    N, D = X.shape
-    best, index = np.full((N, k), np.inf), np.full((N, k), -1)
-    rows = np.full((N, k, D), np.nan)
-    if not len(V):
-        return best, index, rows
-    ok = np.flatnonzero(accepts_variants(world, V))
-    if not len(ok):
-        return best, index, rows
-    R = V.rows(ok)
-    moved = (np.abs(R - X[owner[ok]]) > 1e-12).any(1)  # the agent itself is no answer
-    ok, R = ok[moved], R[moved]
-    d, own = geo.distance(X[owner[ok]], R), owner[ok]
-    order, rank = rank_within(d, own)
-    own_s = own[order]
-    keep = rank < k
-    best[own_s[keep], rank[keep]] = d[order][keep]
-    index[own_s[keep], rank[keep]] = ok[order][keep]
-    rows[own_s[keep], rank[keep]] = R[order][keep]
-    return best, index, rows
+    from learners.tabular.search_kernels import nearest_accepted_kernel
+
+    a, b, g = geo.weights
+    ok = accepts_variants(world, V)  # the one model call; the rest compiled: only kept rows are built
+    return nearest_accepted_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(V.base, float),
+                                   np.ascontiguousarray(V.index, np.int64), np.ascontiguousarray(V.cols, np.int64),
+                                   np.ascontiguousarray(V.vals, float), ok, np.ascontiguousarray(owner, np.int64),
+                                   int(k), geo.numeric, geo.span, geo.raw_of_column, geo.n_raw, float(a), float(b),
+                                   float(g))

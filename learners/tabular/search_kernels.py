@@ -1064,3 +1064,63 @@ def distance_kernel(X, C, numeric, span, raw_of_column, n_raw, a, b, g):
     for r in range(X.shape[0]):
         out[r] = _row_distance(X[r], C[r], numeric, span, raw_of_column, buf, a, b, g)
     return out
+
+
+@nb.njit(cache=True)
+def nearest_accepted_kernel(X, base, index, cols, vals, ok, owner, k, numeric, span, raw_of_column, n_raw, a, b, g):
+    """``geometry.nearest_accepted_variants`` after its model call: per agent of ``X`` (N, D) the ``k``
+    nearest accepted variant rows (``ok``; row t is ``base[index[t]]`` with ``cols[t]`` set to
+    ``vals[t]``, proposed for agent ``owner[t]``) that move it, nearest first, ties in row order (NaN
+    last): their distances (N, k; inf where fewer), positions (N, k; -1) and rows (N, k, D; NaN).
+    Only the kept rows are stored."""
+    N, D = X.shape
+    best = np.full((N, k), np.inf)
+    pos = np.full((N, k), -1, np.int64)
+    filled = np.zeros(N, np.int64)
+    row = np.empty(D)
+    buf = np.empty(n_raw)
+    for t in range(index.shape[0]):
+        if not ok[t]:
+            continue
+        i = owner[t]
+        for d in range(D):
+            row[d] = base[index[t], d]
+        for j in range(cols.shape[1]):
+            if cols[t, j] >= 0:
+                row[cols[t, j]] = vals[t, j]
+        moved = False
+        for d in range(D):
+            if np.abs(row[d] - X[i, d]) > 1e-12:
+                moved = True
+                break
+        if not moved:  # the agent itself is no answer
+            continue
+        v = _row_distance(X[i], row, numeric, span, raw_of_column, buf, a, b, g)
+        m = filled[i]
+        if m == k:  # full: only a strictly nearer row (a number before a NaN) gets in
+            w = best[i, k - 1]
+            if not (v < w or (w != w and v == v)):
+                continue
+            at = k - 1
+        else:
+            at = m
+            filled[i] = m + 1
+        while at > 0:  # after the equal ones: ties stay in row order
+            w = best[i, at - 1]
+            if not (v < w or (w != w and v == v)):
+                break
+            best[i, at] = w
+            pos[i, at] = pos[i, at - 1]
+            at -= 1
+        best[i, at] = v
+        pos[i, at] = t
+    rows = np.full((N, k, D), np.nan)
+    for i in range(N):
+        for r in range(filled[i]):
+            t = pos[i, r]
+            for d in range(D):
+                rows[i, r, d] = base[index[t], d]
+            for j in range(cols.shape[1]):
+                if cols[t, j] >= 0:
+                    rows[i, r, cols[t, j]] = vals[t, j]
+    return best, pos, rows
