@@ -713,3 +713,25 @@ def test_nearest_accepted_kernel_is_the_numpy_ranking(seed, k):
     rows[g_sorted[keep], rank[keep]] = R[order][keep]
     for x, y in zip(got, (best, index, rows), strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_accepted_distances_kernel_is_the_numpy_one():
+    """``accepted_distances_kernel`` against the numpy steps it replaced: the distance of each accepted
+    candidate, inf where rejected or where the candidate is the agent itself."""
+    from learners.tabular.search_kernels import accepted_distances_kernel, distance_kernel
+
+    rng = np.random.default_rng(2)
+    N, K, D = 9, 14, 6
+    X = rng.normal(size=(N, D))
+    C = np.where(rng.random((N, K, D)) < 0.4, rng.normal(size=(N, K, D)), X[:, None, :])
+    C[:, :3] = X[:, None, :]  # the agent itself
+    ok = rng.random((N, K)) < 0.7
+    numeric, span, raw = rng.random(D) < 0.6, rng.random(D) + 0.5, np.arange(D)
+    got = accepted_distances_kernel(X, C, ok, numeric, span, raw, D, 0.1, 0.6, 0.3)
+    want = np.full((N, K), np.inf)
+    i, k = np.nonzero(ok)
+    rows = C[i, k]
+    moved = (np.abs(rows - X[i]) > 1e-12).any(-1)
+    want[i[moved], k[moved]] = distance_kernel(X[i[moved]], rows[moved], numeric, span, raw, D, 0.1, 0.6, 0.3)
+    assert np.isfinite(want).any() and np.isinf(want[ok]).any()
+    np.testing.assert_array_equal(got, want)

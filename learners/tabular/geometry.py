@@ -162,15 +162,13 @@ def accepts(world: TabularWorld, X: np.ndarray) -> np.ndarray:
 def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """(N, K) distance of each candidate row ``C`` (N, K, D) the model accepts, inf elsewhere and
     where a row is the agent itself: one model call, distances only of the accepted rows."""
+    from learners.tabular.search_kernels import accepted_distances_kernel
+
     N, K, D = C.shape
     ok = accepts(world, C.reshape(-1, D)).reshape(N, K)
-    i, k = np.nonzero(ok)
-    d = np.full((N, K), np.inf)
-    if len(i):
-        rows = C[i, k]
-        moved = (np.abs(rows - X[i]) > 1e-12).any(-1)  # the agent itself is no answer
-        d[i[moved], k[moved]] = geo.distance(X[i[moved]], rows[moved])
-    return d
+    a, b, g = geo.weights
+    return accepted_distances_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(C, float), ok, geo.numeric,
+                                     geo.span, geo.raw_of_column, geo.n_raw, float(a), float(b), float(g))
 
 
 def first_within(key: np.ndarray, group: np.ndarray) -> np.ndarray:

@@ -1124,3 +1124,22 @@ def nearest_accepted_kernel(X, base, index, cols, vals, ok, owner, k, numeric, s
                 if cols[t, j] >= 0:
                     rows[i, r, cols[t, j]] = vals[t, j]
     return best, pos, rows
+
+
+@nb.njit(cache=True)
+def accepted_distances_kernel(X, C, ok, numeric, span, raw_of_column, n_raw, a, b, g):
+    """(N, K) ``geometry.accepted_distances`` after its model call: the distance of each candidate
+    ``C[n, k]`` the model accepts (``ok``) from its agent ``X[n]``, inf where not accepted or where
+    it is the agent itself."""
+    N, K, D = C.shape
+    out = np.full((N, K), np.inf)
+    buf = np.empty(n_raw)
+    for n in range(N):
+        for k in range(K):
+            if not ok[n, k]:
+                continue
+            for d in range(D):
+                if np.abs(C[n, k, d] - X[n, d]) > 1e-12:
+                    out[n, k] = _row_distance(X[n], C[n, k], numeric, span, raw_of_column, buf, a, b, g)
+                    break
+    return out
