@@ -361,7 +361,8 @@ def test_edge_sweep_is_the_numpy_sweep(forest):
     np.testing.assert_array_equal(got, c)
 
 
-def test_scan_rows_kernel_matches_the_numpy_rows():
+@pytest.mark.parametrize("block", [3, 4])
+def test_scan_rows_kernel_matches_the_numpy_rows(block):
     """The rows nearer than the budget in live blocks, and the blocks' boxes; a first axis's NaN
     after a NaN (padding after the agent's own value) makes no row: it would repeat one."""
     rng = np.random.default_rng(1)
@@ -380,7 +381,8 @@ def test_scan_rows_kernel_matches_the_numpy_rows():
     combos = np.stack(np.meshgrid(*[np.arange(m) for m in sizes], indexing="ij"), -1).reshape(-1, k)
     best = rng.random(N) * 0.6
     a, b, g = 0.0, 0.5, 0.5
-    block = 3  # blocks that cut across the first axis' values too
+    # 3: blocks that cut across the first axis' values too; 4: a block per first-axis value (one run of the
+    # last axis: block_boxes bounds the last axis once per item)
     alive = rng.random((len(ii), -(-len(combos) // block))) < 0.7
     idx, vc, vv = scan_rows_kernel(axes, combos, cols, X, ii, ss, S, b_sum, b_nnz, bdel, raw, span, best, a, b, g,
                                    alive, block)

@@ -487,6 +487,38 @@ def _padding(axes, combos, p, q, k):
     return False
 
 
+@nb.njit(cache=True, inline="always")
+def _axis_blocks(axes, combos, cols, X, ii, block, lo, hi, rows):
+    """``block_boxes`` where each block is one whole run of the last axis (the other axes fixed):
+    the last axis's values are the same in every block, so they are counted and bounded once per
+    item, not once per block (the same min/max steps in the same order: the same values)."""
+    n, k = cols.shape
+    n_blocks = combos.shape[0] // block
+    for p in range(n):
+        own_last = X[ii[p], cols[p, k - 1]]
+        low_last, high_last, count = own_last, own_last, 0
+        for q in range(block):
+            v = axes[p, k - 1, q]
+            if not np.isnan(v):
+                low_last = min(low_last, v)
+                high_last = max(high_last, v)
+                count += 1
+        for bl in range(n_blocks):
+            q0 = bl * block
+            rows[p, bl] = 0 if _padding(axes, combos, p, q0, k) else count
+            for j in range(k - 1):
+                own = X[ii[p], cols[p, j]]
+                low, high = own, own
+                v = axes[p, j, combos[q0, j]]
+                if rows[p, bl] and not np.isnan(v):
+                    low = min(low, v)
+                    high = max(high, v)
+                lo[p, bl, j] = low
+                hi[p, bl, j] = high
+            lo[p, bl, k - 1] = low_last if rows[p, bl] else own_last
+            hi[p, bl, k - 1] = high_last if rows[p, bl] else own_last
+
+
 @nb.njit(cache=True)
 def block_boxes(axes, combos, cols, X, ii, block):
     """(n, B, k) low and high ends, per scan item p and block of ``block`` consecutive combinations
@@ -500,6 +532,9 @@ def block_boxes(axes, combos, cols, X, ii, block):
     lo = np.empty((n, n_blocks, k))
     hi = np.empty((n, n_blocks, k))
     rows = np.zeros((n, n_blocks), np.int64)
+    if k > 1 and m % block == 0 and m > block and combos[block - 1, k - 1] == block - 1 and combos[block, k - 1] == 0:
+        _axis_blocks(axes, combos, cols, X, ii, block, lo, hi, rows)
+        return lo, hi, rows
     for p in range(n):
         for bl in range(n_blocks):
             for q in range(bl * block, min(m, (bl + 1) * block)):
