@@ -737,3 +737,40 @@ def test_accepted_distances_kernel_is_the_numpy_one():
     want[i[moved], k[moved]] = distance_kernel(X[i[moved]], rows[moved], numeric, span, raw, D, 0.1, 0.6, 0.3)
     assert np.isfinite(want).any() and np.isinf(want[ok]).any()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("model", ["forest", "mlp"])
+def test_polish_drops_a_feature_as_the_numpy_step(model):
+    """The polish's last step, each changed raw feature back at the agent's value (trials as variants,
+    the pick compiled: ``trade_pick_kernel``), against the numpy step it replaced: with no polish
+    rounds, the polish is the cell clip (a forest) and this step alone."""
+    from learners.tabular.geometry import accepts, first_within
+    from learners.tabular.polish import cell_clip, polish
+
+    b = build("german", model)
+    world = b.world
+    X = np.concatenate([b.data.X_train, b.data.X_test])
+    X = X[~world.accepts(X)][:120]
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(6)
+    lo, hi = geo.box(X)
+    C = np.where(rng.random(X.shape) < 0.5, lo + rng.random(X.shape) * (hi - lo), X)
+    C = geo.project(X, C[:, None, :])[:, 0]
+    ok = accepts(world, C)
+    x, c0 = X[ok], C[ok]
+    got = polish(world, geo, x, c0, rounds=0)
+    c = cell_clip(world, geo, x, c0)
+    changed = geo.deltas(x, c) > 1e-12
+    a_idx, j_idx = np.nonzero(changed)
+    trials = c[a_idx].copy()
+    cols = geo.raw_of_column[None, :] == j_idx[:, None]
+    trials[cols] = x[a_idx][cols]
+    hit = np.flatnonzero(accepts(world, trials))
+    d = geo.distance(x[a_idx[hit]], trials[hit])
+    best = first_within(d, a_idx[hit])
+    t = hit[best]
+    t = t[d[best] < geo.distance(x[a_idx[t]], c[a_idx[t]]) - 1e-12]
+    want = c.copy()
+    want[a_idx[t]] = trials[t]
+    assert len(t) >= 3
+    np.testing.assert_array_equal(got, want)

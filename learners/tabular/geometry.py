@@ -95,6 +95,17 @@ class WorldGeometry:
         return project_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(C, float), lo, hi, cols, ends,
                               self.rounded)
 
+    def raw_columns(self) -> np.ndarray:
+        """(J, w) each raw feature's columns, -1 padded (built once)."""
+        cols = self.__dict__.get("_raw_columns")
+        if cols is None:
+            members = [np.flatnonzero(self.raw_of_column == j) for j in range(self.n_raw)]
+            cols = np.full((self.n_raw, max(len(m) for m in members)), -1, np.int64)
+            for j, m in enumerate(members):
+                cols[j, : len(m)] = m
+            self.__dict__["_raw_columns"] = cols
+        return cols
+
     def group_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The one-hot groups' columns, concatenated (G,), and where each group ends in them (groups,)
         (built once)."""

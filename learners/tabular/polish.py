@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import MARGIN as MARGIN_SCORE
-from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants, first_within
+from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants
 from learners.tabular.search_kernels import scaled_rows_kernel, trade_pick_kernel, trade_round_kernel
 
 
@@ -320,19 +320,20 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         if trees:  # a tree ensemble: each change scanned exactly over its splits
             c = _edge_sweep(world, geo, x, c)
     # each changed raw feature back at the agent's value, all tried in one call
-    changed = geo.deltas(x, c) > 1e-12
-    a_idx, j_idx = np.nonzero(changed)
+    a_idx, j_idx = np.nonzero(geo.deltas(x, c) > 1e-12)
     if len(a_idx):
-        trials = c[a_idx].copy()
-        cols = geo.raw_of_column[None, :] == j_idx[:, None]
-        trials[cols] = x[a_idx][cols]
-        ok = np.flatnonzero(accepts(world, trials))
-        d = geo.distance(x[a_idx[ok]], trials[ok])
+        cols = geo.raw_columns()[j_idx]  # (E, w) the dropped feature's columns, -1 padded
+        vals = np.where(cols >= 0, x[a_idx[:, None], np.maximum(cols, 0)], 0.0)
+        trials = Variants(c, a_idx, cols, vals)
+        # a tree ensemble scores variants exactly; a smooth model's variant scores may differ in the last
+        # bits, so its trials are scored as rows (the decision at the margin is the rows')
+        exact = getattr(world.model, "exact", False)
+        ok = accepts_variants(world, trials) if exact else accepts(world, trials.rows())
         # one drop per agent (trials were made from the undropped row): its nearest accepted one, if nearer
-        best = first_within(d, a_idx[ok])
-        t = ok[best]
-        t = t[d[best] < geo.distance(x[a_idx[t]], c[a_idx[t]]) - 1e-12]
-        c[a_idx[t]] = trials[t]
+        a_w, b_w, g_w = geo.weights
+        agents, dropped = trade_pick_kernel(x, c, a_idx, cols, vals, ok, geo.distance(x, c), geo.numeric, geo.span,
+                                            geo.raw_of_column, geo.n_raw, float(a_w), float(b_w), float(g_w))
+        c[agents] = dropped
     C[rows] = c
     return C
 

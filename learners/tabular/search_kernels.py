@@ -442,9 +442,10 @@ def trade_round_kernel(x, c, lo, hi, num, numeric, span, raw_of_column, n_raw, r
 
 @nb.njit(cache=True)
 def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_column, n_raw, a_w, b_w, g_w):
-    """After a trade round's model call: per agent its nearest accepted trade (``ok``; ties: the
-    first) where nearer than its answer by more than 1e-12. Returns the agents (ascending) and
-    their new rows (k, D)."""
+    """After a model call on variants of the answers ``c`` (row q: ``c[own[q]]`` with ``cols[q]``
+    (-1: none) set to ``vals[q]``): per agent its nearest accepted variant (``ok``; ties: the first)
+    where nearer than its answer (``d_now``) by more than 1e-12. Returns the agents (ascending) and
+    their new rows (k, D). A trade round's last step, and the polish's drop of a feature."""
     n, D = c.shape
     best = np.full(n, np.inf)
     pick = np.full(n, -1, np.int64)
@@ -456,7 +457,9 @@ def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_co
         a = own[q]
         for d in range(D):
             row[d] = c[a, d]
-        row[cols[q, 0]], row[cols[q, 1]] = vals[q, 0], vals[q, 1]
+        for j in range(cols.shape[1]):
+            if cols[q, j] >= 0:
+                row[cols[q, j]] = vals[q, j]
         dq = _row_distance(x[a], row, numeric, span, raw_of_column, buf, a_w, b_w, g_w)
         if dq < d_now[a] - 1e-12 and dq < best[a]:
             best[a], pick[a] = dq, q
@@ -471,7 +474,9 @@ def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_co
             agents[k] = a
             for d in range(D):
                 rows[k, d] = c[a, d]
-            rows[k, cols[q, 0]], rows[k, cols[q, 1]] = vals[q, 0], vals[q, 1]
+            for j in range(cols.shape[1]):
+                if cols[q, j] >= 0:
+                    rows[k, cols[q, j]] = vals[q, j]
             k += 1
     return agents, rows
 
