@@ -189,6 +189,20 @@ def test_trade_moves_are_the_numpy_ones(forest, trees):
         np.testing.assert_array_equal(g, w)
 
 
+def _moved_accepted(world, geo, X, seed):
+    """The agents of ``X`` with answers that move each mutable numeric column (with chance 0.6)
+    anywhere in its reachable box, projected, and only those the model accepts: (x, c)."""
+    from learners.tabular.geometry import accepts
+
+    rng = np.random.default_rng(seed)
+    lo, hi = geo.box(X)
+    num = geo.numeric & ~geo.fixed
+    C = np.where(num & (rng.random(X.shape) < 0.6), lo + rng.random(X.shape) * (hi - lo), X)
+    C = geo.project(X, C[:, None, :])[:, 0]
+    ok = accepts(world, C)
+    return X[ok], C[ok]
+
+
 def _trade_sweep_reference(world, geo, x, c, rounds=2):
     """The numpy trade sweep of earlier releases (``polish.trade_sweep`` before its rounds were compiled)."""
     from learners.tabular.geometry import Variants, accepts_variants, first_within
@@ -261,7 +275,6 @@ def test_trade_sweep_is_the_numpy_sweep(data, model):
     sweep it replaced: the same answers, bit for bit, from accepted answers that moved several
     numeric columns, on forests (split give-backs and crossings) and an MLP (the share ladders), with
     integer columns (German) and real ones (Credit)."""
-    from learners.tabular.geometry import accepts
     from learners.tabular.polish import polish, trade_sweep
 
     b = build(data, model)
@@ -269,13 +282,8 @@ def test_trade_sweep_is_the_numpy_sweep(data, model):
     world = b.world
     X = X[~world.accepts(X)][:80]
     geo = WorldGeometry.of(world)
-    rng = np.random.default_rng(5)
-    lo, hi = geo.box(X)
-    num = geo.numeric & ~geo.fixed
-    C = np.where(num & (rng.random(X.shape) < 0.6), lo + rng.random(X.shape) * (hi - lo), X)
-    C = geo.project(X, C[:, None, :])[:, 0]
-    ok = accepts(world, C)
-    x, c = X[ok], polish(world, geo, X[ok], C[ok])  # polished first: trades win only from near a boundary
+    x, c = _moved_accepted(world, geo, X, 5)
+    c = polish(world, geo, x, c)  # polished first: trades win only from near a boundary
     assert len(x) >= 5
     got = trade_sweep(world, geo, x, c)
     want = _trade_sweep_reference(world, geo, x, c)
@@ -314,18 +322,12 @@ def test_split_walks_match_the_sorted_crossings(forest):
 def test_edge_sweep_is_the_numpy_sweep(forest):
     """``polish._edge_sweep`` (its crossings and their application compiled) against the numpy sweep
     it replaced, from accepted answers that moved several numeric columns far."""
-    from learners.tabular.geometry import Variants, accepts, accepts_variants, first_within
+    from learners.tabular.geometry import Variants, accepts_variants, first_within
     from learners.tabular.polish import _edge_sweep, all_padded_edges, split_edges
 
     world, X = forest
     geo = WorldGeometry.of(world)
-    rng = np.random.default_rng(4)
-    lo, hi = geo.box(X)
-    num = geo.numeric & ~geo.fixed
-    C = np.where(num & (rng.random(X.shape) < 0.6), lo + rng.random(X.shape) * (hi - lo), X)
-    C = geo.project(X, C[:, None, :])[:, 0]
-    ok = accepts(world, C)
-    x, c0 = X[ok], C[ok]
+    x, c0 = _moved_accepted(world, geo, X, 4)
     assert len(x) >= 5
     got = _edge_sweep(world, geo, x, c0)
     # the reference: the numpy sweep of earlier releases

@@ -440,6 +440,16 @@ def trade_round_kernel(x, c, lo, hi, num, numeric, span, raw_of_column, n_raw, r
     return d_now, own, cols, vals
 
 
+@nb.njit(cache=True, inline="always")
+def _variant_into(row, base_row, cols, vals, t):
+    """``row`` := ``base_row`` with variant t's columns ``cols[t]`` (-1: none) set to ``vals[t]``."""
+    for d in range(row.shape[0]):
+        row[d] = base_row[d]
+    for j in range(cols.shape[1]):
+        if cols[t, j] >= 0:
+            row[cols[t, j]] = vals[t, j]
+
+
 @nb.njit(cache=True)
 def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_column, n_raw, a_w, b_w, g_w):
     """After a model call on variants of the answers ``c`` (row q: ``c[own[q]]`` with ``cols[q]``
@@ -455,11 +465,7 @@ def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_co
         if not ok[q]:
             continue
         a = own[q]
-        for d in range(D):
-            row[d] = c[a, d]
-        for j in range(cols.shape[1]):
-            if cols[q, j] >= 0:
-                row[cols[q, j]] = vals[q, j]
+        _variant_into(row, c[a], cols, vals, q)
         dq = _row_distance(x[a], row, numeric, span, raw_of_column, buf, a_w, b_w, g_w)
         if dq < d_now[a] - 1e-12 and dq < best[a]:
             best[a], pick[a] = dq, q
@@ -472,11 +478,7 @@ def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_co
         q = pick[a]
         if q >= 0:
             agents[k] = a
-            for d in range(D):
-                rows[k, d] = c[a, d]
-            for j in range(cols.shape[1]):
-                if cols[q, j] >= 0:
-                    rows[k, cols[q, j]] = vals[q, j]
+            _variant_into(rows[k], c[a], cols, vals, q)
             k += 1
     return agents, rows
 
@@ -1123,11 +1125,7 @@ def nearest_accepted_kernel(X, base, index, cols, vals, ok, owner, k, numeric, s
         if not ok[t]:
             continue
         i = owner[t]
-        for d in range(D):
-            row[d] = base[index[t], d]
-        for j in range(cols.shape[1]):
-            if cols[t, j] >= 0:
-                row[cols[t, j]] = vals[t, j]
+        _variant_into(row, base[index[t]], cols, vals, t)
         moved = False
         for d in range(D):
             if np.abs(row[d] - X[i, d]) > 1e-12:
@@ -1157,12 +1155,7 @@ def nearest_accepted_kernel(X, base, index, cols, vals, ok, owner, k, numeric, s
     rows = np.full((N, k, D), np.nan)
     for i in range(N):
         for r in range(filled[i]):
-            t = pos[i, r]
-            for d in range(D):
-                rows[i, r, d] = base[index[t], d]
-            for j in range(cols.shape[1]):
-                if cols[t, j] >= 0:
-                    rows[i, r, cols[t, j]] = vals[t, j]
+            _variant_into(rows[i, r], base[index[pos[i, r]]], cols, vals, pos[i, r])
     return best, pos, rows
 
 
