@@ -13,13 +13,13 @@ from data_gen.classifiers import build
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.search_kernels import (
     _farthest,
+    _split_back,
     block_boxes,
     combinations_kernel,
     edge_crossings_kernel,
     even_levels_kernel,
     scan_rows_kernel,
     smallest_k,
-    splits_back_kernel,
     trade_moves_kernel,
 )
 
@@ -189,6 +189,12 @@ def test_trade_moves_are_the_numpy_ones(forest, trees):
         np.testing.assert_array_equal(g, w)
 
 
+def _splits_back_each(t, u, lft, n_splits, xv, cv, cols, k, default):
+    """``_split_back`` (the trade sweep's split give-back, compiled inside ``trade_round_kernel``) per entry."""
+    return np.array([_split_back(t, u, lft, n_splits[c], c, x, v, k, d)
+                     for x, v, c, d in zip(xv, cv, cols, default, strict=True)])
+
+
 def _moved_accepted(world, geo, X, seed):
     """The agents of ``X`` with answers that move each mutable numeric column (with chance 0.6)
     anywhere in its reachable box, projected, and only those the model accepts: (x, c)."""
@@ -240,7 +246,7 @@ def _trade_sweep_reference(world, geo, x, c, rounds=2):
             for b, k_split in enumerate(TRADE_BACK_SPLITS):
                 if k_split != 0:
                     t, u, lft, n = splits
-                    back = splits_back_kernel(t, u, lft, n, x[a_i, ci], c[a_i, ci], ci.astype(np.int64), k_split,
+                    back = _splits_back_each(t, u, lft, n, x[a_i, ci], c[a_i, ci], ci.astype(np.int64), k_split,
                                               backs[:, b].copy())
                     backs[:, b] = np.where(rnd[:, 0], backs[:, b], back)
         B = backs.shape[1]
@@ -315,7 +321,7 @@ def test_split_walks_match_the_sorted_crossings(forest):
     assert len(v)
     default = rng.random(Q)
     for k in (-1, 1, 2, 3):
-        got = splits_back_kernel(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, k, default)
+        got = _splits_back_each(t, u, lft, n, x[np.arange(Q), cols], c[np.arange(Q), cols], cols, k, default)
         assert np.array_equal(got, _splits_back_reference(edges, x, c, cols, k, default))
 
 

@@ -366,18 +366,6 @@ def _split_back(t, u, lft, n, col, x, c, k, default):
 
 
 @nb.njit(cache=True)
-def splits_back_kernel(t, u, lft, n_splits, xv, cv, cols, k, default):
-    """Per entry q, column ``cols[q]`` moved back from ``cv[q]`` toward the agent's ``xv[q]`` across the
-    splits it crossed: to the k-th split back from ``cv`` (k > 0) or the split nearest the agent
-    (k = -1), the agent's own value when there are too few (same ties as a stable sort);
-    ``default[q]`` where the column has no splits."""
-    out = default.copy()
-    for q in range(cols.shape[0]):
-        out[q] = _split_back(t, u, lft, n_splits[cols[q]], cols[q], xv[q], cv[q], k, default[q])
-    return out
-
-
-@nb.njit(cache=True)
 def trade_round_kernel(x, c, lo, hi, num, numeric, span, raw_of_column, n_raw, rounded, a_w, b_w, g_w, steps,
                        int_shares, real_shares, back_splits, shares, trees, t, u, lft, n_splits):
     """One round of ``polish.trade_sweep`` up to its model call, for answers ``c`` of agents ``x``
