@@ -63,7 +63,7 @@ from evaluation.counterfactual_metrics import (  # noqa: E402
 )
 from solvers.geco import GeCo, Plaf  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
-from solvers.mace.distance import raw_features  # noqa: E402
+from solvers.mace.distance import distance_features  # noqa: E402
 from solvers.pso import MDPSO  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -78,7 +78,7 @@ class RawSpace:
 
     def __init__(self, world: TabularWorld) -> None:
         self.schema = world.schema
-        self.raws = raw_features(world.schema)
+        self.raws = distance_features(world.schema)
         self.names = [r.name for r in self.raws]
         self.numeric = [r.kind == "numeric" for r in self.raws]
         lo, hi = world.schema.bounds()

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 
-from data_gen.tabular_encoder import RawFeature, TabularEncoder
+from data_gen.tabular_encoder import RawColumn, TabularEncoder
 from envs.schema import Mutability
 
 # --------------------------------------------------------------------------------------------- spec
@@ -38,7 +38,7 @@ class DatasetSpec:
     """A data set: its raw features (in column order) and a loader ``data_dir -> (frame, labels)``."""
 
     name: str
-    features: tuple[RawFeature, ...]
+    features: tuple[RawColumn, ...]
     load: Callable[[Path], tuple[pd.DataFrame, np.ndarray]]
 
 
@@ -81,67 +81,67 @@ GERMAN_EXTRA_CODES: dict[str, dict[str, str]] = {  # columns only the full Germa
 }
 
 
-def _ordinal(name: str, codes: dict[str, str], mutability: Mutability = "free") -> RawFeature:
-    return RawFeature(name, "ordinal", mutability, tuple(codes.values()))
+def _ordinal(name: str, codes: dict[str, str], mutability: Mutability = "free") -> RawColumn:
+    return RawColumn(name, "ordinal", mutability, tuple(codes.values()))
 
 
-def _categorical(name: str, codes: dict[str, str], mutability: Mutability = "free") -> RawFeature:
-    return RawFeature(name, "categorical", mutability, tuple(codes.values()))
+def _categorical(name: str, codes: dict[str, str], mutability: Mutability = "free") -> RawColumn:
+    return RawColumn(name, "categorical", mutability, tuple(codes.values()))
 
 
 ADULT_FEATURES = (
-    RawFeature("age", "integer", "increase"),
-    RawFeature("workclass", "categorical"),
-    RawFeature("education-num", "ordinal", "increase", tuple(range(1, 17)), ADULT_EDUCATION),
-    RawFeature("marital-status", "categorical", "immutable"),
-    RawFeature("occupation", "categorical"),
-    RawFeature("relationship", "categorical", "immutable"),
-    RawFeature("race", "categorical", "immutable"),
-    RawFeature("sex", "categorical", "immutable"),
-    RawFeature("capital-gain", "real"),
-    RawFeature("capital-loss", "real"),
-    RawFeature("hours-per-week", "integer"),
-    RawFeature("native-country", "categorical", "immutable"),
+    RawColumn("age", "integer", "increase"),
+    RawColumn("workclass", "categorical"),
+    RawColumn("education-num", "ordinal", "increase", tuple(range(1, 17)), ADULT_EDUCATION),
+    RawColumn("marital-status", "categorical", "immutable"),
+    RawColumn("occupation", "categorical"),
+    RawColumn("relationship", "categorical", "immutable"),
+    RawColumn("race", "categorical", "immutable"),
+    RawColumn("sex", "categorical", "immutable"),
+    RawColumn("capital-gain", "real"),
+    RawColumn("capital-loss", "real"),
+    RawColumn("hours-per-week", "integer"),
+    RawColumn("native-country", "categorical", "immutable"),
 )
 CREDIT_FEATURES = (
-    RawFeature("isMale", "binary", "immutable", (0, 1), ("female", "male")),
-    RawFeature("isMarried", "binary", "immutable", (0, 1), ("no", "yes")),
-    RawFeature("AgeGroup", "ordinal", "increase", (1, 2, 3, 4), ("<25", "25-39", "40-59", ">=60")),
-    RawFeature("EducationLevel", "ordinal", "increase", (1, 2, 3, 4),
+    RawColumn("isMale", "binary", "immutable", (0, 1), ("female", "male")),
+    RawColumn("isMarried", "binary", "immutable", (0, 1), ("no", "yes")),
+    RawColumn("AgeGroup", "ordinal", "increase", (1, 2, 3, 4), ("<25", "25-39", "40-59", ">=60")),
+    RawColumn("EducationLevel", "ordinal", "increase", (1, 2, 3, 4),
                ("other", "high school", "university", "graduate school")),
-    RawFeature("MaxBillAmountOverLast6Months", "real"),
-    RawFeature("MaxPaymentAmountOverLast6Months", "real"),
-    RawFeature("MonthsWithZeroBalanceOverLast6Months", "integer"),
-    RawFeature("MonthsWithLowSpendingOverLast6Months", "integer"),
-    RawFeature("MonthsWithHighSpendingOverLast6Months", "integer"),
-    RawFeature("MostRecentBillAmount", "real"),
-    RawFeature("MostRecentPaymentAmount", "real"),
-    RawFeature("TotalOverdueCounts", "integer", "increase"),
-    RawFeature("TotalMonthsOverdue", "integer", "increase"),
-    RawFeature("HasHistoryOfOverduePayments", "binary", "increase", (0, 1), ("no", "yes")),
+    RawColumn("MaxBillAmountOverLast6Months", "real"),
+    RawColumn("MaxPaymentAmountOverLast6Months", "real"),
+    RawColumn("MonthsWithZeroBalanceOverLast6Months", "integer"),
+    RawColumn("MonthsWithLowSpendingOverLast6Months", "integer"),
+    RawColumn("MonthsWithHighSpendingOverLast6Months", "integer"),
+    RawColumn("MostRecentBillAmount", "real"),
+    RawColumn("MostRecentPaymentAmount", "real"),
+    RawColumn("TotalOverdueCounts", "integer", "increase"),
+    RawColumn("TotalMonthsOverdue", "integer", "increase"),
+    RawColumn("HasHistoryOfOverduePayments", "binary", "increase", (0, 1), ("no", "yes")),
 )
 COMPAS_FEATURES = (
-    RawFeature("AgeGroup", "ordinal", "increase", (1, 2, 3), ("<25", "25-45", ">45")),
-    RawFeature("Race", "binary", "immutable", (1, 2), ("African-American", "Caucasian")),
-    RawFeature("Sex", "binary", "immutable", (1, 2), ("Male", "Female")),
-    RawFeature("PriorsCount", "integer", "increase"),
-    RawFeature("ChargeDegree", "binary", "free", (1, 2), ("M", "F")),
+    RawColumn("AgeGroup", "ordinal", "increase", (1, 2, 3), ("<25", "25-45", ">45")),
+    RawColumn("Race", "binary", "immutable", (1, 2), ("African-American", "Caucasian")),
+    RawColumn("Sex", "binary", "immutable", (1, 2), ("Male", "Female")),
+    RawColumn("PriorsCount", "integer", "increase"),
+    RawColumn("ChargeDegree", "binary", "free", (1, 2), ("M", "F")),
 )
 GERMAN_FEATURES = (
     _categorical("checking_status", GERMAN_CODES["checking_status"]),
-    RawFeature("duration", "integer"),
+    RawColumn("duration", "integer"),
     _categorical("credit_history", GERMAN_CODES["credit_history"], "immutable"),
     _categorical("purpose", GERMAN_CODES["purpose"]),
-    RawFeature("credit_amount", "integer"),
+    RawColumn("credit_amount", "integer"),
     _categorical("savings_status", GERMAN_CODES["savings_status"]),
     _ordinal("employment", GERMAN_CODES["employment"], "increase"),
-    RawFeature("installment_rate", "integer"),
+    RawColumn("installment_rate", "integer"),
     _categorical("personal_status_sex", GERMAN_CODES["personal_status_sex"], "immutable"),
-    RawFeature("age", "integer", "increase"),
+    RawColumn("age", "integer", "increase"),
     _categorical("housing", GERMAN_CODES["housing"]),
-    RawFeature("existing_credits", "integer"),
+    RawColumn("existing_credits", "integer"),
     _ordinal("job", GERMAN_CODES["job"]),
-    RawFeature("foreign_worker", "binary", "immutable", ("no", "yes")),
+    RawColumn("foreign_worker", "binary", "immutable", ("no", "yes")),
 )
 # All 20 UCI attributes (as the sequential worlds of CSCF / synth use them): GetGuarantor needs
 # other_debtors, Naturalize makes foreign_worker "no" (so it may decrease here), GetUnskilledJob sets job.
@@ -150,16 +150,16 @@ GERMAN_FULL_FEATURES = (
     *(_GERMAN_SHARED[n] for n in ("checking_status", "duration", "credit_history", "purpose", "credit_amount",
                                   "savings_status", "employment", "installment_rate", "personal_status_sex")),
     _categorical("other_debtors", GERMAN_EXTRA_CODES["other_debtors"]),
-    RawFeature("residence_since", "integer"),
+    RawColumn("residence_since", "integer"),
     _categorical("property", GERMAN_EXTRA_CODES["property"]),
     _GERMAN_SHARED["age"],
     _categorical("other_installment_plans", GERMAN_EXTRA_CODES["other_installment_plans"]),
     _GERMAN_SHARED["housing"],
     _GERMAN_SHARED["existing_credits"],
     _GERMAN_SHARED["job"],
-    RawFeature("num_dependents", "integer"),
-    RawFeature("own_telephone", "binary", "free", ("none", "yes")),
-    RawFeature("foreign_worker", "binary", "decrease", ("no", "yes")),
+    RawColumn("num_dependents", "integer"),
+    RawColumn("own_telephone", "binary", "free", ("none", "yes")),
+    RawColumn("foreign_worker", "binary", "decrease", ("no", "yes")),
 )
 
 
@@ -391,7 +391,7 @@ def load_data(dataset: str, *, seed: int = 0, data_dir: str | Path | None = None
     if dataset in NUMERIC_DATASETS:
         df, y = load_numeric(dataset, data_dir)
         df = df.fillna(df.median()).fillna(0.0)
-        features = tuple(RawFeature(str(c), "real") for c in df.columns)
+        features = tuple(RawColumn(str(c), "real") for c in df.columns)
     else:
         df, y = load_raw(dataset, data_dir)
         features = _spec(dataset).features

@@ -30,14 +30,14 @@ from data_gen.dataset import Split, fixed_size_column
 from data_gen.encodings import CfeVocabulary
 from envs.schema import FeatureSchema
 from envs.tabular import TabularWorld
-from solvers.mace.distance import raw_features
+from solvers.mace.distance import distance_features
 
 STATUS = ("ok", "no_recourse", "unknown", "already_positive")
 
 
 def raw_feature_index(schema: FeatureSchema) -> tuple[list[str], np.ndarray]:
     """Raw feature names (a one-hot group is one feature, as in MACE's distance) and each column's."""
-    raws = raw_features(schema)
+    raws = distance_features(schema)
     of_column = np.empty(len(schema), dtype=np.int64)
     for j, r in enumerate(raws):
         of_column[list(r.columns)] = j

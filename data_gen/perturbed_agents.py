@@ -37,10 +37,10 @@ class PerturbParams:
 def _raw_blocks(world: TabularWorld) -> list[tuple[str, np.ndarray]]:
     """(kind, columns) per raw feature: 'numeric' for a real/integer column, 'discrete' otherwise
     (binary, ordinal or a one-hot group, resampled whole)."""
-    from solvers.mace.distance import raw_features
+    from solvers.mace.distance import distance_features
 
     out = []
-    for r in raw_features(world.schema):
+    for r in distance_features(world.schema):
         cols = np.asarray(r.columns)
         f = world.schema.features[cols[0]]
         discrete = r.kind != "numeric" or f.kind in ("binary", "ordinal", "categorical")

@@ -1,6 +1,6 @@
 """The raw features of a tabular data set and the encoder between raw records and encoded rows.
 
-``RawFeature`` is one raw column (its kind, mutability, levels and observed range);
+``RawColumn`` is one raw column (its kind, mutability, levels and observed range);
 ``TabularEncoder`` turns raw records (a data frame) into the encoded rows of
 ``envs.tabular.TabularWorld`` and back, with the ``FeatureSchema`` of the encoded columns: numbers
 in raw units, ordinal and binary features as integer codes, a categorical feature as one 0/1 column
@@ -19,11 +19,11 @@ import pandas as pd
 
 from envs.schema import Feature, FeatureSchema, Mutability
 
-RawKind = Literal["real", "integer", "ordinal", "binary", "categorical"]
+ColumnKind = Literal["real", "integer", "ordinal", "binary", "categorical"]
 
 
 @dataclass(frozen=True)
-class RawFeature:
+class RawColumn:
     """One raw column of a data set.
 
     ``levels`` are the raw values in code order: required for ``ordinal`` (low to high) and
@@ -33,7 +33,7 @@ class RawFeature:
     """
 
     name: str
-    kind: RawKind
+    kind: ColumnKind
     mutability: Mutability = "free"
     levels: tuple = ()
     labels: tuple[str, ...] = ()
@@ -73,18 +73,18 @@ class TabularEncoder:
     observed range of the frame the encoder was fitted on.
     """
 
-    def __init__(self, features: Sequence[RawFeature]):
+    def __init__(self, features: Sequence[RawColumn]):
         for f in features:
             if f.lower is None or f.upper is None or (f.kind == "categorical" and not f.levels):
                 raise ValueError(f"feature {f.name!r}: not fitted (use TabularEncoder.fit)")
-        self.raw_features: tuple[RawFeature, ...] = tuple(features)
+        self.raw_columns: tuple[RawColumn, ...] = tuple(features)
         self._codes = {f.name: {_plain(v): i for i, v in enumerate(f.levels)} for f in features}
         starts = np.cumsum([0] + [f.n_columns for f in features])
         self._columns = {f.name: list(range(starts[i], starts[i + 1])) for i, f in enumerate(features)}
         self.schema = FeatureSchema(tuple(col for f in features for col in self._schema_columns(f)))
 
     @classmethod
-    def fit(cls, features: Sequence[RawFeature], df: pd.DataFrame) -> TabularEncoder:
+    def fit(cls, features: Sequence[RawColumn], df: pd.DataFrame) -> TabularEncoder:
         """Fit categories (sorted, or in the spec's order) and observed ranges on ``df``."""
         fitted = []
         for f in features:
@@ -95,15 +95,15 @@ class TabularEncoder:
                 missing = seen - set(levels)
                 if missing:
                     raise ValueError(f"feature {f.name!r}: values {sorted(missing)} are not among its levels")
-                fitted.append(RawFeature(f.name, f.kind, f.mutability, levels, lower=0, upper=1))
+                fitted.append(RawColumn(f.name, f.kind, f.mutability, levels, lower=0, upper=1))
                 continue
             codes = cls._numbers(f, col, {_plain(v): i for i, v in enumerate(f.levels)})
             lo, hi = float(codes.min()), float(codes.max())
-            fitted.append(RawFeature(f.name, f.kind, f.mutability, f.levels, f.labels, lo, hi))
+            fitted.append(RawColumn(f.name, f.kind, f.mutability, f.levels, f.labels, lo, hi))
         return cls(fitted)
 
     @staticmethod
-    def _schema_columns(f: RawFeature) -> list[Feature]:
+    def _schema_columns(f: RawColumn) -> list[Feature]:
         if f.kind == "categorical":
             return [Feature(f"{f.name}={label}", "binary", 0, 1, f.mutability, group=f.name, integer=True)
                     for label in f.labels]
@@ -111,7 +111,7 @@ class TabularEncoder:
         return [Feature(f.name, kind, f.lower, f.upper, f.mutability, f.labels, integer=f.kind != "real")]
 
     @staticmethod
-    def _numbers(f: RawFeature, col: pd.Series, codes: dict) -> np.ndarray:
+    def _numbers(f: RawColumn, col: pd.Series, codes: dict) -> np.ndarray:
         """A non-categorical column as numbers (codes for ordinal/binary); bad values raise naming them."""
         if f.kind in ("ordinal", "binary"):
             out = col.map(lambda v: codes.get(_plain(v), -1)).to_numpy(float)
@@ -144,7 +144,7 @@ class TabularEncoder:
     def encode(self, df: pd.DataFrame) -> np.ndarray:
         """Encode raw records to a float (N, D) array; unknown categories and out-of-range values raise."""
         X = np.zeros((len(df), len(self.schema)))
-        for f in self.raw_features:
+        for f in self.raw_columns:
             col, cols, codes = _column(df, f.name), self._columns[f.name], self._codes[f.name]
             if f.kind == "categorical":
                 idx = col.map(lambda v, c=codes: c.get(_plain(v), -1)).to_numpy(np.int64)
@@ -171,7 +171,7 @@ class TabularEncoder:
         near = integral & (np.abs(X - np.round(X)) <= 1e-6)
         X = self.schema.validate(np.where(near, np.round(X), X), name="X")
         out = {}
-        for f in self.raw_features:
+        for f in self.raw_columns:
             cols = self._columns[f.name]
             if f.kind == "categorical":
                 block = X[:, cols]
@@ -189,15 +189,15 @@ class TabularEncoder:
 
     def to_dict(self) -> dict[str, Any]:
         return {"features": [{**asdict(f), "levels": [_plain(v) for v in f.levels], "labels": list(f.labels)}
-                             for f in self.raw_features]}
+                             for f in self.raw_columns]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TabularEncoder:
-        return cls([RawFeature(**{**f, "levels": tuple(f["levels"]), "labels": tuple(f["labels"])})
+        return cls([RawColumn(**{**f, "levels": tuple(f["levels"]), "labels": tuple(f["labels"])})
                     for f in d["features"]])
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TabularEncoder) and self.raw_features == other.raw_features
+        return isinstance(other, TabularEncoder) and self.raw_columns == other.raw_columns
 
     __hash__ = None
 

@@ -330,7 +330,7 @@ def summarize(agents: AuditAgents, world: TabularWorld, groups: dict[str, np.nda
 
 def _group_columns(world: TabularWorld, attr: str) -> tuple[str, list[int]]:
     """The raw feature an attribute names (case-insensitive; 'sex' also finds isMale) and its columns."""
-    raws = [f.name for f in world.encoder.raw_features]
+    raws = [f.name for f in world.encoder.raw_columns]
     aliases = {"sex": ("sex", "ismale"), "race": ("race",), "age": ("age", "agegroup")}
     for want in aliases.get(attr.lower(), (attr.lower(),)):
         for r in raws:
@@ -341,7 +341,7 @@ def _group_columns(world: TabularWorld, attr: str) -> tuple[str, list[int]]:
 
 def _group_labels(world: TabularWorld, name: str, values: np.ndarray) -> np.ndarray:
     """Decoded values of a raw feature as readable group names (a coded binary's labels: 1 -> African-American)."""
-    f = next(f for f in world.encoder.raw_features if f.name == name)
+    f = next(f for f in world.encoder.raw_columns if f.name == name)
     if f.kind != "categorical" and f.labels and len(f.labels) == len(f.levels):
         names = {str(lv): str(lb) for lv, lb in zip(f.levels, f.labels, strict=True)}
         return np.array([names.get(str(v), str(v)) for v in values])

@@ -38,7 +38,7 @@ import numpy as np
 
 from envs.recourse import Recourse
 from solvers.geco.plaf import CompiledPlaf, Plaf, default_program
-from solvers.mace.distance import Norm, deltas, mix, norm_weights, raw_features
+from solvers.mace.distance import Norm, deltas, mix, norm_weights, distance_features
 
 
 class CounterfactualScorer:
@@ -55,7 +55,7 @@ class CounterfactualScorer:
         schema = world.schema
         D = schema.validate(data, name="data")
         self.world_ = world
-        self.raws_ = raw_features(schema)
+        self.raws_ = distance_features(schema)
         self.weights_ = norm_weights(self.norm, len(self.raws_))
         self.cont_ = np.array([r.kind == "numeric" for r in self.raws_])
         cols = np.array([r.columns[0] for r in self.raws_])

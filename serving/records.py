@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from solvers.mace.distance import mix, norm_weights, raw_features
+from solvers.mace.distance import mix, norm_weights, distance_features
 
 
 def _plain(v: Any) -> Any:
@@ -73,7 +73,7 @@ class RecordCodec:
         self.encoder = encoder
         self.schema = encoder.schema
         self.domains: list[Domain] = []
-        for f in encoder.raw_features:
+        for f in encoder.raw_columns:
             cols = tuple(encoder.columns_of(f.name))
             if f.kind == "categorical":
                 d = Domain(f.name, f.kind, f.mutability, cols, tuple(_plain(v) for v in f.levels), 0, tuple(f.labels))
@@ -95,7 +95,7 @@ class RecordCodec:
         mut = np.array([f.mutability for f in self.schema.features])
         self.immutable, self.increase, self.decrease = mut == "immutable", mut == "increase", mut == "decrease"
         self.groups = [list(d.columns) for d in self.domains if d.kind == "categorical"]
-        self.raws = raw_features(self.schema)
+        self.raws = distance_features(self.schema)
         self.norm = norm
         self.weights = norm_weights(norm, len(self.raws))
 

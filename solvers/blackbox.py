@@ -16,7 +16,7 @@ import numpy as np
 
 from envs.recourse import Recourse
 from envs.schema import FeatureSchema
-from solvers.mace.distance import RawFeature, raw_features
+from solvers.mace.distance import DistanceFeature, distance_features
 
 
 class CountingModel:
@@ -56,13 +56,13 @@ def check_agent(schema: FeatureSchema, x: np.ndarray) -> np.ndarray:
     if arr.shape[0] != 1:
         raise ValueError(f"x: expected one agent (a 1-D row), got {arr.shape[0]} rows")
     row = arr[0]
-    for r in raw_features(schema):
+    for r in distance_features(schema):
         if r.kind == "group" and row[list(r.columns)].sum() != 1:
             raise ValueError(f"x: one-hot group {r.name!r} must have exactly one 1, got {row[list(r.columns)]}")
     return row
 
 
-def changed_steps(schema: FeatureSchema, raws: tuple[RawFeature, ...], x: np.ndarray,
+def changed_steps(schema: FeatureSchema, raws: tuple[DistanceFeature, ...], x: np.ndarray,
                   cf: np.ndarray) -> tuple[tuple[tuple[str, Any], ...], tuple[int, ...]]:
     """``(raw name, new value)`` per raw feature that ``cf`` changes, and the raw features' indices."""
     steps, ids = [], []
@@ -80,7 +80,7 @@ def changed_steps(schema: FeatureSchema, raws: tuple[RawFeature, ...], x: np.nda
     return tuple(steps), tuple(ids)
 
 
-def point_recourse(schema: FeatureSchema, raws: tuple[RawFeature, ...], x: np.ndarray, cf: np.ndarray,
+def point_recourse(schema: FeatureSchema, raws: tuple[DistanceFeature, ...], x: np.ndarray, cf: np.ndarray,
                    *, method: str, distance: float, valid: bool, runtime: float,
                    extra: dict[str, Any]) -> Recourse:
     """The ``Recourse`` of one counterfactual row (cost = its distance; not certified optimal)."""

@@ -34,7 +34,7 @@ import numpy as np
 from envs.recourse import Recourse
 from solvers.base import Solver
 from solvers.blackbox import CountingModel, check_agent, point_recourse
-from solvers.mace.distance import RawFeature, deltas, raw_features
+from solvers.mace.distance import DistanceFeature, deltas, distance_features
 
 
 def information_value(values: np.ndarray, positive: np.ndarray, n_bins: int = 10) -> float:
@@ -136,7 +136,7 @@ class MDPSO(Solver):
         model = CountingModel(world.model, self.threshold)
         positive = model.accepts(D)
         self.positives_ = D[positive]  # accepted rows: the "data" initialization copies their values
-        raws = raw_features(schema)
+        raws = distance_features(schema)
         iv = []
         for r in raws:
             v = D[:, list(r.columns)].argmax(axis=1) if r.kind == "group" else D[:, r.columns[0]]
@@ -158,7 +158,7 @@ class MDPSO(Solver):
             raise ValueError(f"world: MDPSO was fitted on {getattr(self.world_, 'name', '?')!r}; "
                              f"fit it on {getattr(world, 'name', '?')!r} first")
 
-    def active(self, world: Any, x: np.ndarray) -> list[RawFeature]:
+    def active(self, world: Any, x: np.ndarray) -> list[DistanceFeature]:
         """The h mutable raw features of highest information value (that can move for this agent)."""
         schema = world.schema
         lo, hi = schema.bounds()
@@ -204,7 +204,7 @@ class MDPSO(Solver):
 class _Swarm:
     """The particles of one agent: positions over the active features' columns, scaled to [0, 1]."""
 
-    def __init__(self, pso: MDPSO, schema: Any, x: np.ndarray, active: list[RawFeature], model: CountingModel):
+    def __init__(self, pso: MDPSO, schema: Any, x: np.ndarray, active: list[DistanceFeature], model: CountingModel):
         self.p, self.schema, self.x, self.raws, self.model = pso, schema, x, active, model
         self.rng = np.random.default_rng(pso.seed)
         lower, upper = schema.bounds()
@@ -233,7 +233,7 @@ class _Swarm:
             start += len(r.columns)
         self.in_one_hot = np.isin(np.arange(self.dim), np.concatenate([[], *self.one_hot]))
         self.binary = corner & ~self.in_one_hot
-        self.all_raws = raw_features(schema)
+        self.all_raws = distance_features(schema)
         self.first = np.array([r.columns[0] for r in self.all_raws])  # a raw feature's (first) column
         self.numeric = np.array([r.kind == "numeric" for r in self.all_raws])
 

@@ -19,7 +19,7 @@ from envs.models import from_sklearn
 from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
 from solvers.geco.plaf import Plaf
-from solvers.mace.distance import deltas, raw_features
+from solvers.mace.distance import deltas, distance_features
 
 SCHEMA = FeatureSchema((
     Feature("age", "numeric", 0, 4, "increase", integer=True),
@@ -66,7 +66,7 @@ def brute_force(world: TabularWorld, x: np.ndarray, program: Plaf | None = None,
     ``weights`` are MACE's (alpha, beta, gamma); default: the l1 norm ("one").
     """
     X = toy_data()
-    raws = raw_features(world.schema)
+    raws = distance_features(world.schema)
     w = weights or (0.0, 1.0 / len(raws), 0.0)
     rules = (program or Plaf()).compile(world.schema).ground(x)
     ok = (world.model.predict_proba(X) > 0.5) & (rules.violations(X) == 0)

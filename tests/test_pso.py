@@ -12,7 +12,7 @@ from sklearn.ensemble import RandomForestClassifier
 from envs.models import from_sklearn
 from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
-from solvers.mace.distance import deltas, raw_features
+from solvers.mace.distance import deltas, distance_features
 from solvers.pso import MDPSO, information_value, kmeans
 
 MODELS = ("tree", "forest", "lr", "mlp")
@@ -27,7 +27,7 @@ def objective_optimum(world, x):
     """min over the accepted rows of D (all plausible points) of Gower + l0 / J, honouring mutability."""
     X = toy_data()
     ok = (world.model.predict_proba(X) > 0.5) & ~SCHEMA.mutability_violations(np.tile(x, (len(X), 1)), X)
-    D = deltas(raw_features(SCHEMA), x, X[ok])
+    D = deltas(distance_features(SCHEMA), x, X[ok])
     return float((D.mean(1) + (D > 0).mean(1)).min())
 
 
@@ -38,7 +38,7 @@ def test_finds_its_objectives_optimum(worlds, kind):
     for x in rejected(world)[::29][:5]:
         got = pso.solve(world, x)
         assert got[0].found and got[0].valid
-        D = deltas(raw_features(SCHEMA), x, got[0].final_state[None])
+        D = deltas(distance_features(SCHEMA), x, got[0].final_state[None])
         assert float(D.mean() + (D > 0).mean()) == pytest.approx(objective_optimum(world, x), abs=1e-12)
         assert got[0].cost == pytest.approx(float(D.mean()))  # cost: the Gower distance (MACE's l1)
         assert got[0].extra["model_calls"] > 100  # one batched call per iteration, and a few more

@@ -14,14 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_gen.tabular_encoder import RawFeature, TabularEncoder
+from data_gen.tabular_encoder import RawColumn, TabularEncoder
 from serving.records import RecordCodec
 from serving.rounding import Rounder, resolution, round_answers
 from serving.tabular import Answer
 
-FEATURES = (RawFeature("savings", "real", "increase"), RawFeature("fee", "real"),
-            RawFeature("ratio", "real"), RawFeature("months", "integer"),
-            RawFeature("kind", "categorical", "immutable"))
+FEATURES = (RawColumn("savings", "real", "increase"), RawColumn("fee", "real"),
+            RawColumn("ratio", "real"), RawColumn("months", "integer"),
+            RawColumn("kind", "categorical", "immutable"))
 
 
 def _data(n: int = 200, seed: int = 0) -> pd.DataFrame:

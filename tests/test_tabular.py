@@ -15,7 +15,7 @@ from sklearn.tree import DecisionTreeClassifier
 from data_gen import classifiers, loaders
 from data_gen.classifiers import build, build_world, negatives, train_model
 from data_gen.loaders import ADULT_EDUCATION, DATASETS, TabularData, load_raw
-from data_gen.tabular_encoder import RawFeature, TabularEncoder
+from data_gen.tabular_encoder import RawColumn, TabularEncoder
 from envs.tabular import TabularWorld
 
 # README figures: rows and favourable labels (1) per data set.
@@ -87,7 +87,7 @@ def test_adult_schema(raw, encoders):
     df, _ = raw["adult"]
     enc = encoders["adult"]
     s = enc.schema
-    n_cat = {f.name: df[f.name].nunique() for f in enc.raw_features if f.kind == "categorical"}
+    n_cat = {f.name: df[f.name].nunique() for f in enc.raw_columns if f.kind == "categorical"}
     assert len(s) == 4 + 1 + sum(n_cat.values()) == 87  # 4 numbers, the education level, the one-hot columns
     for name, k in n_cat.items():
         cols = enc.columns_of(name)
@@ -152,7 +152,7 @@ def test_bad_input_names_the_feature(raw, encoders):
 
 def test_ordinal_outside_observed_range():
     df = pd.DataFrame({"g": [1, 2]})
-    enc = TabularEncoder.fit([RawFeature("g", "ordinal", "increase", (1, 2, 3))], df)
+    enc = TabularEncoder.fit([RawColumn("g", "ordinal", "increase", (1, 2, 3))], df)
     assert enc.schema.features[0].categories == ("1", "2", "3") and enc.schema.features[0].upper == 1
     with pytest.raises(ValueError, match=r"'g'.*3 \(code 2\) is outside"):
         enc.encode(pd.DataFrame({"g": [3]}))
@@ -211,7 +211,7 @@ def test_build_world_cache(tmp_path):
 
     world = build_world("german", "forest", seed=3, cache_dir=tmp_path, n_estimators=5)
     assert isinstance(world, TabularWorld) and world.name == "german/forest"
-    assert set(world.groups()) == {f.name for f in world.encoder.raw_features if f.kind == "categorical"}
+    assert set(world.groups()) == {f.name for f in world.encoder.raw_columns if f.kind == "categorical"}
     neg = negatives(world, first.data.X_test)
     assert len(neg) == first.metrics["n_test_negatives"] and not world.accepts(neg).any()
 

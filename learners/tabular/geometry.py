@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from envs.tabular import TabularWorld
-from solvers.mace.distance import Norm, norm_weights, raw_features
+from solvers.mace.distance import Norm, norm_weights, distance_features
 
 MARGIN = 1e-6  # LR/MLP white boxes are float64 copies: an answer must clear this score to be sure
 
@@ -51,7 +51,7 @@ class WorldGeometry:
         schema = world.schema
         lo, hi = schema.bounds()
         mut = np.array([f.mutability for f in schema.features])
-        raws = raw_features(schema)
+        raws = distance_features(schema)
         of_col = np.zeros(len(schema), np.int64)
         numeric = np.zeros(len(schema), bool)
         span = np.ones(len(schema))

@@ -30,7 +30,7 @@ import numpy as np
 
 from envs.schema import FeatureSchema
 from solvers.geco.plaf_syntax import OPS, Atom, Parser, PlafError, Rule, group_names
-from solvers.mace.distance import RawFeature, raw_features
+from solvers.mace.distance import DistanceFeature, distance_features
 
 __all__ = ["ADULT", "CREDIT", "DEFAULTS", "Atom", "CompiledPlaf", "GroundRule", "GroundedPlaf", "Plaf", "PlafError",
            "Rule", "default_program"]
@@ -125,7 +125,7 @@ class CompiledPlaf:
     """A program resolved against a schema: feature groups, rules, and their evaluation order."""
 
     schema: FeatureSchema
-    raws: tuple[RawFeature, ...]
+    raws: tuple[DistanceFeature, ...]
     groups: tuple[tuple[int, ...], ...]  # raw feature indices of each group
     group_cols: tuple[np.ndarray, ...]  # encoded columns of each group, ascending
     col_group: np.ndarray  # (d,) group of every encoded column
@@ -136,7 +136,7 @@ class CompiledPlaf:
 
     @classmethod
     def build(cls, program: Plaf, schema: FeatureSchema, *, schema_rules: bool = True) -> CompiledPlaf:
-        raws = raw_features(schema)
+        raws = distance_features(schema)
         names = {r.name: j for j, r in enumerate(raws)}
         statements = list(program.statements)
         if schema_rules:
@@ -248,7 +248,7 @@ class GroundedPlaf:
 
 # ------------------------------------------------------------------------------------------ helpers
 
-def _mutability_rules(schema: FeatureSchema, raws: tuple[RawFeature, ...]) -> list[str]:
+def _mutability_rules(schema: FeatureSchema, raws: tuple[DistanceFeature, ...]) -> list[str]:
     """The schema's immutable / increase-only / decrease-only features as PLAF rules."""
     ops = {"immutable": "=", "increase": ">=", "decrease": "<="}
     out = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from envs.schema import FeatureSchema
-from solvers.mace.distance import RawFeature
+from solvers.mace.distance import DistanceFeature
 
 OPS = {"=": np.equal, "==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
         ">": np.greater, ">=": np.greater_equal}
@@ -114,7 +114,7 @@ def _defined(left: _Expr) -> int | None:
 class Parser:
     """Recursive descent over one statement ``[PLAF] [IF a and a ... THEN] a``."""
 
-    def __init__(self, text: str, schema: FeatureSchema, raws: tuple[RawFeature, ...], names: dict[str, int],
+    def __init__(self, text: str, schema: FeatureSchema, raws: tuple[DistanceFeature, ...], names: dict[str, int],
                  raw_group: np.ndarray) -> None:
         self.text, self.schema, self.raws, self.names, self.raw_group = text, schema, raws, names, raw_group
         self.toks = self._tokens()

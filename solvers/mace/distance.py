@@ -19,38 +19,38 @@ import numpy as np
 
 from envs.schema import FeatureSchema
 
-RawKind = Literal["numeric", "binary", "nominal", "group"]
+DistanceKind = Literal["numeric", "binary", "nominal", "group"]
 Norm = str | tuple[float, float, float]
 NORMS = ("zero", "one", "infty")
 
 
 @dataclass(frozen=True)
-class RawFeature:
+class DistanceFeature:
     """One feature of the distance: its encoded columns and how its delta is measured."""
 
     name: str  # the column name, or the one-hot group name
-    kind: RawKind  # numeric: |dx|/R; binary/nominal/group: 1[changed]
+    kind: DistanceKind  # numeric: |dx|/R; binary/nominal/group: 1[changed]
     columns: tuple[int, ...]  # encoded column indices (several only for a group)
     span: float  # R_j = upper - lower for numeric features, 1 for the others
 
 
-def raw_features(schema: FeatureSchema) -> tuple[RawFeature, ...]:
+def distance_features(schema: FeatureSchema) -> tuple[DistanceFeature, ...]:
     """The raw features of a schema, in order of their first column."""
-    out: list[RawFeature] = []
+    out: list[DistanceFeature] = []
     groups: dict[str, list[int]] = {}
     for c, f in enumerate(schema.features):
         if f.group is not None:
             if f.group not in groups:
                 groups[f.group] = []
-                out.append(RawFeature(f.group, "group", (), 1.0))  # columns filled below
+                out.append(DistanceFeature(f.group, "group", (), 1.0))  # columns filled below
             groups[f.group].append(c)
         elif f.kind == "binary":
-            out.append(RawFeature(f.name, "binary", (c,), 1.0))
+            out.append(DistanceFeature(f.name, "binary", (c,), 1.0))
         elif f.kind == "categorical":
-            out.append(RawFeature(f.name, "nominal", (c,), 1.0))
+            out.append(DistanceFeature(f.name, "nominal", (c,), 1.0))
         else:
-            out.append(RawFeature(f.name, "numeric", (c,), float(f.upper - f.lower)))
-    return tuple(RawFeature(r.name, r.kind, tuple(groups[r.name]), 1.0) if r.kind == "group" else r for r in out)
+            out.append(DistanceFeature(f.name, "numeric", (c,), float(f.upper - f.lower)))
+    return tuple(DistanceFeature(r.name, r.kind, tuple(groups[r.name]), 1.0) if r.kind == "group" else r for r in out)
 
 
 def norm_weights(norm: Norm, n_raw: int) -> tuple[float, float, float]:
@@ -68,7 +68,7 @@ def norm_weights(norm: Norm, n_raw: int) -> tuple[float, float, float]:
     return a, b, g
 
 
-def deltas(raws: tuple[RawFeature, ...], x_hat: np.ndarray, X: np.ndarray) -> np.ndarray:
+def deltas(raws: tuple[DistanceFeature, ...], x_hat: np.ndarray, X: np.ndarray) -> np.ndarray:
     """(n, J) normalized per-feature deltas of the rows of ``X`` from ``x_hat`` (all in [0, 1])."""
     X = np.atleast_2d(np.asarray(X, float))
     out = np.zeros((len(X), len(raws)))
@@ -90,5 +90,5 @@ def mix(D: np.ndarray, weights: tuple[float, float, float]) -> np.ndarray:
 
 def distance(schema: FeatureSchema, x_hat: np.ndarray, X: np.ndarray, norm: Norm = "one") -> np.ndarray:
     """MACE distance in [0, 1] from ``x_hat`` to every row of ``X`` (vectorized; used to check and brute-force)."""
-    raws = raw_features(schema)
+    raws = distance_features(schema)
     return mix(deltas(raws, np.asarray(x_hat, float), X), norm_weights(norm, len(raws)))

@@ -28,7 +28,7 @@ import numpy as np
 
 from envs.models import LinearModel, MLPModel, TreeEnsemble, WhiteBoxModel
 from envs.schema import FeatureSchema
-from solvers.mace.distance import RawFeature, deltas, mix
+from solvers.mace.distance import DistanceFeature, deltas, mix
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 Oracle = Callable[[np.ndarray], np.ndarray]  # encoded rows -> bool acceptance by the real model
@@ -41,7 +41,7 @@ class Instance:
     schema: FeatureSchema
     model: WhiteBoxModel
     x_hat: np.ndarray  # the factual, encoded row
-    raws: tuple[RawFeature, ...]
+    raws: tuple[DistanceFeature, ...]
     weights: tuple[float, float, float]  # (alpha, beta, gamma) of Eq. 3
     lower: np.ndarray  # per-column box after plausibility (immutable fixed, monotone one-sided)
     upper: np.ndarray

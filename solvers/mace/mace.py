@@ -30,7 +30,7 @@ from envs.models import LinearModel
 from envs.recourse import Recourse
 from envs.tabular import TabularWorld
 from solvers.base import Solver
-from solvers.mace.distance import Norm, norm_weights, raw_features
+from solvers.mace.distance import Norm, norm_weights, distance_features
 from solvers.mace.domain import (
     Instance,
     Oracle,
@@ -98,7 +98,7 @@ class MACE(Solver):
 
     def _instance(self, world: TabularWorld, x: np.ndarray) -> Instance:
         schema = world.schema
-        raws = raw_features(schema)
+        raws = distance_features(schema)
         weights = norm_weights(self.norm, len(raws))
         x = schema.validate(x, name="x")
         if x.shape[0] != 1:
