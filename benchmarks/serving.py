@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.server_harness import free_port, start_server, stop_server  # noqa: E402
 from data_gen.dataset import load_dataset  # noqa: E402
 from evaluation.config import parse_config  # noqa: E402
 from evaluation.experiment import train_experiment  # noqa: E402
@@ -51,41 +50,6 @@ def build_run(workdir: Path, method: str) -> Path:
         "dataset": {"n_features": 20, "n_agents": 10_000, "seed": 0},
         "generators": [{"method": method, "params": params.get(method, {})}]})
     return train_experiment(cfg, progress=False, log=lambda msg: print(msg, file=sys.stderr))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(run_dir: Path, model: str | None, port: int, max_batch: int, log: Path,
-                 timeout: float, extra: list[str] | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, str(ROOT / "serve.py"), str(run_dir), "--host", "127.0.0.1", "--port", str(port),
-           "--max-batch", str(max_batch), "--log-level", "warning"] + (["--model", model] if model else []) + (extra or [])
-    with log.open("w") as f:  # a file, not a pipe: a full pipe would block the server
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f)
-    t_end = time.monotonic() + timeout
-    while time.monotonic() < t_end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    stop_server(proc)
-    raise RuntimeError(f"server did not answer /health within {timeout:.0f}s")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def pct(values: list[float], q: float) -> float:

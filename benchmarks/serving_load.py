@@ -116,7 +116,7 @@ def _send_batch(base: str, body: dict, mode: str, result: dict[str, Any]) -> Non
 def bench_batch_under_load(run_dir: Path, batch_size: int | None = None, idle_pairs: int = 200,
                            modes: tuple[str, ...] = ("batch", "jobs"), max_batch: int = 10_000) -> dict[str, Any]:
     """The figures of the module docstring for one run (``batch_size`` None: ``max_batch``)."""
-    from benchmarks.serving import free_port, start_server, stop_server
+    from benchmarks.server_harness import free_port, start_server, stop_server
 
     size = batch_size or max_batch
     records = raw_records(run_dir, 2000)

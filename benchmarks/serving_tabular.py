@@ -130,7 +130,7 @@ def loopback_single(run_dir: Path, records: list[dict], budget_ms: float) -> dic
     process, as deployed), by answering method, beside GET /health (no work: the HTTP floor)."""
     import httpx
 
-    from benchmarks.serving import free_port, start_server, stop_server
+    from benchmarks.server_harness import free_port, start_server, stop_server
 
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
