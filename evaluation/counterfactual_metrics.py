@@ -38,7 +38,7 @@ import numpy as np
 
 from envs.recourse import Recourse
 from solvers.geco.plaf import CompiledPlaf, Plaf, default_program
-from solvers.mace.distance import Norm, deltas, mix, norm_weights, distance_features
+from solvers.mace.distance import Norm, deltas, distance_features, mix, norm_weights
 
 
 class CounterfactualScorer:

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from serving.guard import Guard
 from serving.page import add_page
 from serving.schemas import (
     ERRORS,
@@ -73,57 +74,6 @@ def _message(e: dict[str, Any]) -> str:
         shape = '{"x": [...], "group": id}' if len(loc) == 3 and loc[1] == "agents" else "a JSON object"
         return f"expected {shape}, got {_short(value)}"
     return f"{e['msg']}, got {_short(value)}"
-
-
-NOT_UTF8 = ("body: not UTF-8 (it looks like UTF-16 or UTF-32); JSON over HTTP is UTF-8 (RFC 8259): "
-            "send the body UTF-8 encoded")
-
-
-def _not_utf8(head: bytes) -> bool:
-    """Whether a body's first bytes are UTF-16/32 JSON (a byte order mark, or a NUL among the first four
-    bytes, which UTF-8 JSON never has): what ``json.loads`` would silently decode."""
-    return head.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")) or b"\x00" in head[:4]
-
-
-class _Guard:
-    """ASGI middleware: 413 with a JSON message for a body over ``limit`` bytes (checked from
-    Content-Length before reading, and while reading a body sent without one), 400 for a body that
-    is UTF-16 or UTF-32 rather than UTF-8, and a count of every 4xx response in the service's
-    ``rejected`` counter."""
-
-    def __init__(self, app: Any, svc: RecommendationService, limit: int):
-        self.app, self.svc, self.limit = app, svc, limit
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def counting_send(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start" and 400 <= message["status"] < 500:
-                with self.svc._lock:
-                    self.svc.counters["rejected"] += 1
-            await send(message)
-
-        detail = f"body: larger than the limit of {self.limit} bytes (see max_batch)"
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.limit:
-            await JSONResponse({"detail": detail}, status_code=413)(scope, receive, counting_send)
-            return
-        seen = 0
-
-        async def limited_receive() -> dict[str, Any]:
-            nonlocal seen
-            message = await receive()
-            body = message.get("body", b"")
-            if seen == 0 and body and _not_utf8(body):
-                raise HTTPException(400, NOT_UTF8)
-            seen += len(body)
-            if seen > self.limit:
-                raise HTTPException(413, detail)
-            return message
-
-        await self.app(scope, limited_receive, counting_send)
 
 
 def install_handlers(app: FastAPI, max_batch: int, items: str) -> None:
@@ -227,7 +177,7 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
                               f"The served world has {w.n_features} capabilities (x: exactly {w.n_features} "
                               f"integers 0/1) and {w.n_groups} group(s); a batch holds at most {max_batch} agents.")
     # Generous for any JSON layout of a full batch; larger bodies get 413 before parsing.
-    app.add_middleware(_Guard, svc=svc, limit=1_000_000 + max_batch * (16 * w.n_features + 64))
+    app.add_middleware(Guard, svc=svc, limit=1_000_000 + max_batch * (16 * w.n_features + 64))
     app.state.service = svc
 
     install_handlers(app, max_batch, "agents")

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from solvers.mace.distance import mix, norm_weights, distance_features
+from solvers.mace.distance import distance_features, mix, norm_weights
 
 
 def _plain(v: Any) -> Any:

@@ -317,7 +317,8 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     from fastapi import FastAPI
     from starlette.concurrency import run_in_threadpool
 
-    from serving.app import _Guard, add_health_and_model, freeze_startup_heap, install_handlers, shutdown
+    from serving.app import add_health_and_model, freeze_startup_heap, install_handlers, shutdown
+    from serving.guard import Guard
     from serving.jobs import install_batch_routes
     from serving.tabular_schemas import TABULAR_ERRORS, record_models, to_record
 
@@ -327,7 +328,7 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
                   description=f"Ordered actions for raw records of the {svc.world.name} world: policy "
                               f"'{svc.model_name}', verified by rollout, the BRKGA sequencer as the fallback. "
                               f"Actions: {', '.join(svc.world.action_names)}.")
-    app.add_middleware(_Guard, svc=svc, limit=1_000_000 + svc.max_batch * (48 * len(svc.codec.names) + 64))
+    app.add_middleware(Guard, svc=svc, limit=1_000_000 + svc.max_batch * (48 * len(svc.codec.names) + 64))
     app.state.service = svc
     install_handlers(app, svc.max_batch, "records")
 

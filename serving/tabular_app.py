@@ -16,7 +16,8 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from serving.app import _Guard, add_health_and_model, freeze_startup_heap, install_handlers, shutdown
+from serving.app import add_health_and_model, freeze_startup_heap, install_handlers, shutdown
+from serving.guard import Guard
 from serving.jobs import install_batch_routes
 from serving.tabular import TabularService
 from serving.tabular_schemas import (
@@ -44,7 +45,7 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
                               f"schema, and GeCo then MACE take over where it fails, within "
                               f"{'no' if svc.fallback_budget_s is None else f'{svc.fallback_budget_s * 1e3:g} ms of'} "
                               f"budget. Features: {names}. A batch holds at most {svc.max_batch} records.")
-    app.add_middleware(_Guard, svc=svc, limit=1_000_000 + svc.max_batch * (48 * len(svc.codec.names) + 64))
+    app.add_middleware(Guard, svc=svc, limit=1_000_000 + svc.max_batch * (48 * len(svc.codec.names) + 64))
     app.state.service = svc
     install_handlers(app, svc.max_batch, "records")
 

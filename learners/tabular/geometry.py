@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from envs.tabular import TabularWorld
-from solvers.mace.distance import Norm, norm_weights, distance_features
+from solvers.mace.distance import Norm, distance_features, norm_weights
 
 MARGIN = 1e-6  # LR/MLP white boxes are float64 copies: an answer must clear this score to be sure
 

@@ -30,7 +30,7 @@ from envs.models import LinearModel
 from envs.recourse import Recourse
 from envs.tabular import TabularWorld
 from solvers.base import Solver
-from solvers.mace.distance import Norm, norm_weights, distance_features
+from solvers.mace.distance import Norm, distance_features, norm_weights
 from solvers.mace.domain import (
     Instance,
     Oracle,
