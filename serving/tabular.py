@@ -109,6 +109,20 @@ def is_tabular_run(run_dir: str | Path) -> bool:
     return isinstance(cfg, dict) and isinstance(cfg.get("tabular"), dict)
 
 
+def load_run(run_dir: str | Path) -> Any:
+    """A tabular run directory loaded (``evaluation.tabular_experiment.load_tabular_run``), every problem
+    a ``ServiceError`` naming the file."""
+    try:
+        from evaluation.tabular_experiment import load_tabular_run
+    except ImportError as err:
+        raise ServiceError(f"run: cannot load tabular runs here ({err})") from None
+    try:
+        return load_tabular_run(Path(run_dir))
+    except (ValueError, OSError, KeyError) as err:  # a fingerprint mismatch names the file
+        msg = str(err)
+        raise ServiceError(msg if msg.startswith(("run:", "world:")) else f"run: {msg}") from None
+
+
 class TabularService:
     """One tabular run: its world, generator, the GeCo -> MACE fallback chain, counters, provenance."""
 
@@ -167,15 +181,7 @@ class TabularService:
 
     # ------------------------------------------------------------------ loading
     def _load_run(self) -> Any:
-        try:
-            from evaluation.tabular_experiment import load_tabular_run
-        except ImportError as err:
-            raise ServiceError(f"run: cannot load tabular runs here ({err})") from None
-        try:
-            return load_tabular_run(self.run_dir)
-        except (ValueError, OSError, KeyError) as err:  # a fingerprint mismatch names the file
-            msg = str(err)
-            raise ServiceError(msg if msg.startswith(("run:", "world:")) else f"run: {msg}") from None
+        return load_run(self.run_dir)
 
     def _fingerprint(self) -> dict[str, str]:
         path = self.run_dir / "world" / "fingerprint.json"
