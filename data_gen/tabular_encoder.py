@@ -4,14 +4,16 @@
 ``TabularEncoder`` turns raw records (a data frame) into the encoded rows of
 ``envs.tabular.TabularWorld`` and back, with the ``FeatureSchema`` of the encoded columns: numbers
 in raw units, ordinal and binary features as integer codes, a categorical feature as one 0/1 column
-per category. A run stores it as JSON (``to_dict``, ``world/encoder.json``). The data sets and their
-raw-feature specs are in ``data_gen.loaders``.
+per category (or, with ``RawColumn.as_code``, one integer code column, read by the solvers as a
+nominal feature: a user's model that ordinal-encodes the column reads it so). A run stores it as JSON
+(``to_dict``, ``world/encoder.json``). The data sets and their raw-feature specs are in
+``data_gen.loaders``; a user's table gets its spec from ``data_gen.spec``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -29,7 +31,10 @@ class RawColumn:
     ``levels`` are the raw values in code order: required for ``ordinal`` (low to high) and
     ``binary`` (the value coded 0, then 1); for ``categorical`` they are fitted from the data.
     ``labels`` name the levels (default ``str(level)``). ``lower``/``upper`` are the observed
-    range (raw units for numbers, codes for ordinal/binary), set by ``TabularEncoder.fit``.
+    range (raw units for numbers, codes for ordinal/binary), set by ``TabularEncoder.fit`` where not
+    given (declared bounds are kept, and a value outside them is an error). ``as_code`` stores a
+    categorical feature as one code column (code i is ``levels[i]``; given levels are all kept, in
+    their order) instead of a one-hot group.
     """
 
     name: str
@@ -39,6 +44,7 @@ class RawColumn:
     labels: tuple[str, ...] = ()
     lower: float | None = None
     upper: float | None = None
+    as_code: bool = False  # categorical only: one integer code column (nominal), not a one-hot group
 
     def __post_init__(self):
         if self.kind not in ("real", "integer", "ordinal", "binary", "categorical"):
@@ -46,6 +52,8 @@ class RawColumn:
         if self.kind == "categorical" and self.mutability not in ("free", "immutable"):
             raise ValueError(f"feature {self.name!r}: a categorical feature is free or immutable, "
                              f"not {self.mutability!r}")
+        if self.as_code and self.kind != "categorical":
+            raise ValueError(f"feature {self.name!r}: as_code applies to categorical features, not {self.kind!r}")
         if self.kind in ("ordinal", "binary") and not self.levels:
             raise ValueError(f"feature {self.name!r}: an {self.kind} feature needs its levels in order")
         if self.kind == "binary" and len(self.levels) != 2:
@@ -57,7 +65,12 @@ class RawColumn:
 
     @property
     def n_columns(self) -> int:
-        return len(self.levels) if self.kind == "categorical" else 1
+        return len(self.levels) if self.one_hot else 1
+
+    @property
+    def one_hot(self) -> bool:
+        """Encoded as one 0/1 column per level (a categorical feature not stored as a code)."""
+        return self.kind == "categorical" and not self.as_code
 
 
 def _plain(v: Any) -> Any:
@@ -75,7 +88,7 @@ class TabularEncoder:
 
     def __init__(self, features: Sequence[RawColumn]):
         for f in features:
-            if f.lower is None or f.upper is None or (f.kind == "categorical" and not f.levels):
+            if f.lower is None or f.upper is None or (f.one_hot and not f.levels):
                 raise ValueError(f"feature {f.name!r}: not fitted (use TabularEncoder.fit)")
         self.raw_columns: tuple[RawColumn, ...] = tuple(features)
         self._codes = {f.name: {_plain(v): i for i, v in enumerate(f.levels)} for f in features}
@@ -85,11 +98,13 @@ class TabularEncoder:
 
     @classmethod
     def fit(cls, features: Sequence[RawColumn], df: pd.DataFrame) -> TabularEncoder:
-        """Fit categories (sorted, or in the spec's order) and observed ranges on ``df``."""
+        """Fit categories (sorted, or in the spec's order) and observed ranges (where not declared) on ``df``."""
         fitted = []
         for f in features:
             col = _column(df, f.name)
-            if f.kind == "categorical":
+            if f.as_code and not f.levels:
+                f = replace(f, levels=tuple(sorted(set(col.map(_plain)))), labels=())
+            if f.one_hot:
                 seen = set(col.map(_plain))
                 levels = tuple(v for v in f.levels if v in seen) if f.levels else tuple(sorted(seen))
                 missing = seen - set(levels)
@@ -98,13 +113,19 @@ class TabularEncoder:
                 fitted.append(RawColumn(f.name, f.kind, f.mutability, levels, lower=0, upper=1))
                 continue
             codes = cls._numbers(f, col, {_plain(v): i for i, v in enumerate(f.levels)})
-            lo, hi = float(codes.min()), float(codes.max())
-            fitted.append(RawColumn(f.name, f.kind, f.mutability, f.levels, f.labels, lo, hi))
+            lo = float(codes.min()) if f.lower is None else float(f.lower)
+            hi = float(codes.max()) if f.upper is None else float(f.upper)
+            out = (codes < lo) | (codes > hi)
+            if out.any():
+                r = int(np.argmax(out))
+                raise ValueError(f"feature {f.name!r}: row {col.index[r]} value {_plain(col.iloc[r])!r} is outside "
+                                 f"the declared bounds [{lo:g}, {hi:g}]")
+            fitted.append(replace(f, lower=lo, upper=hi))
         return cls(fitted)
 
     @staticmethod
     def _schema_columns(f: RawColumn) -> list[Feature]:
-        if f.kind == "categorical":
+        if f.one_hot:
             return [Feature(f"{f.name}={label}", "binary", 0, 1, f.mutability, group=f.name, integer=True)
                     for label in f.labels]
         kind = {"real": "numeric", "integer": "numeric"}.get(f.kind, f.kind)
@@ -113,7 +134,7 @@ class TabularEncoder:
     @staticmethod
     def _numbers(f: RawColumn, col: pd.Series, codes: dict) -> np.ndarray:
         """A non-categorical column as numbers (codes for ordinal/binary); bad values raise naming them."""
-        if f.kind in ("ordinal", "binary"):
+        if f.levels:  # ordinal, binary, a categorical code
             out = col.map(lambda v: codes.get(_plain(v), -1)).to_numpy(float)
             bad = out < 0
             problem = f"is not a level (levels: {list(f.levels)})"
@@ -146,7 +167,7 @@ class TabularEncoder:
         X = np.zeros((len(df), len(self.schema)))
         for f in self.raw_columns:
             col, cols, codes = _column(df, f.name), self._columns[f.name], self._codes[f.name]
-            if f.kind == "categorical":
+            if f.one_hot:
                 idx = col.map(lambda v, c=codes: c.get(_plain(v), -1)).to_numpy(np.int64)
                 if (idx < 0).any():
                     r = int(np.argmax(idx < 0))
@@ -173,7 +194,7 @@ class TabularEncoder:
         out = {}
         for f in self.raw_columns:
             cols = self._columns[f.name]
-            if f.kind == "categorical":
+            if f.one_hot:
                 block = X[:, cols]
                 bad = block.sum(axis=1) != 1
                 if bad.any():
@@ -188,7 +209,9 @@ class TabularEncoder:
         return pd.DataFrame(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"features": [{**asdict(f), "levels": [_plain(v) for v in f.levels], "labels": list(f.labels)}
+        # as_code is written only where set, so the JSON of every other encoder is as before
+        return {"features": [{**{k: v for k, v in asdict(f).items() if k != "as_code" or v},
+                              "levels": [_plain(v) for v in f.levels], "labels": list(f.labels)}
                              for f in self.raw_columns]}
 
     @classmethod
