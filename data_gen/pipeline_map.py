@@ -68,12 +68,25 @@ def walk(model: Any, names: Sequence[str]) -> tuple[Any, list[Sym], list[str]]:
     steps: list[str] = []
     if type(model).__name__ != "Pipeline":
         return model, cols, steps
-    *pre, (_, est) = model.steps
+    *pre, (_, est) = _flat_steps(model)
     sparse = False
     for name, step in pre:
         cols, sparse = _apply(step, cols, sparse, f"step {name!r}")
         steps.append(_describe(step))
     return est, cols, steps
+
+
+def final_estimator(model: Any) -> Any:
+    """The estimator at the end of a (nested) pipeline, or the model itself."""
+    return _flat_steps(model)[-1][1] if type(model).__name__ == "Pipeline" else model
+
+
+def _flat_steps(pipe: Any) -> list[tuple[str, Any]]:
+    """A pipeline's steps with nested pipelines opened (a final step may itself be a Pipeline)."""
+    out = []
+    for name, step in pipe.steps:
+        out += _flat_steps(step) if type(step).__name__ == "Pipeline" else [(name, step)]
+    return out
 
 
 def _describe(step: Any) -> str:

@@ -380,7 +380,9 @@ def load_spec(spec: str | Path | Mapping[str, Any] | DataSpec | None, df: pd.Dat
     bad = [n for n in wrote if n not in df.columns]
     if bad:
         raise ValueError(f"feature {bad[0]!r}: not a column of the table (has {list(df.columns)})")
-    inferred = infer_spec(df, target=target, favourable=favourable, ignore=ignore)
+    with warnings.catch_warnings():  # the rows are dropped (and counted) where the data is used
+        warnings.simplefilter("ignore", UserWarning)
+        inferred = infer_spec(df, target=target, favourable=favourable, ignore=ignore)
     clean = df.loc[df[[*inferred.names, target]].notna().all(axis=1)]
     feats = []
     for f in inferred.features:

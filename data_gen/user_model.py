@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from data_gen.pipeline_map import Unsupported, finish, input_map, walk, world_layout
+from data_gen.pipeline_map import Unsupported, final_estimator, finish, input_map, walk, world_layout
 from data_gen.spec import DataSpec, _coerce
 from data_gen.tabular_encoder import RawColumn, TabularEncoder, _plain
 from envs.input_map import InputMap
@@ -209,7 +209,7 @@ def translate(model: Any, spec: DataSpec, encoder: TabularEncoder) -> tuple[Whit
     pos, note = favourable_index(model, spec.favourable)
     names, _ = model_columns(model, spec)
     notes = (note,) if note else ()
-    est, steps = model, ()
+    est, steps = final_estimator(model), ()
     try:
         est, cols, steps = walk(model, names)
         steps = tuple(steps)
