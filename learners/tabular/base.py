@@ -79,7 +79,7 @@ class TabularGenerator(ABC):
         the donor's change added to the agent (relative), and the numeric changes pushed to the
         agent's bound in the same direction (extreme; the polish brings them back). A donor -1 (none)
         lends the agent itself (no answer). Compiled: one pass, no (N, k, D) temporaries."""
-        from learners.tabular.search_kernels import lend_kernel
+        from learners.tabular.donor_kernels import lend_kernel
 
         col_changed = self.__dict__.get("_col_changed")
         if col_changed is None or col_changed[0] is not self.changed_:
@@ -113,7 +113,7 @@ class TabularGenerator(ABC):
         d = self._train_distances(X) if d is None else d
         if among is not None:
             d = np.where(among, d, np.inf)
-        from learners.tabular.search_kernels import smallest_k
+        from learners.tabular.donor_kernels import smallest_k
 
         return smallest_k(np.ascontiguousarray(d), int(k))  # nearest first, ties in index order
 

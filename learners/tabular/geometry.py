@@ -87,8 +87,8 @@ class WorldGeometry:
         """Candidates ``C`` (N, K, D) made reachable for the agents ``X`` (N, D): clipped into the
         box (NaN as 0), exactly one 1 per one-hot group (its largest entry), integer columns rounded
         away from the agent (the change is at least the proposed one). A compiled loop
-        (``search_kernels.project_kernel``)."""
-        from learners.tabular.search_kernels import project_kernel
+        (``geometry_kernels.project_kernel``)."""
+        from learners.tabular.geometry_kernels import project_kernel
 
         lo, hi = self.box(X)
         cols, ends = self.group_arrays()
@@ -120,7 +120,7 @@ class WorldGeometry:
     def deltas(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """(..., J) per-raw-feature normalized deltas of candidates ``C`` (..., D) from ``X`` (broadcast):
         |dx| / span for a numeric feature, 1 for a discrete one where any of its columns moved."""
-        from learners.tabular.search_kernels import deltas_kernel
+        from learners.tabular.geometry_kernels import deltas_kernel
 
         X2, C2, shape = self._rows(X, C)
         return deltas_kernel(X2, C2, self.numeric, self.span, self.raw_of_column, self.n_raw).reshape(shape + (self.n_raw,))
@@ -128,7 +128,7 @@ class WorldGeometry:
     def distance(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """MACE's Eq. 3 distance of ``C`` (..., D) from ``X`` (broadcast), in [0, 1] (compiled: the
         searches measure thousands of rows per request)."""
-        from learners.tabular.search_kernels import distance_kernel
+        from learners.tabular.geometry_kernels import distance_kernel
 
         a, b, g = self.weights
         X2, C2, shape = self._rows(X, C)
@@ -173,7 +173,7 @@ def accepts(world: TabularWorld, X: np.ndarray) -> np.ndarray:
 def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """(N, K) distance of each candidate row ``C`` (N, K, D) the model accepts, inf elsewhere and
     where a row is the agent itself: one model call, distances only of the accepted rows."""
-    from learners.tabular.search_kernels import accepted_distances_kernel
+    from learners.tabular.geometry_kernels import accepted_distances_kernel
 
     N, K, D = C.shape
     ok = accepts(world, C.reshape(-1, D)).reshape(N, K)
@@ -188,7 +188,7 @@ def first_within(key: np.ndarray, group: np.ndarray) -> np.ndarray:
     are indices, as every search's are)."""
     group = np.asarray(group)
     if len(group) and group.dtype.kind in "iu" and group.min() >= 0:
-        from learners.tabular.search_kernels import first_within_kernel
+        from learners.tabular.geometry_kernels import first_within_kernel
 
         return first_within_kernel(np.ascontiguousarray(key, float), np.ascontiguousarray(group, np.int64))
     order = np.lexsort((key, group))
@@ -293,7 +293,7 @@ def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.nda
     """``nearest_accepted`` of variant rows: per agent the distances of its ``k`` nearest accepted
     rows (N, k) and their positions in ``V`` (N, k; -1 where fewer), and the (N, k, D) rows (NaN
     where none); one model call, and only accepted rows are ever built."""
-    from learners.tabular.search_kernels import nearest_accepted_kernel
+    from learners.tabular.geometry_kernels import nearest_accepted_kernel
 
     a, b, g = geo.weights
     ok = accepts_variants(world, V)  # the one model call; the rest compiled: only kept rows are built

@@ -17,7 +17,8 @@ import numpy as np
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import MARGIN as MARGIN_SCORE
 from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants
-from learners.tabular.search_kernels import scaled_rows_kernel, trade_pick_kernel, trade_round_kernel
+from learners.tabular.polish_kernels import scaled_rows_kernel
+from learners.tabular.trade_kernels import trade_pick_kernel, trade_round_kernel
 
 
 def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
@@ -26,7 +27,7 @@ def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, i
     accepted): ``probes`` evenly spaced points per item and round, all items in one model call
     (``make`` turns the (n, probes) values into rows), so ``rounds`` calls reach a resolution of
     (probes + 1) ** -rounds of the segment. Integer items probe integers (rounded away from near)."""
-    from learners.tabular.search_kernels import probe_update_kernel, probe_values_kernel
+    from learners.tabular.polish_kernels import probe_update_kernel, probe_values_kernel
 
     near, far = np.array(near, float), np.array(far, float)
     n, t = len(near), np.arange(1, probes + 1) / (probes + 1)
@@ -171,7 +172,7 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
     c, x = C[rows], X[rows]
     leaves = world.model.leaves(c)  # through a counting wrapper when there is one
     lo, hi = geo.box(x)
-    from learners.tabular.search_kernels import cell_points_kernel
+    from learners.tabular.polish_kernels import cell_points_kernel
 
     offsets, node_lo, node_hi = _stacked_leaf_boxes(model)
     g_cols, g_ends = geo.group_arrays()
@@ -193,7 +194,7 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
     c = c.copy()
     if not edges:
         return c
-    from learners.tabular.search_kernels import edge_apply_kernel, edge_crossings_kernel
+    from learners.tabular.polish_kernels import edge_apply_kernel, edge_crossings_kernel
 
     t, u, lft, n_splits = all_padded_edges(world, x.shape[1])
     cols_all = np.flatnonzero(geo.numeric & (n_splits > 0))  # the numeric columns a tree splits on
