@@ -378,7 +378,6 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
     block); ``chunk_size``: agents per resumable chunk; ``generator``: which of the run's generators
     gives upper bounds (None: the served one, "none": no generator); ``n_boot``: bootstrap replicates.
     """
-    from data_gen.loaders import load_data
     from evaluation.tabular_experiment import load_tabular_run
     from solvers.mace import MACE
 
@@ -388,9 +387,7 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
     run = load_tabular_run(run_dir)
     world, t = run.world, run.config.tabular
     cols = {a: _group_columns(world, a) for a in groups}
-    data = load_data(t.dataset, seed=t.seed)
-    if data.encoder != world.encoder:
-        raise ValueError(f"run: the bundled {t.dataset} data no longer matches the run's encoder")
+    data = run.data()  # the bundled data set's split, or the one a run on the user's table stored
     X_all = data.X_test[~world.accepts(data.X_test)]
     n_rejected = len(X_all)
     if sample is not None and sample < 1:
@@ -420,7 +417,7 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
     out = summarize(agents, world, labels, {a: c for a, (_, c) in cols.items()}, norm=t.mace.norm,
                     n_boot=n_boot, seed=seed)
     out.update({
-        "run": str(run.run_dir), "world": world.name, "dataset": t.dataset, "model": t.model,
+        "run": str(run.run_dir), "world": world.name, "dataset": t.dataset or t.table, "model": t.model_file or t.model,
         "population": {"rejected_test_agents": int(n_rejected), "audited": int(len(X)),
                        "sample": None if len(X) == n_rejected else {"size": int(len(X)), "seed": int(seed)}},
         "group_features": {a: name for a, (name, _) in cols.items()},

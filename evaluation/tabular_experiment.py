@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from pydantic import Field, model_validator
 
 from data_gen.compute import ComputeConfig
 from data_gen.config import StrictModel, parse_model, read_yaml
+from data_gen.loaders import TabularData
 from data_gen.mace_labels import MaceLabelSet, label_tabular
 from envs.models import WhiteBoxModel
 from envs.tabular import TabularWorld
@@ -55,8 +57,18 @@ class MaceSection(StrictModel):
 class TabularSection(StrictModel):
     """The world and the labelled agents."""
 
-    dataset: Literal["adult", "german", "compas", "credit"] = Field(description="bundled data set (data/)")
-    model: Literal["tree", "forest", "lr", "mlp"] = Field(description="classifier to explain (MACE's four)")
+    dataset: Literal["adult", "german", "compas", "credit"] | None = Field(
+        None, description="bundled data set (data/); or give `table` for your own")
+    table: str | None = Field(None, description="your own table: a CSV or Parquet file (docs/your_data.md)")
+    target: str | None = Field(None, description="your table: the target column")
+    favourable: Any = Field(None, description="your table: the target's favourable value")
+    spec: str | dict[str, Any] | None = Field(None, description="your table: a data spec (YAML path or mapping) merged "
+                                              "over the inferred one (python -m data_gen.spec infer)")
+    model_file: str | None = Field(None, description="your fitted model (.skops; .joblib/.pkl with trusted; XGBoost "
+                                   ".json/.ubj; LightGBM .txt); none: `model` is trained")
+    trusted: bool = Field(False, description="load a joblib/pickle model file (unpickling runs code: only your own)")
+    model: Literal["tree", "forest", "lr", "mlp"] = Field("forest", description="classifier to train when no "
+                                                          "model_file is given (MACE's four)")
     seed: int = Field(0, ge=0, description="seed of the data split, the classifier and the agent sample")
     agents: int = Field(1000, ge=10, description="rejected agents labelled by MACE (sampled from all rows)")
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="share of the agents held out for evaluation")
@@ -70,6 +82,15 @@ class TabularSection(StrictModel):
     generated_numeric_scale: float = Field(0.05, ge=0.0, description="generated agents: numeric noise, share of span")
     generated_resample_prob: float = Field(0.15, ge=0.0, le=1.0,
                                            description="generated agents: chance a discrete feature takes another row's value")
+
+
+    @model_validator(mode="after")
+    def _source(self) -> TabularSection:
+        if (self.dataset is None) == (self.table is None):
+            raise ValueError("dataset/table: give exactly one: a bundled data set or your own table")
+        if self.table is None and (self.model_file or self.target or self.spec):
+            raise ValueError("model_file/target/spec: only with your own `table`")
+        return self
 
 
 class TabularMethod(StrictModel):
@@ -178,14 +199,23 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
 
     t = cfg.tabular
     run_dir = Path(cfg.output_dir) / cfg.name
+    fresh = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-    built = build(t.dataset, t.model, seed=t.seed)
-    world = built.world
-    _write_world(world, built.metrics, run_dir / "world")
-    if progress:
-        print(f"{world.name}: test accuracy {built.metrics['test_accuracy']:.3f}")
-    X_all = np.concatenate([built.data.X_train, built.data.X_test])
+    try:  # a world that cannot be built (bad table, model or spec) leaves no half-written run behind
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        if t.table is not None:
+            world, data_split, metrics = _user_world(cfg, run_dir / "world", progress)
+        else:
+            built = build(t.dataset, t.model, seed=t.seed)
+            world, data_split, metrics = built.world, built.data, built.metrics
+        _write_world(world, metrics, run_dir / "world")
+    except BaseException:
+        if fresh:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    if progress and "test_accuracy" in metrics:
+        print(f"{world.name}: test accuracy {metrics['test_accuracy']:.3f}")
+    X_all = np.concatenate([data_split.X_train, data_split.X_test])
     agents = sample_agents(world, X_all, t.agents, t.seed)
     mace = MACE(**t.mace.model_dump())
     labels = label_tabular(world, agents, mace, run_dir / "labels" / "chunks", chunk_size=t.chunk_size,
@@ -208,6 +238,30 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
         if progress:
             print(f"trained {spec.label} on {len(data.X)} agents in {meta['fit_seconds']:.1f}s")
     return run_dir
+
+
+def _user_world(cfg: TabularExperimentConfig, world_dir: Path, progress: bool) -> tuple[TabularWorld, Any, dict]:
+    """The world of the user's table and model (``data_gen.user_world``), its spec, split and route saved."""
+    from data_gen.user_world import build_user_world
+    from evaluation.user_runs import save_user_world
+
+    t = cfg.tabular
+    world, bundle = build_user_world(t.table, spec=t.spec, target=t.target, favourable=t.favourable,
+                                     model_path=t.model_file, trusted=t.trusted, model_class=t.model, seed=t.seed,
+                                     name=cfg.name)
+    if bundle.white_box is None:
+        raise ValueError(f"model_file: {bundle.report}; train.py labels with MACE and needs a white box "
+                         "(the black-box route is GeCo / MD-PSO: docs/your_data.md)")
+    save_user_world(world_dir, bundle, model_file=t.model_file, source=str(t.table))
+    metrics = dict(bundle.metrics)
+    if bundle.agreement is not None:
+        metrics["agreement"] = {k: v for k, v in vars(bundle.agreement).items() if isinstance(v, int | float | str)}
+    for split in ("train", "test"):
+        X, y = getattr(bundle.data, f"X_{split}"), getattr(bundle.data, f"y_{split}")
+        metrics.setdefault(f"{split}_accuracy", float(np.mean(world.accepts(X) == (y == 1))))
+    if progress:
+        print(f"{world.name}: {bundle.report}")
+    return world, bundle.data, metrics
 
 
 def _with_generated(world: TabularWorld, train_agents: np.ndarray, data: TabularLabels, mace: Any,
@@ -251,14 +305,32 @@ class TabularRun:
         """Keyword arguments of solvers.mace.MACE as the labels used them."""
         return self.config.tabular.mace.model_dump()
 
-    def domain_rows(self) -> np.ndarray:
-        """The classifier's training rows: the active domain GeCo samples values from (``GeCo.fit``)."""
+    def data(self) -> TabularData:
+        """The run's encoded split: the bundled data set's (checked against the run's encoder), or the one
+        a run on the user's table stored (``world/data.npz``)."""
         from data_gen.loaders import load_data
 
-        data = load_data(self.config.tabular.dataset, seed=self.config.tabular.seed)
+        t = self.config.tabular
+        if t.table is not None:
+            from evaluation.user_runs import load_user_data
+
+            return load_user_data(self.run_dir / "world", self.world.encoder)
+        data = load_data(t.dataset, seed=t.seed)
         if data.encoder != self.world.encoder:
-            raise ValueError(f"run: the bundled {self.config.tabular.dataset} data no longer matches the run's encoder")
-        return data.X_train
+            raise ValueError(f"run: the bundled {t.dataset} data no longer matches the run's encoder")
+        return data
+
+    def domain_rows(self) -> np.ndarray:
+        """The classifier's training rows: the active domain GeCo samples values from (``GeCo.fit``)."""
+        return self.data().X_train
+
+    def user_oracle(self) -> Any:
+        """The user's own model as a verifier of encoded rows (None: the run trained its own classifier)."""
+        if self.config.tabular.table is None:
+            return None
+        from evaluation.user_runs import load_user_oracle
+
+        return load_user_oracle(self.run_dir / "world", self.world.encoder, trusted=self.config.tabular.trusted)
 
     def labels(self) -> MaceLabelSet:
         return MaceLabelSet.load(self.run_dir / "labels")

@@ -169,6 +169,9 @@ def rejected_test_records(svc: Any) -> list[dict[str, Any]]:
         return [{"x": [int(v) for v in x], "group": int(g)} for x, g in zip(test.X[keep], test.groups[keep], strict=True)]
     from data_gen.loaders import load_data
 
+    if kind == "tabular" and hasattr(svc.run, "data"):  # the run's own split (a user's table included)
+        data = svc.run.data()
+        return [svc.codec.decode(x) for x in data.X_test[~svc.world.accepts(data.X_test)]]
     if kind == "tabular":
         dataset, seed = svc.tab["dataset"], int(svc.tab.get("seed", 0))
     else:

@@ -153,6 +153,7 @@ class TabularService:
         self._gen_params = set(inspect.signature(self.generator.recommend).parameters)
         self.mace_params = dict(self.run.mace_params or {})
         self.codec = RecordCodec(self.world.encoder, self.mace_params.get("norm", "one"))
+        self.oracle = self.run.user_oracle() if hasattr(self.run, "user_oracle") else None  # issue 54 item 4
         self.fingerprint = self._fingerprint()
         self._probe()
         self.geco = self._fit_geco(geco_data)
@@ -251,6 +252,8 @@ class TabularService:
         ok = np.array([b is None for b in bad])
         if ok.any():
             ok[ok] = self.world.accepts(CF[ok])
+        if self.oracle is not None and ok.any():  # a run on the user's model: its own verdict on the raw record
+            ok[ok] = self.oracle(CF[ok])
         return ok
 
     # ------------------------------------------------------------------ recommendations
@@ -438,7 +441,7 @@ class TabularService:
             if self._state_file is None:
                 import tempfile
 
-                state = {k: getattr(self, k) for k in ("world", "geco", "codec", "mace_params", "max_diverse")}
+                state = {k: getattr(self, k) for k in ("world", "geco", "codec", "mace_params", "max_diverse", "oracle")}
                 with tempfile.NamedTemporaryFile(prefix="recourse-fallback-", suffix=".pkl", delete=False) as f:
                     f.write(pickle.dumps(state))
                 self._state_file = f.name
