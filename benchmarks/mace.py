@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.blackbox import save  # noqa: E402
 from benchmarks.mace_audit import AUDIT_DATASETS, run_audit  # noqa: E402
 from benchmarks.mace_common import NORM_INDEX, _load_revision, fmt, sample  # noqa: E402
+from benchmarks.warmup import warming_up  # noqa: E402
 from envs.models import SklearnOracle  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 from solvers.mace.distance import distance  # noqa: E402
@@ -74,6 +75,9 @@ REF_EPSILON = 1e-7  # the reference answers of --check-certificates (with rel_to
 def explain(solver: MACE, world, X: np.ndarray, norm: str, oracle: SklearnOracle) -> list[dict]:
     """One record per agent: seconds, status, distance (re-measured in numpy), bound, gap, verified."""
     out = []
+    if len(X):
+        with warming_up(f"MACE ({solver.backend}) on one agent"):
+            solver.solve(world, X[0])
     for x in X:
         t = time.perf_counter()
         r = solver.solve(world, x)[0]
@@ -138,6 +142,10 @@ def check_cell(dataset: str, model: str, norm: str, args: argparse.Namespace) ->
                "z3": MACE(backend="z3", norm=norm, rel_tol=args.rel_tol, epsilon=args.epsilon,
                           time_limit=args.z3_timeout, oracle=oracle)}
     records = []
+    with warming_up("MACE (reference, milp" + (", z3" if args.z3_agents else "") + ") on one agent"):
+        for name, solver in {"ref": ref_solver, **solvers}.items():
+            if name != "z3" or args.z3_agents:
+                solver.solve(b.world, X[0])
     for i, x in enumerate(X):
         t = time.perf_counter()
         ref = ref_solver.solve(b.world, x)[0]
@@ -256,6 +264,8 @@ def geco_cell(job: tuple) -> dict:
     b, X, oracle = sample(dataset, model, args)
     world = b.world
     geco = GeCo(plaf=Plaf(), polish=not args.no_polish).fit(world, b.data.X_train)
+    with warming_up(f"GeCo on one agent ({dataset}/{model})"):
+        geco.solve(world, X[0])
     records = []
     for x in X:
         r = MACE(norm="one", oracle=oracle, time_limit=args.milp_timeout).solve(world, x)[0]
@@ -337,6 +347,9 @@ def run_before_after(args: argparse.Namespace) -> None:
                 b, X, oracle = sample(dataset, model, args)
                 sec = {"before": [], "after": []}
                 flags = {"before": 0, "after": 0}
+                with warming_up(f"MACE before and after on one agent ({dataset}/{model}/{norm})"):
+                    for cls in (Before, MACE):
+                        cls(norm=norm, oracle=oracle, time_limit=args.milp_timeout).solve(b.world, X[0])
                 for x in X:
                     for name, cls in (("before", Before), ("after", MACE)):
                         t = time.perf_counter()

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox import save  # noqa: E402
 from benchmarks.mace_common import NORM_INDEX, _load_revision, fmt, sample  # noqa: E402
+from benchmarks.warmup import warming_up  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
 
 AUDIT_DATASETS = ["adult", "german", "compas", "credit"]
@@ -103,6 +104,9 @@ def audit_cell(job: tuple) -> dict:
     Mace = _load_revision(args.mace_rev) if args.mace_rev else MACE
     rng = np.random.default_rng(args.seed)
     records = []
+    with warming_up(f"GeCo and MACE on one agent ({dataset}/{model}/{norm})"):
+        geco.solve(world, X[0])
+        Mace(norm=norm, oracle=oracle, seed=args.seeds[0], time_limit=args.milp_timeout).solve(world, X[0])
     for i, x in enumerate(X):
         found = {}
         t = time.perf_counter()

@@ -52,6 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox import sample, save  # noqa: E402
 from benchmarks.peers_report import PEERS, dominance, report  # noqa: E402
+from benchmarks.warmup import warming_up  # noqa: E402
 from data_gen.classifiers import build, model_params  # noqa: E402
 from envs.recourse import Recourse  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
@@ -313,6 +314,9 @@ def run_cell(dataset: str, model: str, args: argparse.Namespace) -> dict[str, An
     mace5 = MACE(norm="one", rel_tol=1e-3, epsilon=1e-7, n_diverse=5, time_limit=args.mace_time_limit)
     geco = GeCo(plaf=Plaf(), n_diverse=1).fit(world, D)
     pso = MDPSO(n_diverse=5, seed=args.seed).fit(world, D)
+    with warming_up("MACE (k = 1, 5), GeCo, MD-PSO on one agent"):
+        for solver in (mace, mace5, geco, pso):
+            solver.solve(world, agents[0])
     for name, solver, scorer, n, sink in (("mace", mace, scorer1, len(agents), rows),
                                           ("geco", geco, scorer1, len(agents), rows),
                                           ("md_pso", pso, scorer5, len(agents), rows),
@@ -331,7 +335,8 @@ def run_cell(dataset: str, model: str, args: argparse.Namespace) -> dict[str, An
     # the generator: trained on MACE labels of rejected training rows; answers one agent per call
     gen, cell["training"]["generator"] = label_generator(world, D, args.label_agents, args.seed, mace,
                                                           args.label_budget)
-    gen.recommend(cworld, agents[:2])  # warm-up
+    with warming_up("the generator on two agents"):
+        gen.recommend(cworld, agents[:2])
     g_rows, g_div = [], []
     for x in agents:
         c0, r0 = counted.calls, counted.rows
@@ -362,6 +367,8 @@ def run_cell(dataset: str, model: str, args: argparse.Namespace) -> dict[str, An
         except ImportError as err:
             cell["errors"][name] = f"not installed: {err}"
             continue
+        with warming_up(f"{name} on one agent"):
+            peer.solve(agents[0], 1)
         for k, n, sink, scorer in ((1, len(agents), rows, scorer1), (5, n_div, div, scorer5)):
             out_rows, errs = [], []
             started = time.perf_counter()

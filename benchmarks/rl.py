@@ -35,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.warmup import warming_up  # noqa: E402
 from data_gen.config import SyntheticDatasetConfig  # noqa: E402
 from data_gen.dataset import build_dataset  # noqa: E402
 from evaluation.policy_eval import exact_optimum, policy_metrics  # noqa: E402
@@ -50,6 +51,8 @@ def run_setting(edges: int, args: argparse.Namespace, log) -> dict[str, Any]:
     train, test = ds.split("all", 0.2)
     world = ds.world
     log(f"[edges={edges}] dataset: {len(ds)} agents kept of {args.agents}, train {len(train)}, test {len(test)}")
+    with warming_up("the exact solver on two agents"):
+        exact_optimum(world, test.X[:2], None, None if edges == 0 else 2)
     t = time.perf_counter()
     exact = exact_optimum(world, test.X, None, None if edges == 0 else args.exact_agents)
     log(f"[edges={edges}] exact optimum ({exact['solver']}) on {exact['agents']} test agents in "
@@ -78,6 +81,8 @@ def run_setting(edges: int, args: argparse.Namespace, log) -> dict[str, Any]:
         model.fit(train, None, ctx)
         seconds = time.perf_counter() - t
         model.save(run_dir)
+        with warming_up(f"{method} on 8 agents"):  # policy_metrics warms up too; then nothing is left to compile
+            model.predict_sequences(test.X[:8], None)
         m = policy_metrics(model, world, test.X, exact=exact)
         info = model.fit_info_
         m["train_seconds"] = seconds
@@ -90,6 +95,8 @@ def run_setting(edges: int, args: argparse.Namespace, log) -> dict[str, Any]:
             f"{m['validity']['value']:.4f}, regret {m['mean_regret']:.5f}, "
             f"{1e6 * m['inference_s_per_agent']:.1f} µs/agent, trained in {seconds:.0f}s")
     lookahead = build_generator("lookahead", {}).fit(train, None, FitContext.from_world(world, int(ds.length.max())))
+    with warming_up("lookahead on 8 agents"):
+        lookahead.predict_sequences(test.X[:8], None)
     out["policies"]["lookahead argmin (no learning)"] = policy_metrics(lookahead, world, test.X, exact=exact)
     return out
 

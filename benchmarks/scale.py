@@ -31,10 +31,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.warmup import warming_up  # noqa: E402
 from data_gen.compute import ComputeConfig  # noqa: E402
 
+Run = Callable[..., Any]  # run(work, compute, n=None): label the first n agents (None: all)
 
-def setcover_labeller(agents: int) -> tuple[Callable[[Path, ComputeConfig], Any], int, dict]:
+
+def setcover_labeller(agents: int) -> tuple[Run, int, dict]:
     """The compiled exact set cover on a 50-feature paper world (chunks of 5,000 agents)."""
     from data_gen.config import SyntheticDatasetConfig
     from data_gen.labelling import label_population
@@ -47,17 +50,16 @@ def setcover_labeller(agents: int) -> tuple[Callable[[Path, ComputeConfig], Any]
     X = (rng.random((agents * 2, 50)) < cfg.pf).astype(np.uint8)
     X = X[~world.accepts(X)][:agents]
     solver = FastSetCover(dedupe=False)
-    solver.label_batch(world, X[:4])  # compile outside the timing
     chunk = 5_000
 
-    def run(work: Path, compute: ComputeConfig) -> Any:
-        labels, _ = label_population(world, X, None, solver, work, chunk, progress=False, compute=compute)
+    def run(work: Path, compute: ComputeConfig, n: int | None = None) -> Any:
+        labels, _ = label_population(world, X[:n], None, solver, work, chunk, progress=False, compute=compute)
         return np.concatenate([labels.cost, labels.actions.ravel().astype(float)])
 
     return run, chunk, {"world": "synthetic n=50, A=100", "agents": len(X)}
 
 
-def mace_labeller(agents: int) -> tuple[Callable[[Path, ComputeConfig], Any], int, dict]:
+def mace_labeller(agents: int) -> tuple[Run, int, dict]:
     """MACE (MILP, l1) on the Adult forest (chunks of 5 agents)."""
     from data_gen.classifiers import build, negatives
     from data_gen.mace_labels import label_tabular
@@ -67,15 +69,15 @@ def mace_labeller(agents: int) -> tuple[Callable[[Path, ComputeConfig], Any], in
     X = negatives(b.world, b.data.X_test)[:agents]
     chunk = 5
 
-    def run(work: Path, compute: ComputeConfig) -> Any:
-        labels = label_tabular(b.world, X, MACE(backend="milp", norm="one"), work, chunk_size=chunk,
+    def run(work: Path, compute: ComputeConfig, n: int | None = None) -> Any:
+        labels = label_tabular(b.world, X[:n], MACE(backend="milp", norm="one"), work, chunk_size=chunk,
                                progress=False, compute=compute)
         return np.concatenate([np.nan_to_num(labels.cf).ravel(), np.nan_to_num(labels.distance, posinf=-1)])
 
     return run, chunk, {"world": "adult/forest", "agents": len(X)}
 
 
-def sequencer_labeller(agents: int) -> tuple[Callable[[Path, ComputeConfig], Any], int, dict]:
+def sequencer_labeller(agents: int) -> tuple[Run, int, dict]:
     """The BRKGA sequencer with the CSCF settings on the Adult sequential world (chunks of 2 agents)."""
     from data_gen.sequence_labels import label_sequences
     from data_gen.sequential_worlds import build_sequential, rejected_agents
@@ -85,15 +87,15 @@ def sequencer_labeller(agents: int) -> tuple[Callable[[Path, ComputeConfig], Any
     X = rejected_agents(built, agents, seed=0)
     chunk = 2
 
-    def run(work: Path, compute: ComputeConfig) -> Any:
-        labels = label_sequences(built.world, X, work, BRKGASequencer(), chunk_size=chunk, progress=False,
+    def run(work: Path, compute: ComputeConfig, n: int | None = None) -> Any:
+        labels = label_sequences(built.world, X[:n], work, BRKGASequencer(), chunk_size=chunk, progress=False,
                                  compute=compute)
         return np.concatenate([labels.cost, np.nan_to_num(labels.values).ravel(), labels.actions.ravel()])
 
     return run, chunk, {"world": "adult (cscf), BRKGA 500/150", "agents": len(X)}
 
 
-LABELLERS: dict[str, Callable[[int], tuple[Callable[[Path, ComputeConfig], Any], int, dict]]] = {
+LABELLERS: dict[str, Callable[[int], tuple[Run, int, dict]]] = {
     "setcover": setcover_labeller, "mace": mace_labeller, "sequencer": sequencer_labeller,
 }
 DEFAULT_AGENTS = {"setcover": 100_000, "mace": 60, "sequencer": 12}
@@ -105,6 +107,8 @@ def measure(name: str, agents: int, workers: list[int], address: str | None) -> 
     run, chunk, info = LABELLERS[name](agents)
     out: dict[str, Any] = {"labeller": name, **info, "chunk_size": chunk, "runs": []}
     with tempfile.TemporaryDirectory() as tmp:
+        with warming_up(f"{name} on one agent in this process"):
+            run(Path(tmp) / "warm-local", ComputeConfig(), 1)
         t = time.perf_counter()
         reference = run(Path(tmp) / "local", ComputeConfig())
         local_s = time.perf_counter() - t
@@ -115,6 +119,8 @@ def measure(name: str, agents: int, workers: list[int], address: str | None) -> 
             ray.init(address=address, num_cpus=None if address else w, include_dashboard=False,
                      log_to_driver=False)
             compute = ComputeConfig(backend="ray", address=address, n_workers=w)
+            with warming_up(f"{name} on {w} chunk(s) on the Ray workers"):
+                run(Path(tmp) / f"warm-ray{w}", compute, chunk * w)  # a chunk per worker (as Ray schedules them)
             t = time.perf_counter()
             labels = run(Path(tmp) / f"ray{w}", compute)
             s = time.perf_counter() - t

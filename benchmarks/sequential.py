@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.warmup import warming_up  # noqa: E402
 from data_gen.sequence_labels import SequenceLabelSet, label_sequences  # noqa: E402
 from data_gen.sequential_worlds import build_sequential, rejected_agents  # noqa: E402
 from solvers.sequential import BRKGASequencer, ExactSequenceSearch  # noqa: E402
@@ -178,6 +179,12 @@ def main(argv: list[str] | None = None) -> None:
         world = built.world
         X = rejected_agents(built, args.agents, seed=args.seed, split=split)
         work = Path(args.work) / f"{c}-{len(X)}-s{args.seed}"
+        # in this process before the workers are forked from it: they start with everything imported and compiled
+        with warming_up(f"the exact search and the sequencer ({', '.join(args.variants)}) on one agent ({c})"):
+            ExactSequenceSearch(max_length=3).solve(world, X[0])
+            for v in args.variants:
+                BRKGASequencer(n_generations=args.generations, polish=10 if v == "polish" else 0,
+                               seed=args.seed).solve(world, X[0])
         ref = label_sequences(world, X, work / "exact", ExactSequenceSearch(max_length=3), n_jobs=args.jobs,
                               chunk_size=5)
         r: dict[str, Any] = {"agents": len(X), "agents_from": split, "black_box": "x".join(

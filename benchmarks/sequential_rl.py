@@ -40,6 +40,20 @@ RESULTS = ROOT / "benchmarks" / "results"
 CONFIGS = [ROOT / "configs" / "sequential_adult.yaml", ROOT / "configs" / "sequential_german.yaml"]
 
 
+def warm_up_exact(run_dir: Path, max_length: int) -> None:
+    """The exact reference once on one agent of the run before ``evaluate_sequential`` times it per
+    agent (the policies' warm-up is ``evaluate_sequential``'s own, before their batched calls)."""
+    from benchmarks.warmup import warming_up
+    from data_gen.sequence_labels import SequenceLabelSet
+    from envs.sequential import SequentialWorld
+    from evaluation.sequential_experiment import exact_reference, run_labels
+
+    info = run_labels(run_dir)
+    world = SequentialWorld.load(Path(info["path"]) / "world.json")
+    with warming_up("the exact reference on one agent"):
+        exact_reference(world, SequenceLabelSet.load(info["path"]).X[:1], max_length)
+
+
 def targets(res: dict[str, Any]) -> list[str]:
     """The issue's targets, checked on the learned policies of one run (the cost against each
     lookahead directly: summed over the agents where both are valid)."""
@@ -186,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_sequential_config(path)
         t1 = time.perf_counter()
         run_dir = train_sequential(cfg, progress=True)
+        warm_up_exact(run_dir, cfg.exact_max_length)
         res = evaluate_sequential(run_dir)
         res["seconds"] = round(time.perf_counter() - t1, 1)
         figs = plots(res, out.with_suffix(""))

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.server_harness import free_port, start_server, stop_server  # noqa: E402
+from benchmarks.warmup import warming_up  # noqa: E402
 from data_gen.dataset import load_dataset  # noqa: E402
 from evaluation.config import parse_config  # noqa: E402
 from evaluation.experiment import train_experiment  # noqa: E402
@@ -57,8 +58,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def bench_single(client: httpx.Client, X: np.ndarray, n: int, seconds: float) -> dict:
-    for x in X[:50]:  # warm-up
-        client.post("/recommend", json={"x": x.tolist()})
+    with warming_up("POST /recommend, 50 requests"):
+        for x in X[:50]:
+            client.post("/recommend", json={"x": x.tolist()})
     lat, codes, by_method = [], {}, {}
     t_end = time.monotonic() + seconds
     for i in range(n):
@@ -96,7 +98,8 @@ def batch_body(X: np.ndarray) -> dict:
 
 def bench_batch(client: httpx.Client, X: np.ndarray, size: int, n: int, seconds: float) -> dict:
     rng = np.random.default_rng(1)
-    client.post("/recommend/batch", json=batch_body(X[:size]))  # warm-up
+    with warming_up(f"POST /recommend/batch, one batch of {size}"):
+        client.post("/recommend/batch", json=batch_body(X[:size]))
     lat, agents, statuses = [], 0, {}
     t_end = time.monotonic() + seconds
     t0 = time.perf_counter()
@@ -341,7 +344,8 @@ def page_main(argv: list[str] | None = None) -> int:
         load_ms, answer_ms, alt_ms, statuses, seen = [], [], [], {}, set()
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
-                for i in range(10 + args.visits):
+
+                def visit(i: int) -> tuple[float, float, float, httpx.Response]:
                     record = client.get("/example", params={"seed": i}).json()["record"]
                     seen.add(json.dumps(record, sort_keys=True))
                     t0 = time.perf_counter()
@@ -353,13 +357,18 @@ def page_main(argv: list[str] | None = None) -> int:
                     r.raise_for_status()
                     if args.n_diverse and r.json()["status"] == "ok":
                         client.post("/recommend", json={**record, "n_diverse": args.n_diverse}).raise_for_status()
-                    t3 = time.perf_counter()
-                    if i >= 10:
-                        load_ms.append((t1 - t0) * 1e3)
-                        answer_ms.append((t2 - t1) * 1e3)
-                        alt_ms.append((t3 - t2) * 1e3)
-                        key = f"{r.json()['status']}/{r.json()['method']}"
-                        statuses[key] = statuses.get(key, 0) + 1
+                    return t1 - t0, t2 - t1, time.perf_counter() - t2, r
+
+                with warming_up("the page, 10 visits"):
+                    for i in range(10):
+                        visit(i)
+                for i in range(10, 10 + args.visits):
+                    load, answer, alt, r = visit(i)
+                    load_ms.append(load * 1e3)
+                    answer_ms.append(answer * 1e3)
+                    alt_ms.append(alt * 1e3)
+                    key = f"{r.json()['status']}/{r.json()['method']}"
+                    statuses[key] = statuses.get(key, 0) + 1
                 model = client.get("/model").json()
         finally:
             stop_server(proc)

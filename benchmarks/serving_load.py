@@ -117,6 +117,7 @@ def bench_batch_under_load(run_dir: Path, batch_size: int | None = None, idle_pa
                            modes: tuple[str, ...] = ("batch", "jobs"), max_batch: int = 10_000) -> dict[str, Any]:
     """The figures of the module docstring for one run (``batch_size`` None: ``max_batch``)."""
     from benchmarks.server_harness import free_port, start_server, stop_server
+    from benchmarks.warmup import warming_up
 
     size = batch_size or max_batch
     records = raw_records(run_dir, 2000)
@@ -129,9 +130,10 @@ def bench_batch_under_load(run_dir: Path, batch_size: int | None = None, idle_pa
         base = f"http://127.0.0.1:{port}"
         try:
             with httpx.Client(base_url=base, timeout=60.0) as client:
-                for r in records[:20]:  # warm-up: imports, the fallback child's start
-                    client.post("/recommend", json=r)
-                time.sleep(2.0)
+                with warming_up("POST /recommend, 20 requests (imports, the fallback child's start)"):
+                    for r in records[:20]:
+                        client.post("/recommend", json=r)
+                    time.sleep(2.0)
                 single: list[float] = []
                 health: list[float] = []
                 errors: list[str] = []

@@ -131,6 +131,7 @@ def loopback_single(run_dir: Path, records: list[dict], budget_ms: float) -> dic
     import httpx
 
     from benchmarks.server_harness import free_port, start_server, stop_server
+    from benchmarks.warmup import warming_up
 
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,8 +140,9 @@ def loopback_single(run_dir: Path, records: list[dict], budget_ms: float) -> dic
         try:
             out: dict[str, list[float]] = {}
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0) as client:
-                for r in records[:5]:  # warm-up
-                    client.post("/recommend", json=r)
+                with warming_up("serve.py, POST /recommend on loopback, 5 requests"):
+                    for r in records[:5]:
+                        client.post("/recommend", json=r)
                 for r in records:
                     t = time.perf_counter()
                     a = client.post("/recommend", json=r).json()
@@ -160,6 +162,7 @@ def bench_tabular(run_dir: Path, single: int, batch_size: int, batches: int, fuz
                   schemathesis: bool, seed: int = 0, loopback: bool = True) -> dict[str, Any]:
     from fastapi.testclient import TestClient
 
+    from benchmarks.warmup import warming_up
     from serving.tabular import TabularService
     from serving.tabular_app import create_tabular_app
 
@@ -183,9 +186,9 @@ def bench_tabular(run_dir: Path, single: int, batch_size: int, batches: int, fuz
     X_all = np.vstack([X_test, X_more])
     records = [svc.codec.decode(x) for x in X_all]
 
-    # warm-up (first calls import and compile)
-    for r in records[:5]:
-        client.post("/recommend", json=r)
+    with warming_up("POST /recommend in process, 5 requests"):  # first calls import and compile
+        for r in records[:5]:
+            client.post("/recommend", json=r)
 
     # ---- single requests over HTTP (in-process ASGI)
     http_ms: dict[str, list[float]] = {}
@@ -234,6 +237,9 @@ def bench_tabular(run_dir: Path, single: int, batch_size: int, batches: int, fuz
 
     # ---- batch throughput
     svc.close()
+    with warming_up("POST /recommend/batch and the service call, a batch of 8"):  # the batched paths
+        client.post("/recommend/batch", json={"records": records[:8]})
+        svc.recommend_records(records[:8])
     batch_http, batch_call = [], []
     for _ in range(batches):
         idx = rng.integers(len(records), size=batch_size)

@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox import sample, save  # noqa: E402
 from benchmarks.tabular_generators_report import FRESH_METHODS, METHODS, ONLINE, plot, plot_frontier, report  # noqa: E402
+from benchmarks.warmup import warming_up  # noqa: E402
 from data_gen.classifiers import build, negatives  # noqa: E402
 from data_gen.mace_labels import MaceLabelSet, label_tabular  # noqa: E402
 from data_gen.perturbed_agents import PerturbParams, perturb_agents  # noqa: E402
@@ -207,7 +208,10 @@ def evaluate_generator(gen: Any, world: TabularWorld, X: np.ndarray, mace_d: np.
     """Batched time (the best of at least ``repeats`` runs and ``min_seconds`` of runs, timeit's
     convention on a shared machine), answers scored against MACE, and model calls per answer (each
     agent answered alone through a counted model, as a server answers a request)."""
-    gen.recommend(world, X)  # warm-up: every compiled path this batch takes
+    cworld, counted = _counted_world(world)
+    with warming_up(f"{getattr(gen, 'method', type(gen).__name__)} on {len(X)} agents and on one"):
+        gen.recommend(world, X)  # every compiled path this batch takes
+        gen.recommend(cworld, X[:1])  # and one agent alone through the counted model, as timed below
     best, rec, runs, spent = np.inf, None, 0, 0.0
     with _no_gc():
         while runs < repeats or spent < min_seconds:
@@ -216,7 +220,6 @@ def evaluate_generator(gen: Any, world: TabularWorld, X: np.ndarray, mace_d: np.
             took = time.perf_counter() - t
             best, runs, spent = min(best, took), runs + 1, spent + took
     m = score_answers(world, X, rec.CF, rec.found, mace_d, mace_ok, "one")
-    cworld, counted = _counted_world(world)
     calls, single = [], []
     for x in X:
         c0 = counted.calls
@@ -235,6 +238,8 @@ def time_mace(world: TabularWorld, X: np.ndarray, n: int) -> dict[str, float]:
     """MACE's seconds per agent on the first ``n`` held-out agents, re-solved here, in this process
     and this run (the labels' own times came from worker processes on another day)."""
     solver = MACE(**TEST_MACE)
+    with warming_up("MACE on one agent"):
+        solver.solve(world, X[0])
     secs = []
     with _no_gc():
         for x in X[:n]:
@@ -255,6 +260,8 @@ def evaluate_online(name: str, world: TabularWorld, domain: np.ndarray, X: np.nd
     # valid answer is the answer
     solver = GeCo(plaf=Plaf()).fit(world, domain) if name == "geco" else MDPSO(seed=seed).fit(world, domain)
     CF = np.full(X.shape, np.nan)
+    with warming_up(f"{name} on one agent"):
+        solver.solve(world, X[0])
     secs, calls = [], []
     for i, x in enumerate(X):
         t = time.perf_counter()

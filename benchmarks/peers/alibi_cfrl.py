@@ -137,6 +137,11 @@ def main(work: Path) -> None:
 
     # 4. one agent per call
     conditioned = explainer.params["conditional_func"](np.zeros((1, len(names)))) is not None
+    # warm-up (the first call's allocations; benchmarks/warmup.py's line, this script imports nothing of the project)
+    print("warming up CFRL on one agent (compiling kernels, not timed) ...", end=" ", file=sys.stderr, flush=True)
+    t = time.perf_counter()
+    explainer.explain(np.atleast_2d(z["R_agents"][0]), np.array([1]), C=[] if conditioned else None)
+    print(f"{time.perf_counter() - t:.2f} s", file=sys.stderr, flush=True)
     R_cf, secs, cpus, calls = [], [], [], []
     for r in z["R_agents"]:
         c0 = counter["calls"]
