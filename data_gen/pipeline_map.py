@@ -255,9 +255,11 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float | bool | np.number)
 
 
-def world_layout(cols: list[Sym], spec: DataSpec, df: pd.DataFrame) -> tuple[dict[str, tuple], dict[str, tuple]]:
+def world_layout(cols: list[Sym], spec: DataSpec,
+                 df: pd.DataFrame | None = None) -> tuple[dict[str, tuple], dict[str, tuple]]:
     """(one_hot, code) for ``DataSpec.to_raw_columns``: how each feature is stored so that the model's
-    reads of it are monotone functions of one encoded column (or indicators of a one-hot group)."""
+    reads of it are monotone functions of one encoded column (or indicators of a one-hot group).
+    ``df``: the table, whose values join the levels (None: the spec's levels only)."""
     reads: dict[str, set[str]] = {}
     for c in cols:
         if c.feature is not None:
@@ -269,7 +271,7 @@ def world_layout(cols: list[Sym], spec: DataSpec, df: pd.DataFrame) -> tuple[dic
         if len(how) > 1:
             raise Unsupported(f"feature {name!r} is read both as {' and as '.join(sorted(how))}")
         how = how.pop()
-        seen = _sorted(pd.unique(df[name].map(_plain)))
+        seen = _sorted(pd.unique(df[name].map(_plain))) if df is not None else list(f.levels)
         if how == "indicator":
             if f.kind != "categorical" and f.mutability not in ("free", "immutable"):
                 raise Unsupported(f"feature {name!r} is one-hot encoded by the model but {f.mutability!r}-only in "

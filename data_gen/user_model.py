@@ -214,6 +214,7 @@ def translate(model: Any, spec: DataSpec, encoder: TabularEncoder) -> tuple[Whit
         est, cols, steps = walk(model, names)
         steps = tuple(steps)
         cols = finish(cols, spec)
+        world_layout(cols, spec)  # a feature the world cannot store as the model reads it
         imap, not_affine = input_map(cols, encoder)
         n = getattr(est, "n_features_in_", None)
         if n is not None and n != len(cols):
@@ -303,8 +304,10 @@ class UserModelOracle:
         return df if self.named else df.to_numpy()
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """P(favourable) per encoded row."""
+        """P(favourable) per encoded row (a model without ``predict_proba``: its decision as 0 or 1)."""
         X = np.atleast_2d(np.asarray(X, float))
+        if not hasattr(self.model, "predict_proba"):
+            return self(X).astype(np.float64)
         parts = [np.asarray(self.model.predict_proba(self._inputs(X[i:i + self.batch])), float)[:, self.positive]
                  for i in range(0, len(X), self.batch)]
         return np.concatenate(parts) if parts else np.zeros(0)
@@ -375,31 +378,39 @@ def check_agreement(model: Any, white_box: WhiteBoxModel | None, input_map: Inpu
     names, named = model_columns(model, spec)
     raw = df[names]
     inputs = raw if named else raw.to_numpy()
-    p_user = np.asarray(model.predict_proba(inputs), float)[:, pos]
-    d_user = decisions(model, inputs, pos)
+    try:
+        p_user = np.asarray(model.predict_proba(inputs), float)[:, pos] if hasattr(model, "predict_proba") else None
+        d_user = decisions(model, inputs, pos)
+    except Exception as err:  # the model's own complaint (an unknown category, say), in one line
+        raise ValueError(f"agreement: the model cannot score the table ({_first_line(err)})") from None
     X = encoder.encode(df[spec.names])
     if input_map is not None and input_map.n_encoded != X.shape[1]:
         raise ValueError(f"input_map: reads {input_map.n_encoded} encoded columns, the encoder gives {X.shape[1]}")
     tol = float(getattr(white_box, "tolerance", 0.0) or 0.0)
     if white_box is None:
         oracle = UserModelOracle.build(model, spec, encoder, df)
-        p_world, d_world, s_world = oracle.predict_proba(X), oracle(X), None
+        p_world = oracle.predict_proba(X) if p_user is not None else None
+        d_world, s_world = oracle(X), None
         what = "the world's records"
     else:
         s_world = white_box.score(X)
         d_world = s_world > 0
         p_world = _proba(white_box, X)
         what = f"the white box ({type(white_box).__name__})"
-    near = (np.abs(p_user - 0.5) <= margin) | (np.abs(p_world - 0.5) <= margin if p_world is not None else False)
+    near = np.zeros(len(X), bool)
+    for p in (p_user, p_world):
+        if p is not None:
+            near |= np.abs(p - 0.5) <= margin
     if s_world is not None:
         near |= np.abs(s_world) <= tol
     differ = d_user != d_world
-    gap = np.abs(p_user - p_world) if p_world is not None else np.zeros(len(X))
+    both = p_user is not None and p_world is not None
+    gap = np.abs(p_user - p_world) if both else np.zeros(len(X))
     bad = (differ & ~near) | (gap > atol + tol)
     if bad.any():
         r = int(np.argmax(bad))
-        pw = "n/a" if p_world is None else f"{p_world[r]:.9g}"
-        raise ValueError(f"agreement: row {df.index[r]}: the model gives P(favourable) = {p_user[r]:.9g} "
+        pu, pw = ("n/a" if p is None else f"{p[r]:.9g}" for p in (p_user, p_world))
+        raise ValueError(f"agreement: row {df.index[r]}: the model gives P(favourable) = {pu} "
                          f"({'accept' if d_user[r] else 'reject'}), {what} {pw} "
                          f"({'accept' if d_world[r] else 'reject'}); the translation is wrong for this model")
     report = AgreementReport(len(X), int((differ & near).sum()), float(gap.max()) if len(gap) else 0.0)
