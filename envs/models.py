@@ -16,6 +16,11 @@ threshold; ``_tree.pyx``), and a forest sums its trees' probabilities in estimat
 dividing by their number. ``split_limits`` turns a threshold into the exact float64 interval of
 each branch, which exact solvers (MACE) encode. LR and MLP copies fold the scaler into the first
 layer and so agree with sklearn only up to float64 round-off (``exact = False``).
+
+A ``TreeEnsemble`` also holds an imported model (``envs.imported_trees``): ``splits="float64"``
+(a node goes left iff ``x <= threshold``, the threshold being the exact float64 point where the
+user's own test on their scaled input flips, ``envs.split_rules``) and ``boosted`` (the score is
+the sum of the leaf values, the library's margin, not the mean of the trees' P(1) - P(0)).
 """
 
 from __future__ import annotations
@@ -83,8 +88,9 @@ class Tree:
     """One binary decision tree in sklearn's array layout.
 
     Internal node k tests ``float32(x[feature[k]]) <= threshold[k]`` (go to ``left[k]``) else
-    ``right[k]``, as sklearn does; leaves have ``left == right == -1`` and ``p1[k]`` / ``p0[k]`` =
-    P(class 1) / P(class 0) at the leaf, each computed as sklearn's ``predict_proba`` computes it.
+    ``right[k]``, as sklearn does (``splits="float64"``: ``x[feature[k]] <= threshold[k]``); leaves
+    have ``left == right == -1`` and ``p1[k]`` / ``p0[k]`` = P(class 1) / P(class 0) at the leaf,
+    each computed as sklearn's ``predict_proba`` computes it (a boosted tree: its leaf value and 0).
     """
 
     left: np.ndarray
@@ -93,21 +99,30 @@ class Tree:
     threshold: np.ndarray
     p1: np.ndarray
     p0: np.ndarray | None = None  # None: 1 - p1 (models saved before p0 was stored; not bit-exact)
+    splits: str = "float32"  # how a node compares: "float32" as sklearn, "float64" x <= threshold exactly
     _limits: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.p0 is None:
             self.p0 = 1.0 - np.asarray(self.p1, float)
+        if self.splits not in ("float32", "float64"):
+            raise ValueError(f"splits: expected 'float32' or 'float64', got {self.splits!r}")
 
     def limits(self) -> tuple[np.ndarray, np.ndarray]:
-        """(U, L) per node (``split_limits`` of every threshold; leaves hold junk), computed once."""
+        """(U, L) per node (``split_limits`` of every threshold, or the float64 threshold and its
+        successor; leaves hold junk), computed once."""
         if self._limits is None:
-            self._limits = split_limits(np.where(self.left >= 0, self.threshold, 0.0))
+            t = np.where(self.left >= 0, self.threshold, 0.0)
+            self._limits = split_limits(t) if self.splits == "float32" else (t, np.nextafter(t, np.inf))
         return self._limits
+
+    def row_type(self) -> type:
+        """The dtype a row is cast to before its tests (float32 as sklearn, or float64)."""
+        return np.float32 if self.splits == "float32" else np.float64
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
         """Leaf index reached by each row (vectorized descent on the float32 cast, as sklearn)."""
-        X = np.asarray(X).astype(np.float32)  # float32 vs float64 threshold compares exactly in float64
+        X = np.asarray(X).astype(self.row_type())  # float32 vs float64 threshold compares exactly in float64
         node = np.zeros(len(X), dtype=np.int64)
         active = self.left[node] >= 0
         while active.any():
@@ -138,10 +153,10 @@ class Tree:
         return {k: getattr(self, k).tolist() for k in ("left", "right", "feature", "threshold", "p1", "p0")}
 
     @classmethod
-    def from_dict(cls, d: dict[str, list]) -> Tree:
+    def from_dict(cls, d: dict[str, list], splits: str = "float32") -> Tree:
         return cls(np.asarray(d["left"], np.int64), np.asarray(d["right"], np.int64),
                    np.asarray(d["feature"], np.int64), np.asarray(d["threshold"], float), np.asarray(d["p1"], float),
-                   np.asarray(d["p0"], float) if "p0" in d else None)
+                   np.asarray(d["p0"], float) if "p0" in d else None, splits)
 
     @classmethod
     def from_sklearn(cls, tree: Any, positive_index: int = 1) -> Tree:
@@ -210,24 +225,58 @@ COMPLETE_NODES = 1 << 20  # and only where all its complete trees hold at most t
 
 @dataclass
 class TreeEnsemble(WhiteBoxModel):
-    """A decision tree (one tree) or a random forest (probabilities averaged over trees)."""
+    """A decision tree (one tree), a random forest (probabilities averaged over trees) or, with
+    ``boosted``, a boosted ensemble: score = the sum over the trees, in order, of the leaf's
+    p1 - p0 (p1 the leaf value, p0 = 0), the library's margin; the initial prediction is folded
+    into the first tree's leaves, so the sum runs in the libraries' order (first term init + v1)."""
 
     trees: list[Tree]
     n_features: int
+    boosted: bool = False  # the score is the sum of leaf values (a margin), not the mean of P(1) - P(0)
+    tolerance: float = 0.0  # the native model may decide otherwise only where |score| <= tolerance
     kind: ClassVar[str] = "tree_ensemble"
-    exact: ClassVar[bool] = True
+
+    def __post_init__(self):
+        if len({t.splits for t in self.trees}) > 1:
+            raise ValueError("trees: all trees of an ensemble must compare the same way (splits)")
+        if not self.tolerance >= 0:
+            raise ValueError(f"tolerance: must be >= 0, got {self.tolerance!r}")
+
+    @property
+    def exact(self) -> bool:
+        """``predict`` is the native model's decision (no float tolerance; a score of exactly 0 aside)."""
+        return self.tolerance == 0.0
+
+    @property
+    def splits(self) -> str:
+        return self.trees[0].splits if self.trees else "float32"
 
     @property
     def model_class(self) -> str:
-        return "tree" if len(self.trees) == 1 else "forest"
+        return "boosted" if self.boosted else "tree" if len(self.trees) == 1 else "forest"
 
-    def class_probas(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(P(0), P(1)) per row, summed over the trees in order and divided by their number, as sklearn."""
+    def _rows(self, X: np.ndarray) -> np.ndarray:
+        """Rows cast as the trees compare them (float32 as sklearn, or float64), contiguous."""
+        return np.ascontiguousarray(self._check(X), self.trees[0].row_type() if self.trees else np.float32)
+
+    def _divisor(self) -> int:
+        """What the summed leaf values are divided by: the trees' number (a forest's mean), or 1."""
+        return 1 if self.boosted else len(self.trees)
+
+    def _sums(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         from envs.tree_kernels import complete_sums, forest_sums
 
-        X32 = np.ascontiguousarray(self._check(X), np.float32)
+        rows = self._rows(X)
         complete = self._complete()
-        s0, s1 = complete_sums(X32, *complete) if complete is not None else forest_sums(X32, *self._stacked())
+        return complete_sums(rows, *complete) if complete is not None else forest_sums(rows, *self._stacked())
+
+    def class_probas(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(P(0), P(1)) per row, summed over the trees in order and divided by their number, as sklearn
+        (a boosted model: 1 - P and P, P the sigmoid of its margin)."""
+        if self.boosted:
+            p = self.predict_proba(X)
+            return 1.0 - p, p
+        s0, s1 = self._sums(X)
         return s0 / len(self.trees), s1 / len(self.trees)
 
     def _stacked(self) -> tuple[np.ndarray, ...]:
@@ -273,24 +322,24 @@ class TreeEnsemble(WhiteBoxModel):
         (compiled: a forest's per-tree Python loop cost ~75 µs a tree)."""
         from envs.tree_kernels import forest_leaves
 
-        X32 = np.ascontiguousarray(self._check(X), np.float32)
         offsets, left, right, feature, threshold, depth, _, _ = self._stacked()
-        return forest_leaves(X32, offsets, left, right, feature, threshold, depth) - offsets
+        return forest_leaves(self._rows(X), offsets, left, right, feature, threshold, depth) - offsets
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        return self.class_probas(X)[1]
+        return _sigmoid(self.score(X)) if self.boosted else self.class_probas(X)[1]
 
     def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """``score`` of variant rows, bit for bit: the compiled descent copies each base row and its
         changed columns into one float32 row buffer (the same cast as ``score``)."""
         from envs.tree_kernels import complete_sums_variants, forest_sums_variants
 
-        args = (np.ascontiguousarray(self._check(base), np.float32), np.ascontiguousarray(index, np.int64),
-                np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64).astype(np.float32))
+        rows = self._rows(base)
+        args = (rows, np.ascontiguousarray(index, np.int64), np.ascontiguousarray(cols, np.int64),
+                np.ascontiguousarray(vals, np.float64).astype(rows.dtype))
         complete = self._complete()
         s0, s1 = (complete_sums_variants(*args, *complete) if complete is not None
                   else forest_sums_variants(*args, *self._stacked()))
-        n = len(self.trees)
+        n = self._divisor()
         return s1 / n - s0 / n
 
     def score_bounds(self, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -299,19 +348,24 @@ class TreeEnsemble(WhiteBoxModel):
         from envs.tree_kernels import forest_box_bounds
 
         offsets, left, right, feature, threshold, _, p0, p1 = self._stacked()
-        bound = forest_box_bounds(np.ascontiguousarray(self._check(base), np.float32),
-                                  np.ascontiguousarray(cols, np.int64), np.asarray(lo, float).astype(np.float32),
-                                  np.asarray(hi, float).astype(np.float32), offsets, left, right, feature, threshold,
+        rows = self._rows(base)
+        bound = forest_box_bounds(rows, np.ascontiguousarray(cols, np.int64), np.asarray(lo, float).astype(rows.dtype),
+                                  np.asarray(hi, float).astype(rows.dtype), offsets, left, right, feature, threshold,
                                   p1 - p0)
-        return bound / len(self.trees)
+        return bound / self._divisor()  # rounding is monotone: the sum of larger terms is not smaller
 
     def score(self, X: np.ndarray) -> np.ndarray:
-        """P(1) - P(0): > 0 exactly where sklearn's argmax picks class 1 (a - b > 0 iff a > b in IEEE)."""
-        p0, p1 = self.class_probas(X)
-        return p1 - p0
+        """P(1) - P(0): > 0 exactly where sklearn's argmax picks class 1 (a - b > 0 iff a > b in IEEE);
+        a boosted model: its margin, summed in the library's order."""
+        s0, s1 = self._sums(X)
+        n = self._divisor()
+        return s1 / n - s0 / n
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n_features": self.n_features, "trees": [t.to_dict() for t in self.trees]}
+        extra = {"boosted": True} if self.boosted else {}  # keys only where not the default: old JSON as it was
+        extra.update({"splits": self.splits} if self.splits != "float32" else {})
+        extra.update({"tolerance": self.tolerance} if self.tolerance else {})
+        return {"n_features": self.n_features, "trees": [t.to_dict() for t in self.trees], **extra}
 
     @classmethod
     def from_sklearn(cls, est: Any) -> TreeEnsemble:
@@ -459,7 +513,9 @@ class SklearnOracle:
 def model_from_dict(d: dict[str, Any]) -> WhiteBoxModel:
     kind = d.get("kind")
     if kind == "tree_ensemble":
-        return TreeEnsemble([Tree.from_dict(t) for t in d["trees"]], int(d["n_features"]))
+        splits = str(d.get("splits", "float32"))
+        return TreeEnsemble([Tree.from_dict(t, splits) for t in d["trees"]], int(d["n_features"]),
+                            bool(d.get("boosted", False)), float(d.get("tolerance", 0.0)))
     if kind == "linear":
         return LinearModel(np.asarray(d["w"], float), float(d["b"]))
     if kind == "mlp":

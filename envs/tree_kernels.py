@@ -1,6 +1,7 @@
 """Compiled descent of a stacked tree ensemble (``TreeEnsemble``): every row through every tree,
 bit for bit as scikit-learn (a float32 input against a float64 threshold, compared in float64;
-tree probabilities summed in estimator order).
+tree probabilities summed in estimator order). An ensemble with float64 splits (an imported model,
+``envs.imported_trees``) passes float64 rows: the same kernels, another numba specialization.
 
 Branch-free: a leaf points to itself on both sides, so each row takes exactly ``depth`` steps in
 every tree, the trees' steps interleaved (independent chains the CPU overlaps, no mispredicted
@@ -78,12 +79,12 @@ def _set_changes(x, cols, vals, i, base, b):
 @nb.njit(cache=True)
 def forest_sums_variants(base, index, cols, vals, offsets, left, right, feature, threshold, depth, p0, p1):
     """``forest_sums`` of variant rows: row t is ``base[index[t]]`` with column ``cols[t, i]`` (>= 0)
-    set to ``vals[t, i]`` (float32 like ``base``); each row is assembled in one buffer, never stored."""
+    set to ``vals[t, i]`` (the dtype of ``base``); each row is assembled in one buffer, never stored."""
     T, D = index.shape[0], base.shape[1]
     s0 = np.zeros(T)
     s1 = np.zeros(T)
     nodes = np.empty(offsets.shape[0], np.int64)
-    x = np.empty(D, np.float32)
+    x = np.empty(D, base.dtype)  # the row type of the splits (float32 or float64)
     cur = -1
     for i in range(T):
         b = index[i]
@@ -136,7 +137,7 @@ def complete_sums_variants(base, index, cols, vals, n_trees, feature, threshold,
     s0 = np.zeros(T)
     s1 = np.zeros(T)
     nodes = np.empty(n_trees, np.int64)
-    x = np.empty(D, np.float32)
+    x = np.empty(D, base.dtype)  # the row type of the splits (float32 or float64)
     cur = -1
     for i in range(T):
         b = index[i]
@@ -231,9 +232,9 @@ def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
 @nb.njit(cache=True)
 def forest_box_bounds(base, cols, lo, hi, offsets, left, right, feature, threshold, q):
     """Per item i, the sum over the trees of the largest leaf value ``q`` (P(1) - P(0)) among the
-    leaves a row can reach when it is ``base[i]`` (float32) but for column ``cols[i, j]`` (-1: none)
-    anywhere in [``lo[i, j]``, ``hi[i, j]``] (float32, the cast the descent makes, so the interval
-    holds every cast value): an upper bound of the summed score over that box, by a depth-first walk
+    leaves a row can reach when it is ``base[i]`` (float32, or float64 for float64 splits) but for
+    column ``cols[i, j]`` (-1: none) anywhere in [``lo[i, j]``, ``hi[i, j]``] (cast as the descent
+    casts, so the interval holds every cast value): an upper bound of the summed score over that box, by a depth-first walk
     that takes both sides of a split only where the interval straddles it."""
     n, k = cols.shape
     out = np.empty(n)

@@ -43,9 +43,9 @@ def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, i
 
 
 def split_edges(world: TabularWorld) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per column of a tree ensemble, its split thresholds with their ``split_limits`` (t, U, L):
+    """Per column of a tree ensemble, its split thresholds with their limits (t, U, L; ``Tree.limits``):
     the values where its decision can change (empty for other models; cached per model)."""
-    from envs.models import TreeEnsemble, split_limits
+    from envs.models import TreeEnsemble
 
     model = getattr(world.model, "model", world.model)  # a counting wrapper forwards to the model
     if not isinstance(model, TreeEnsemble):
@@ -56,13 +56,15 @@ def split_edges(world: TabularWorld) -> dict[int, tuple[np.ndarray, np.ndarray, 
     per: dict[int, list[np.ndarray]] = {}
     for t in model.trees:
         inner = t.left >= 0
+        U, L = t.limits()  # sklearn's float32 test, or an imported model's float64 split point
         for c in np.unique(t.feature[inner]):
-            per.setdefault(int(c), []).append(t.threshold[inner & (t.feature == c)])
+            at = inner & (t.feature == c)
+            per.setdefault(int(c), []).append(np.stack([t.threshold[at], U[at], L[at]]))
     edges = {}
     for c, ts in per.items():
-        t = np.unique(np.concatenate(ts))
-        u, lft = split_limits(t)
-        edges[c] = (t, np.asarray(u, float), np.asarray(lft, float))
+        t, first = np.unique(np.concatenate(ts, axis=1)[0], return_index=True)
+        tul = np.concatenate(ts, axis=1)[:, first]
+        edges[c] = (t, tul[1].astype(float), tul[2].astype(float))
     if len(_EDGES) > 64:
         _EDGES.clear()
     _EDGES[id(model)] = (model, edges)

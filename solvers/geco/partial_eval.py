@@ -87,6 +87,9 @@ class ForestCode:
         self.feature = np.concatenate([t.feature for t in model.trees])
         self.limit = np.concatenate([left_limits(t) for t in model.trees])
         self.p1 = np.concatenate([t.p1 for t in model.trees])
+        self.boosted = bool(getattr(model, "boosted", False))  # P = sigmoid(sum of leaf values), not mean P(1)
+        if self.boosted:
+            self.p1 = self.p1 - np.concatenate([t.p0 for t in model.trees])  # the leaf value p1 - p0
         self.roots = offsets
         self.internal = self.left >= 0
         depth, frontier = 0, self.roots
@@ -140,7 +143,14 @@ class ForestSpecializer(Evaluator):
             own = changed[rows, self.group[node]]
             go_left = np.where(own, pop.values_at(f.feature[node]) <= f.limit[node], self.x_left[node])
             node = np.where(active, np.where(go_left, self.left[node], self.right[node]), node)
-        return np.ascontiguousarray(f.p1[node].T).mean(axis=0)  # the model's own average over trees
+        values = np.ascontiguousarray(f.p1[node].T)
+        if not f.boosted:
+            return values.mean(axis=0)  # the model's own average over trees
+        margin = np.zeros(len(pop))
+        for v in values:  # in tree order, as the model sums
+            margin += v
+        with np.errstate(over="ignore"):
+            return 1.0 / (1.0 + np.exp(-margin))
 
 
 class AffineCode:

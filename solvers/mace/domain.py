@@ -8,9 +8,11 @@ Two readings of the model, so that the certificate is conservative by constructi
 
 - *relaxed* (the lower bound): splits are read exactly as scikit-learn reads them
   (``envs.models.split_limits``: left iff x <= U, right iff x >= L, the float64 neighbours around
-  sklearn's float32 test) and acceptance as ``score >= 0``, which contains every accepted point
-  (``score > 0``). Each backend's bound on this reading bounds every true counterfactual.
-  A single tree's acceptance is read per leaf (exactly: no tie is possible).
+  sklearn's float32 test; an imported model's float64 split points likewise) and acceptance as
+  ``score >= 0``, which contains every accepted point (``score > 0``); ``score >= -tolerance`` for
+  a model whose library may decide otherwise within its ``tolerance`` (XGBoost). Each backend's
+  bound on this reading bounds every true counterfactual. A single tree's acceptance is read per
+  leaf (exactly: no tie is possible).
 - *robust* (a fallback for the point): acceptance as ``score >= margin``. It is used only when the
   relaxed optimum is not a counterfactual (a tie of a forest's trees, or a point on the decision
   boundary of LR/MLP that ``repair`` cannot nudge across cheaply).
@@ -99,7 +101,7 @@ class Instance:
 
     def single_tree(self) -> bool:
         """A single tree: acceptance is a property of the leaf, read exactly (no margin, no tie)."""
-        return isinstance(self.model, TreeEnsemble) and len(self.model.trees) == 1
+        return isinstance(self.model, TreeEnsemble) and len(self.model.trees) == 1 and not self.model.boosted
 
 
 @dataclass
@@ -171,14 +173,13 @@ def accepted(inst: Instance, X: np.ndarray) -> np.ndarray:
     """Acceptance as verified: the real model when given, else the white box.
 
     A bit-exact white box (trees, forests) is read as it is; an LR/MLP copy (float64 round-off
-    apart from sklearn) must clear ``margin`` so that sklearn surely agrees.
+    apart from sklearn) must clear ``margin`` so that sklearn surely agrees, and a model with a
+    ``tolerance`` (XGBoost) ``margin + tolerance``.
     """
     X = np.atleast_2d(X)
     if inst.oracle is not None:
         return np.asarray(inst.oracle(X), bool).reshape(-1)
-    if inst.model.exact:
-        return inst.model.predict(X)
-    return inst.model.score(X) >= inst.margin
+    return _white_box_accepts(inst, X)
 
 
 def problems(inst: Instance, x: np.ndarray, actionable: bool) -> list[str]:
@@ -263,7 +264,9 @@ def repair(inst: Instance, x: np.ndarray, actionable: bool, budget: float) -> np
 
 def _white_box_accepts(inst: Instance, X: np.ndarray) -> np.ndarray:
     """``accepted`` without the oracle: cheap enough for a search over many candidate rows."""
-    return inst.model.predict(X) if inst.model.exact else inst.model.score(X) >= inst.margin
+    if inst.model.exact:
+        return inst.model.predict(X)
+    return inst.model.score(X) >= inst.margin + float(getattr(inst.model, "tolerance", 0.0))
 
 
 def _valid_rows(inst: Instance, X: np.ndarray) -> np.ndarray:

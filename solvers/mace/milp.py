@@ -17,6 +17,10 @@ Encodings (paper §4.2 distance and plausibility; the models of §4.1 as mixed-i
   sum(y, right leaves) <= w, written in flow form (q_k = sum of y under node k) and pruned to the
   nodes the plausibility box can reach; accept iff sum_t sum_l (p1_l - p0_l) y_l / T >= margin
   (0 when relaxed); a single tree accepts iff its leaf does (the y of accepting leaves sum to 1).
+  A boosted ensemble (``TreeEnsemble.boosted``) the same with the sum of leaf values (no / T, the
+  initial prediction in the first tree's leaves), and float64 splits read by their own limits.
+  A model with a ``tolerance`` (XGBoost's float32 sums) is read relaxed as score >= -tolerance and
+  robustly as score >= margin + tolerance, so both readings hold for the library's own decision.
 - logistic regression: w.x + b >= margin (0 when relaxed).
 - ReLU MLP: big-M per unstable neuron; pre-activation bounds by interval arithmetic on the box for
   the first layer and by LP over the relaxed earlier layers for the others (stable neurons need
@@ -208,7 +212,8 @@ class MilpBackend:
         if budget < 1.0:
             inst = _within(inst, budget)
         self.inst, self.tol, self.budget = inst, tol, budget
-        self.margin = 0.0 if margin is None else float(margin)
+        tol = float(getattr(inst.model, "tolerance", 0.0))  # where the library may decide otherwise
+        self.margin = -tol if margin is None else float(margin) + tol
         self.lp_bounds = lp_bounds  # tighten the MLP's big-M by LP over the earlier layers (else interval only)
         self.unstable = 0  # MLP neurons that needed a binary (the others are fixed on or off by their bounds)
         self.levels: dict[int, tuple[list[float], list[float], list[int]]] = {}  # column -> (U's, L's, w's)
@@ -309,7 +314,7 @@ class MilpBackend:
         # node needs q_left + q_right = q_k, q_left <= 1 - w, q_right <= w (O(nodes) nonzeros instead
         # of O(leaves x depth)). Subtrees the box rules out are never built.
         score_idx, score_val = [], []
-        single = len(m.trees) == 1
+        single = self.inst.single_tree()
         for tree in m.trees:
             U, L = tree.limits()
             root = p.var(1.0, 1.0)
@@ -336,7 +341,7 @@ class MilpBackend:
         if single:  # the leaf decides: accepting leaves carry the unit flow
             p.row(score_idx, score_val, 1.0)
         else:
-            p.row(score_idx, np.asarray(score_val) / len(m.trees), self.margin)
+            p.row(score_idx, np.asarray(score_val) / (1 if m.boosted else len(m.trees)), self.margin)
 
     def _interval_cuts(self, c: int, us: list[float], ls: list[float], ws: list[int]) -> None:
         """Valid inequalities that price the split indicators directly (the LP bound is 0 without them).

@@ -97,6 +97,8 @@ class Z3Backend:
         verdict >= 1, exact, no robust variant); the robust one score >= margin."""
         m, margin = self.inst.model, _q(self.inst.margin)
         if isinstance(m, TreeEnsemble):
+            if m.boosted:
+                raise ValueError("backend: 'z3' does not support boosted models; use backend='milp'")
             T = len(m.trees)
             score = z3.Sum([self._tree(t, T == 1) for t in m.trees])
             return score, None if T == 1 else score >= T * margin  # the sum of T trees' P(1) - P(0)
