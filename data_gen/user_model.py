@@ -39,6 +39,7 @@ BLACK_BOX = "black-box route: GeCo / MD-PSO, answers not certified"
 TREE_MODELS = ("DecisionTreeClassifier", "RandomForestClassifier", "ExtraTreesClassifier",
                "GradientBoostingClassifier", "HistGradientBoostingClassifier", "XGBClassifier", "LGBMClassifier",
                "LightGBMBooster", "Booster")
+WHITE_BOX_MODELS = ("LogisticRegression", "MLPClassifier", *TREE_MODELS)
 
 
 def _first_line(err: BaseException) -> str:
@@ -141,7 +142,10 @@ def favourable_index(model: Any, favourable: Any) -> tuple[int, str]:
     binary classifier or whose classes lack the favourable value."""
     classes = getattr(model, "classes_", None)
     if classes is None:
-        raise ValueError(f"model: {type(model).__name__} has no classes_ (not a fitted classifier)")
+        if not callable(getattr(model, "predict_proba", None)):
+            raise ValueError(f"model: {type(model).__name__} has neither classes_ nor predict_proba (wrap it in a "
+                             "class whose predict_proba(DataFrame) gives P(class 0), P(class 1))")
+        return 1, f"{type(model).__name__} has no classes_: predict_proba's second column is taken as favourable"
     classes = [_plain(c) for c in classes]
     if len(classes) != 2:
         raise ValueError(f"model: a multi-class model (classes {classes}); recourse needs a binary classifier")
@@ -154,14 +158,16 @@ def favourable_index(model: Any, favourable: Any) -> tuple[int, str]:
 
 
 def model_columns(model: Any, spec: DataSpec) -> tuple[list[str], bool]:
-    """(the columns the model reads, in its order; were they named when it was fitted). One line where
-    its ``feature_names_in_`` differ from the table's feature columns."""
+    """(the columns the model reads, in its order; does it take a DataFrame). One line where its
+    ``feature_names_in_`` differ from the table's feature columns. An estimator fitted on an array
+    (``n_features_in_``, no names) reads the spec's features in order, as an array; a model that says
+    neither (a wrapper) gets the table's DataFrame."""
     names = getattr(model, "feature_names_in_", None)
     if names is None:
         n = getattr(model, "n_features_in_", None)
         if n is not None and n != len(spec.names):
             raise ValueError(f"model: reads {n} columns, the table has {len(spec.names)} features {spec.names}")
-        return list(spec.names), False
+        return list(spec.names), n is None
     names = [str(n) for n in names]
     lacks = [n for n in spec.names if n not in names]
     unknown = [n for n in names if n not in spec.names]
@@ -213,6 +219,8 @@ def translate(model: Any, spec: DataSpec, encoder: TabularEncoder) -> tuple[Whit
     try:
         est, cols, steps = walk(model, names)
         steps = tuple(steps)
+        if type(est).__name__ not in WHITE_BOX_MODELS:
+            raise Unsupported(f"estimator {type(est).__name__} has no white-box translation")
         cols = finish(cols, spec)
         world_layout(cols, spec)  # a feature the world cannot store as the model reads it
         imap, not_affine = input_map(cols, encoder)
@@ -251,18 +259,16 @@ def _white_box(est: Any, kind: str, imap: InputMap, pos: int, not_affine: list[s
         if pos == 0:
             W[-1], c[-1] = -W[-1], -c[-1]
         return MLPModel(W, c)
-    if kind in TREE_MODELS:
-        try:
-            from envs import imported_trees
-        except ImportError:
-            raise Unsupported(f"{kind}: the tree translator (envs.imported_trees) is not installed") from None
-        native = getattr(est, "booster_", est) if kind == "LightGBMBooster" else est
-        positive = _plain(est.classes_[pos]) if hasattr(est, "classes_") else 1
-        try:
-            return imported_trees.from_fitted(native, imap, positive=positive)
-        except (ValueError, NotImplementedError) as err:
-            raise Unsupported(f"{kind}: {_first_line(err)}") from None
-    raise Unsupported(f"estimator {kind} has no white-box translation")
+    try:  # the tree families (TREE_MODELS)
+        from envs import imported_trees
+    except ImportError:
+        raise Unsupported(f"{kind}: the tree translator (envs.imported_trees) is not installed") from None
+    native = getattr(est, "booster_", est) if kind == "LightGBMBooster" else est
+    positive = _plain(est.classes_[pos]) if hasattr(est, "classes_") else 1
+    try:
+        return imported_trees.from_fitted(native, imap, positive=positive)
+    except (ValueError, NotImplementedError) as err:
+        raise Unsupported(f"{kind}: {_first_line(err)}") from None
 
 
 # ------------------------------------------------------------------------------------- the oracle
@@ -322,7 +328,7 @@ class UserModelOracle:
 
 def decisions(model: Any, X: Any, positive: int) -> np.ndarray:
     """The model's decision per row: its ``predict`` (or predict_proba's argmax) is the favourable class."""
-    if callable(getattr(model, "predict", None)):
+    if callable(getattr(model, "predict", None)) and hasattr(model, "classes_"):
         label = _plain(model.classes_[positive])
         return np.array([_plain(v) == label for v in np.asarray(model.predict(X)).ravel()], bool)
     p = np.asarray(model.predict_proba(X), float)

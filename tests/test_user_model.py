@@ -243,6 +243,27 @@ def test_black_box_route_names_the_step_or_estimator():
         [("oh", OneHotEncoder(handle_unknown="ignore"), ["age"]), ("num", StandardScaler(), ["income"])])))
 
 
+class ProbaOnly:
+    """A model seen only through predict_proba (no classes_, no predict), as a wrapped torch model would be."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def predict_proba(self, X):
+        return self.inner.predict_proba(X)
+
+
+def test_a_model_with_only_predict_proba_takes_the_black_box_route():
+    inner = _fit(Pipeline([("pre", PREPROCESSORS["onehot+standard"]()), ("lr", LogisticRegression(max_iter=5000))]),
+                 X_RAW, (TABLE.y == "good").astype(int))
+    world, bundle = build_user_world(TABLE, spec=USER_SPEC, target="y", favourable="good", model=ProbaOnly(inner))
+    assert bundle.white_box is None and "estimator ProbaOnly" in bundle.report.reason
+    assert "second column is taken as favourable" in bundle.report.notes[0] and bundle.agreement.accuracy > 0.6
+    assert (world.accepts(bundle.data.X_test) == (inner.predict(bundle.oracle.frame(bundle.data.X_test)) == 1)).all()
+    with pytest.raises(ValueError, match=r"^model: object has neither classes_ nor predict_proba"):
+        favourable_index(object(), "good")
+
+
 def test_clipping_and_uneven_levels_fold_only_where_exact():
     narrow = TABLE.income < 3500  # fitted on a narrower range: the clip engages inside the world's range
     clip = ColumnTransformer([("mm", MinMaxScaler(clip=True), ["income"]), ("cat", OneHotEncoder(), CATS)])
