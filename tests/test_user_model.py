@@ -447,3 +447,17 @@ def test_clone_of_the_table_model_still_translates():
     frame = UserModelOracle.build(model, SPEC, enc, X_RAW).frame(enc.encode(X_RAW))
     again = _fit(clone(model), frame, TABLE.y)
     np.testing.assert_array_equal(again.predict_proba(X_RAW), model.predict_proba(X_RAW))
+
+
+def test_mace_answers_on_a_user_world_are_accepted_by_the_users_model():
+    from solvers.mace import MACE
+
+    model = _fit(Pipeline([("pre", PREPROCESSORS["ordinal+passthrough+drop"]()), ("lr", LogisticRegression(max_iter=5000))]),
+                 X_RAW, TABLE.y)  # job as a nominal code column, edu as an ordinal code
+    world, bundle = build_user_world(TABLE, spec=USER_SPEC, target="y", favourable="good", model=model)
+    rejected = bundle.data.X_test[~world.accepts(bundle.data.X_test)][:2]
+    for x in rejected:
+        answer = MACE(backend="milp", norm="one").solve(world, x)[0]
+        assert answer.valid and answer.optimal and bundle.oracle(answer.final_state[None])[0]
+        age = world.schema.index["age"]
+        assert answer.final_state[age] >= x[age]  # increase-only, as the user's spec says
