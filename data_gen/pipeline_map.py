@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from data_gen.spec import DataSpec, _sorted
+from data_gen.spec import DataSpec, sorted_values
 from data_gen.tabular_encoder import TabularEncoder, _plain
 from envs.input_map import InputColumn, InputMap
 
@@ -271,7 +271,7 @@ def world_layout(cols: list[Sym], spec: DataSpec,
         if len(how) > 1:
             raise Unsupported(f"feature {name!r} is read both as {' and as '.join(sorted(how))}")
         how = how.pop()
-        seen = _sorted(pd.unique(df[name].map(_plain))) if df is not None else list(f.levels)
+        seen = sorted_values(pd.unique(df[name].map(_plain))) if df is not None else list(f.levels)
         if how == "indicator":
             if f.kind != "categorical" and f.mutability not in ("free", "immutable"):
                 raise Unsupported(f"feature {name!r} is one-hot encoded by the model but {f.mutability!r}-only in "

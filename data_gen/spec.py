@@ -52,7 +52,7 @@ MAX_DECIMALS = 6  # the finest resolution inferred for a real feature: 1e-6
 BUNDLED_TARGET = "label"  # the bundled loaders return the labels apart; 1 is the favourable one
 
 
-def _sorted(values: Any) -> list:
+def sorted_values(values: Any) -> list:
     """Values in sorted order (by their text where types do not compare)."""
     try:
         return sorted(values)
@@ -60,7 +60,7 @@ def _sorted(values: Any) -> list:
         return sorted(values, key=lambda v: (type(v).__name__, str(v)))
 
 
-def _coerce(value: Any, seen: Sequence) -> Any:
+def match_value(value: Any, seen: Sequence) -> Any:
     """``value`` as the table holds it: a YAML ``1`` matches a column of strings ``"1"``."""
     value = _plain(value)
     same = [v for v in seen if v == value and isinstance(v, bool) == isinstance(value, bool)]
@@ -123,7 +123,7 @@ class FeatureSpec:
             raise ValueError(f"{where}: bounds apply to real, integer and ordinal features, not {kind}")
         if kind == "ordinal":
             for b in (self.lower, self.upper):
-                if b is not None and _coerce(b, levels) not in levels:
+                if b is not None and match_value(b, levels) not in levels:
                     raise ValueError(f"{where}: bound {b!r} is not one of its levels {list(levels)}")
         elif self.lower is not None and self.upper is not None and float(self.lower) > float(self.upper):
             raise ValueError(f"{where}: bounds inverted: lower {self.lower} > upper {self.upper}")
@@ -136,7 +136,7 @@ class FeatureSpec:
         """(lower, upper) in the encoder's units: raw units, or the code of an ordinal level."""
         if self.kind != "ordinal":
             return (None if self.lower is None else float(self.lower), None if self.upper is None else float(self.upper))
-        return tuple(None if b is None else float(self.levels.index(_coerce(b, self.levels)))
+        return tuple(None if b is None else float(self.levels.index(match_value(b, self.levels)))
                      for b in (self.lower, self.upper))
 
 
@@ -154,10 +154,10 @@ class DataSpec:
 
     def __post_init__(self):
         names = [f.name for f in self.features]
-        dupes = _sorted({n for n in names if names.count(n) > 1})
+        dupes = sorted_values({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"spec: features {dupes} are listed twice")
-        both = _sorted(set(names) & ({self.target} | set(self.ignore)))
+        both = sorted_values(set(names) & ({self.target} | set(self.ignore)))
         if both:
             raise ValueError(f"spec: {both} cannot be a feature and the target or ignored")
 
@@ -216,7 +216,7 @@ class DataSpec:
         (one warning gives the count); the table is checked against the spec first."""
         df = drop_missing(df, [*self.names, self.target])
         self.check_table(df)
-        favourable = _coerce(self.favourable, list(pd.unique(df[self.target].map(_plain))))
+        favourable = match_value(self.favourable, list(pd.unique(df[self.target].map(_plain))))
         y = (df[self.target].map(_plain) == favourable).to_numpy(np.int64)
         return df[self.names], y
 
@@ -328,7 +328,7 @@ def _inferred(col: pd.Series, kind: str | None = None) -> dict[str, Any]:
         if isinstance(dtype, pd.CategoricalDtype):  # the dtype's order, present levels only
             levels = [v for v in map(_plain, dtype.categories) if v in set(seen)]
         else:
-            levels = _sorted(seen)
+            levels = sorted_values(seen)
         if kind == "ordinal" and not (ordered or numeric):
             levels = []  # an order text cannot tell: the user writes it
         return {**out, "levels": tuple(levels)}
@@ -394,7 +394,7 @@ def load_spec(spec: str | Path | Mapping[str, Any] | DataSpec | None, df: pd.Dat
         seen = list(pd.unique(clean[f.name].map(_plain)))
         d = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
         if d.get("levels") is not None:
-            d["levels"] = tuple(_coerce(v, seen) for v in d["levels"])
+            d["levels"] = tuple(match_value(v, seen) for v in d["levels"])
             d.setdefault("labels", ())
         feats.append(FeatureSpec(**{**base, **d}))
     out = DataSpec(str(target), inferred.favourable, tuple(feats), ignore)
@@ -468,11 +468,11 @@ def _check_target(df: pd.DataFrame, target: str, favourable: Any) -> Any:
     """The favourable value as the target column holds it; one line if the target is not binary or lacks it."""
     if target not in df.columns:
         raise ValueError(f"target {target!r}: not a column of the table (has {list(df.columns)})")
-    values = _sorted(pd.unique(df[target].dropna().map(_plain)))
+    values = sorted_values(pd.unique(df[target].dropna().map(_plain)))
     if len(values) != 2:
         shown = values if len(values) <= 10 else [*values[:10], "..."]
         raise ValueError(f"target {target!r}: has {len(values)} values {shown}; a binary target has 2")
-    fav = _coerce(favourable, values)
+    fav = match_value(favourable, values)
     if fav not in values:
         raise ValueError(f"target {target!r}: favourable value {favourable!r} is not in the column (values: {values})")
     return fav

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from data_gen.pipeline_map import Unsupported, final_estimator, finish, input_map, walk, world_layout
-from data_gen.spec import DataSpec, _coerce
+from data_gen.spec import DataSpec, match_value
 from data_gen.tabular_encoder import RawColumn, TabularEncoder, _plain
 from envs.input_map import InputMap
 from envs.models import LinearModel, MLPModel, WhiteBoxModel
@@ -149,7 +149,7 @@ def favourable_index(model: Any, favourable: Any) -> tuple[int, str]:
     classes = [_plain(c) for c in classes]
     if len(classes) != 2:
         raise ValueError(f"model: a multi-class model (classes {classes}); recourse needs a binary classifier")
-    fav = _coerce(favourable, classes)
+    fav = match_value(favourable, classes)
     if fav in classes:
         return classes.index(fav), ""
     if set(classes) <= {0, 1}:  # trained on 0/1 labels (XGBoost, LightGBM always are): 1 is the good one
@@ -421,7 +421,7 @@ def check_agreement(model: Any, white_box: WhiteBoxModel | None, input_map: Inpu
                          f"({'accept' if d_world[r] else 'reject'}); the translation is wrong for this model")
     report = AgreementReport(len(X), int((differ & near).sum()), float(gap.max()) if len(gap) else 0.0)
     if spec.target in df.columns:
-        fav = _coerce(spec.favourable, list(pd.unique(df[spec.target].map(_plain))))
+        fav = match_value(spec.favourable, list(pd.unique(df[spec.target].map(_plain))))
         y = (df[spec.target].map(_plain) == fav).to_numpy()
         report.accuracy = float(np.mean(d_user == y))
         if report.accuracy < 0.5:
