@@ -27,6 +27,7 @@ exact set-cover solver within the fallback budget (status "unknown" past it). AP
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from data_gen.compute import ComputeConfig
 from envs.optional import MissingExtraError
@@ -68,6 +69,9 @@ def main(argv=None) -> int:
     p.add_argument("--n-diverse", type=int, default=0, help="tabular, offline: alternatives per record")
     p.add_argument("--beam-width", type=int, default=None,
                    help="sequential runs: answer with the policy's verified beam search of this width (1: raw rollout)")
+    p.add_argument("--jobs-dir", default=None,
+                   help="tabular and sequential runs: where batch jobs (POST /jobs) and their finished chunks are kept, "
+                        "so that a restarted server finishes them (default: RUN_DIR/jobs; 'none': in memory only)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
     if (args.batch_in is None) != (args.batch_out is None):
@@ -110,11 +114,46 @@ def _ray_compute(args: argparse.Namespace) -> ComputeConfig:
 
 def _run_server(app: object, args: argparse.Namespace) -> int:
     """uvicorn until SIGTERM / SIGINT; requests still open after GRACE_S are dropped, then the app's
-    shutdown stops its jobs and fallback process."""
+    shutdown stops its jobs and fallback process. ``app`` is wrapped in a :class:`StartingApp` (ready at
+    once) unless it is one: the server answers /livez and /readyz from its first second."""
     import uvicorn
 
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=GRACE_S)
+    from serving.startup import StartingApp
+
+    starting = app if isinstance(app, StartingApp) else StartingApp(lambda set_phase: app)
+    server = uvicorn.Server(uvicorn.Config(starting, host=args.host, port=args.port, log_level=args.log_level,
+                                           timeout_graceful_shutdown=GRACE_S))
+    starting.on_failure = lambda: setattr(server, "should_exit", True)  # a replica that cannot start exits
+    server.run()
+    if starting.error:
+        print(f"error: {starting.error}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _jobs_dir(args: argparse.Namespace) -> str | None:
+    """Where the batch jobs live: --jobs-dir, RUN_DIR/jobs by default, None for 'none' (memory only)."""
+    if args.jobs_dir is None:
+        return str(Path(args.run_dir) / "jobs")
+    return None if args.jobs_dir.lower() == "none" else args.jobs_dir
+
+
+def _tabular_builder(args: argparse.Namespace, budget_s: float, run: object):
+    """Build the tabular app behind a listening server: compile the search kernels (once per machine:
+    numba's on-disk cache), then the service (its probe answer, its fallback process)."""
+    def build(set_phase):
+        from learners.tabular.compile import compile_kernels
+        from serving.tabular import TabularService
+        from serving.tabular_app import create_tabular_app
+
+        set_phase("compiling search kernels (first start on this machine only; cached after)")
+        compile_kernels(progress=False)
+        set_phase("loading the run and its fallback")
+        svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse, run=run,
+                             fallback_process=True)
+        return create_tabular_app(args.run_dir, service=svc, jobs_dir=_jobs_dir(args))
+
+    return build
 
 
 def _serve_tabular(args: argparse.Namespace, budget_s: float) -> int:
@@ -135,9 +174,12 @@ def _serve_tabular(args: argparse.Namespace, budget_s: float) -> int:
                 print(f"rates: {svc.stats()['rates']}")
             print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
             return 0
-        from serving.tabular_app import create_tabular_app
+        from serving.startup import StartingApp
+        from serving.tabular import load_run
 
-        app = create_tabular_app(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse)
+        # The run's files are checked now (a one-line error and exit 2); compiling and loading happen
+        # behind a server that already answers /livez and /readyz.
+        app = StartingApp(_tabular_builder(args, budget_s, load_run(args.run_dir)))
     except (ServiceError, InputError, FileNotFoundError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -153,7 +195,8 @@ def _serve_sequential(args: argparse.Namespace, budget_s: float) -> int:
               "/recommend/batch serves a sequential run", file=sys.stderr)
         return 2
     try:
-        app = create_sequential_app(args.run_dir, args.model, budget_s, args.max_batch, beam_width=args.beam_width)
+        app = create_sequential_app(args.run_dir, args.model, budget_s, args.max_batch, beam_width=args.beam_width,
+                                    jobs_dir=_jobs_dir(args))
     except (ServiceError, InputError, FileNotFoundError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

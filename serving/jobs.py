@@ -13,8 +13,11 @@ raw-record apps (tabular and sequential runs) so that every piece of work is bou
   ``Location``): the same body, validated the same way, answered in the background one job at a
   time (:data:`MAX_JOBS` waiting at most, 429 beyond); ``GET /jobs/{id}?offset=&limit=`` gives
   its status, progress and a page of the answers finished so far (in record order);
-  ``DELETE /jobs/{id}`` cancels it. A finished job's answers are kept for :data:`JOB_TTL_S`
-  seconds (at most :data:`KEEP_JOBS` jobs), then it is gone (404).
+  ``DELETE /jobs/{id}`` cancels it and deletes it with its answers (a later ``GET`` is 404). A finished
+  job's answers are kept for :data:`JOB_TTL_S` seconds (at most :data:`KEEP_JOBS` jobs), then it is
+  gone (404). With a jobs directory (``serve.py``: ``<run>/jobs`` unless ``--jobs-dir``), every accepted
+  job and each finished chunk are on disk (``serving/job_files.py``): a restarted server finishes the
+  jobs a stop or a SIGKILL interrupted, from their first missing chunk.
 
 Both run the same code as the synchronous endpoint before them (``svc.recommend``, ``svc.count``,
 ``svc.records``), so a record gets the same answer whichever way it is sent.
@@ -23,11 +26,13 @@ Both run the same code as the synchronous endpoint before them (``svc.recommend`
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -36,6 +41,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
+
+from serving.job_files import JobFiles
+
+log = logging.getLogger("recourse_gym.serve")
 
 CHUNK = 250  # records per unit of batch work: ~0.1-0.4 s of generator time, then the event loop's turn
 MAX_JOBS = 8  # jobs queued or running at most (429 beyond)
@@ -105,10 +114,11 @@ class _Reader:
 
 
 def answer_chunks(svc: Any, X: np.ndarray, t0: float, dump: TypeAdapter, on_chunk: Any,
-                  cancelled: threading.Event | None = None) -> None:
-    """Answer encoded records ``CHUNK`` at a time (``svc.recommend``, counted, made JSON-ready), handing
-    each chunk's answers, validated and dumped by ``dump``, to ``on_chunk(answers)``."""
-    for s in range(0, len(X), CHUNK):
+                  cancelled: threading.Event | None = None, start: int = 0) -> None:
+    """Answer encoded records ``CHUNK`` at a time from record ``start`` (a multiple of ``CHUNK``;
+    ``svc.recommend``, counted, made JSON-ready), handing each chunk's answers, validated and dumped by
+    ``dump``, to ``on_chunk(answers)``."""
+    for s in range(start, len(X), CHUNK):
         if cancelled is not None and cancelled.is_set():
             return
         Xc = X[s: s + CHUNK]
@@ -119,8 +129,9 @@ def answer_chunks(svc: Any, X: np.ndarray, t0: float, dump: TypeAdapter, on_chun
 
 
 class _JobState:
-    def __init__(self, total: int):
-        self.id, self.total = uuid.uuid4().hex, total
+    def __init__(self, total: int, job_id: str | None = None):
+        self.id, self.total = job_id or uuid.uuid4().hex, total
+        self.created = time.time()
         self.status: str = "queued"
         self.results: list[Any] = []
         self.counts: dict[str, int] = {}
@@ -133,20 +144,51 @@ class JobStore:
     """The batch jobs of one app: run one at a time on their own thread, kept a while when finished."""
 
     def __init__(self, svc: Any, dump: TypeAdapter, *, max_jobs: int = MAX_JOBS, keep: int = KEEP_JOBS,
-                 ttl_s: float = JOB_TTL_S):
+                 ttl_s: float = JOB_TTL_S, directory: str | Path | None = None):
         self.svc, self.dump, self.max_jobs, self.keep, self.ttl_s = svc, dump, max_jobs, keep, ttl_s
         self.jobs: OrderedDict[str, _JobState] = OrderedDict()
         self.lock = threading.Lock()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-jobs")
+        # ``directory``: every accepted job and its finished chunks on disk (serving/job_files.py); a store
+        # opened on it again resumes the jobs a stopped or killed server left queued or running.
+        self.files = JobFiles(directory) if directory is not None else None
+        if self.files is not None:
+            self._restore()
+
+    def _meta(self, job: _JobState) -> dict[str, Any]:
+        return {"id": job.id, "total": job.total, "status": job.status, "error": job.error,
+                "created": job.created, "finished_at": job.finished_at}
+
+    def _save_meta(self, job: _JobState) -> None:
+        if self.files is not None:
+            self.files.write_meta(job.id, self._meta(job))
+
+    def _restore(self) -> None:
+        """Load the stored jobs: finished ones with their answers, the others queued again from their first
+        missing chunk (in the order they were accepted)."""
+        for meta in self.files.stored():
+            job = _JobState(int(meta["total"]), meta["id"])
+            job.created, job.error = meta.get("created", job.created), meta.get("error")
+            for chunk in self.files.chunks(job.id):
+                self._keep(job, chunk)
+            self.jobs[job.id] = job
+            if meta["status"] in ("queued", "running") and len(job.results) < job.total:
+                self.executor.submit(self._run, job, self.files.records(job.id))
+            else:
+                job.status = "done" if meta["status"] in ("queued", "running") else meta["status"]
+                job.finished_at = meta.get("finished_at") or time.time()
+                self._save_meta(job)
+        self._expire()
 
     def _expire(self) -> None:
         now = time.time()
         finished = [j for j in self.jobs.values() if j.finished_at is not None]
-        for j in finished[: max(0, len(finished) - self.keep)]:
+        gone = finished[: max(0, len(finished) - self.keep)]
+        gone += [j for j in finished[len(gone):] if now - j.finished_at > self.ttl_s]
+        for j in gone:
             del self.jobs[j.id]
-        for j in finished:
-            if j.id in self.jobs and now - j.finished_at > self.ttl_s:
-                del self.jobs[j.id]
+            if self.files is not None:
+                self.files.remove(j.id)
 
     def submit(self, X: np.ndarray) -> _JobState:
         """Queue a job for encoded records (HTTPException 429 when :data:`MAX_JOBS` are already waiting)."""
@@ -157,31 +199,42 @@ class JobStore:
                 raise HTTPException(429, f"jobs: {active} jobs are queued or running (at most {self.max_jobs}); "
                                          "retry when one has finished", headers={"Retry-After": "10"})
             job = _JobState(len(X))
+            if self.files is not None:  # on disk before it is acknowledged: a restart will finish it
+                self.files.create(job.id, X, self._meta(job))
             self.jobs[job.id] = job
         self.executor.submit(self._run, job, X)
         return job
+
+    def _keep(self, job: _JobState, answers: list[Any]) -> None:
+        with self.lock:
+            job.results += answers
+            for a in answers:
+                job.counts[a["status"]] = job.counts.get(a["status"], 0) + 1
 
     def _run(self, job: _JobState, X: np.ndarray) -> None:
         if job.cancel.is_set():
             return
         job.status = "running"
+        self._save_meta(job)
 
         def keep(answers: list[Any]) -> None:
-            with self.lock:
-                job.results += answers
-                for a in answers:
-                    job.counts[a["status"]] = job.counts.get(a["status"], 0) + 1
+            if self.files is not None and not job.cancel.is_set():
+                self.files.write_chunk(job.id, len(job.results) // CHUNK, answers)
+            self._keep(job, answers)
 
         try:
-            answer_chunks(self.svc, X, time.perf_counter(), self.dump, keep, job.cancel)
+            answer_chunks(self.svc, X, time.perf_counter(), self.dump, keep, job.cancel, start=len(job.results))
             job.status = "cancelled" if job.cancel.is_set() else "done"
         except Exception as err:  # logged by the caller's logger; the job says why it stopped
-            import logging
-
-            logging.getLogger("recourse_gym.serve").exception("batch job %s failed", job.id)
-            job.status, job.error = "failed", f"internal error ({type(err).__name__}); see the server log"
+            if job.cancel.is_set():  # deleted while its chunk was written: nothing to report
+                job.status = "cancelled"
+            else:
+                log.exception("batch job %s failed", job.id)
+                job.status, job.error = "failed", f"internal error ({type(err).__name__}); see the server log"
         finally:
             job.finished_at = time.time()
+            if not job.cancel.is_set():
+                self._save_meta(job)
 
     def get(self, job_id: str) -> _JobState:
         with self.lock:
@@ -198,11 +251,17 @@ class JobStore:
                     "results": job.results[offset: offset + limit]}
 
     def cancel(self, job_id: str) -> _JobState:
+        """Cancel a job (a running one stops after its chunk) and delete it with its answers, in memory
+        and on disk: a later ``get`` is 404."""
         job = self.get(job_id)
         job.cancel.set()
         with self.lock:
-            if job.status == "queued":
-                job.status, job.finished_at = "cancelled", time.time()
+            if job.status in ("queued", "running"):
+                job.status = "cancelled"
+            job.finished_at = job.finished_at or time.time()
+            self.jobs.pop(job.id, None)
+        if self.files is not None:
+            self.files.remove(job.id)
         return job
 
     def close(self) -> None:
@@ -215,13 +274,14 @@ class JobStore:
 
 
 def install_batch_routes(app: FastAPI, svc: Any, Batch: type[BaseModel], Result: type[BaseModel],
-                         BatchResponse: type[BaseModel], errors: dict[int | str, Any], items: str = "records") -> JobStore:
+                         BatchResponse: type[BaseModel], errors: dict[int | str, Any], items: str = "records",
+                         jobs_dir: str | Path | None = None) -> JobStore:
     """``POST /recommend/batch``, ``POST /jobs``, ``GET /jobs/{id}`` and ``DELETE /jobs/{id}`` for a
     raw-record service ``svc`` (``parse``, ``recommend``, ``count``, ``records``); returns the job store
     (closed with the app)."""
     reader = _Reader(Batch, items)
     dump = TypeAdapter(list[Result])  # type: ignore[valid-type]
-    jobs = JobStore(svc, dump)
+    jobs = JobStore(svc, dump, directory=jobs_dir)
     model = errors[413]["model"]  # the error body every status shares
     job_errors = {404: {"model": model, "description": "no such job (unknown, or finished over an hour ago)"},
                   413: errors[413], 422: {"model": model, "description": "offset or limit out of range"},
@@ -268,7 +328,8 @@ def install_batch_routes(app: FastAPI, svc: Any, Batch: type[BaseModel], Result:
                    ) -> dict[str, Any]:
         return jobs.page(jobs.get(job_id), offset, limit)
 
-    @app.delete("/jobs/{job_id}", response_model=Job, summary="Cancel a batch job (answers so far are kept)",
+    @app.delete("/jobs/{job_id}", response_model=Job, summary="Cancel a batch job and delete it with its answers "
+                "(a later GET is 404)",
                 responses=job_errors)
     def cancel_job(job_id: str) -> dict[str, Any]:
         return jobs.page(jobs.cancel(job_id), 0, 0)

@@ -312,8 +312,9 @@ class SequentialBatchResponse(BaseModel):
 
 def create_sequential_app(run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
                           max_batch: int = 10_000, *, service: SequentialService | None = None,
-                          beam_width: int | None = None) -> Any:
-    """The FastAPI app serving one policy of a sequential run (FastAPI: the ``serve`` extra)."""
+                          beam_width: int | None = None, jobs_dir: str | Path | None = None) -> Any:
+    """The FastAPI app serving one policy of a sequential run (FastAPI: the ``serve`` extra); ``jobs_dir``:
+    where batch jobs are kept so that a restart finishes them (None: in memory only)."""
     from fastapi import FastAPI
     from starlette.concurrency import run_in_threadpool
 
@@ -344,7 +345,8 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
         svc.count(answers)
         return svc.records(X, answers, t0)[0]
 
-    jobs = install_batch_routes(app, svc, Batch, SequentialRecommendation, SequentialBatchResponse, TABULAR_ERRORS)
+    jobs = install_batch_routes(app, svc, Batch, SequentialRecommendation, SequentialBatchResponse, TABULAR_ERRORS,
+                                jobs_dir=jobs_dir)
     shutdown(app, jobs, svc if service is None else None)
 
     add_health_and_model(app, svc, what="run")

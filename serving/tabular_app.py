@@ -33,8 +33,9 @@ from serving.tabular_schemas import (
 
 def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
                        max_batch: int = 10_000, max_diverse: int = 5, *,
-                       service: TabularService | None = None) -> FastAPI:
-    """The FastAPI app serving one generator of a tabular run (raises ``ServiceError`` if it cannot)."""
+                       service: TabularService | None = None, jobs_dir: str | Path | None = None) -> FastAPI:
+    """The FastAPI app serving one generator of a tabular run (raises ``ServiceError`` if it cannot);
+    ``jobs_dir``: where batch jobs are kept so that a restart finishes them (None: in memory only)."""
     svc = service or TabularService(run_dir, model, fallback_budget_s, max_batch, max_diverse, fallback_process=True)
     Request, Batch = record_models(svc.codec, svc.max_batch, svc.max_diverse)
     names = ", ".join(svc.codec.names)
@@ -62,7 +63,8 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
         svc.count(answers)
         return svc.records(X, answers, t0)[0]
 
-    jobs = install_batch_routes(app, svc, Batch, TabularRecommendation, TabularBatchResponse, TABULAR_ERRORS)
+    jobs = install_batch_routes(app, svc, Batch, TabularRecommendation, TabularBatchResponse, TABULAR_ERRORS,
+                                jobs_dir=jobs_dir)
     shutdown(app, jobs, svc if service is None else None)
 
     add_health_and_model(app, svc, TabularHealth, TabularModelInfo, what="run")
