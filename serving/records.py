@@ -43,6 +43,11 @@ class Domain:
     labels: tuple[str, ...] = ()  # names of the levels
     lower: float | None = None  # numbers: the observed range (raw units)
     upper: float | None = None
+    coded: bool = False  # categorical stored as one integer code column (RawColumn.as_code), not one-hot
+
+    @property
+    def one_hot(self) -> bool:
+        return self.kind == "categorical" and not self.coded
 
     @property
     def integer_levels(self) -> bool:
@@ -76,7 +81,8 @@ class RecordCodec:
         for f in encoder.raw_columns:
             cols = tuple(encoder.columns_of(f.name))
             if f.kind == "categorical":
-                d = Domain(f.name, f.kind, f.mutability, cols, tuple(_plain(v) for v in f.levels), 0, tuple(f.labels))
+                d = Domain(f.name, f.kind, f.mutability, cols, tuple(_plain(v) for v in f.levels), 0, tuple(f.labels),
+                           coded=bool(getattr(f, "as_code", False)))
             elif f.kind in ("ordinal", "binary"):
                 lo, hi = int(f.lower), int(f.upper)
                 d = Domain(f.name, f.kind, f.mutability, cols, tuple(_plain(v) for v in f.levels[lo: hi + 1]), lo,
@@ -94,7 +100,7 @@ class RecordCodec:
         self.codes = np.array([f.kind in ("binary", "ordinal", "categorical") for f in self.schema.features])
         mut = np.array([f.mutability for f in self.schema.features])
         self.immutable, self.increase, self.decrease = mut == "immutable", mut == "increase", mut == "decrease"
-        self.groups = [list(d.columns) for d in self.domains if d.kind == "categorical"]
+        self.groups = [list(d.columns) for d in self.domains if d.one_hot]
         self.raws = distance_features(self.schema)
         self.norm = norm
         self.weights = norm_weights(norm, len(self.raws))
@@ -111,7 +117,7 @@ class RecordCodec:
             if code is None:
                 shown = list(d.levels) if len(d.levels) <= 12 else [*d.levels[:12], "..."]
                 raise RecordError(f"{where}: {v!r} is not in the domain (one of {shown})")
-            return (code, 1.0) if d.kind == "categorical" else (0, float(d.first_code + code))
+            return (code, 1.0) if d.one_hot else (0, float(d.first_code + code))
         if isinstance(v, bool) or not isinstance(v, int | float | np.integer | np.floating):
             raise RecordError(f"{where}: expected a number, got {type(v).__name__} {v!r}")
         x = float(v)
@@ -148,7 +154,7 @@ class RecordCodec:
     def value(self, j: int, row: np.ndarray) -> Any:
         """Feature j's raw value in an encoded row (JSON-ready Python value)."""
         d = self.domains[j]
-        if d.kind == "categorical":
+        if d.one_hot:
             return d.levels[int(np.argmax(row[list(d.columns)]))]
         v = float(row[d.columns[0]])
         if d.levels:

@@ -196,7 +196,7 @@ class TabularService:
         """An encoded record of each feature's first value (lowest number, first level)."""
         row = np.zeros(self.codec.n_columns)
         for d in self.codec.domains:
-            row[d.columns[0]] = 1.0 if d.kind == "categorical" else (d.first_code if d.levels else d.lower)
+            row[d.columns[0]] = 1.0 if d.one_hot else (d.first_code if d.levels else d.lower)
         return row
 
     def _probe(self) -> None:

@@ -104,3 +104,28 @@ def test_bad_input_leaves_no_run_behind(tmp_path):
     with pytest.raises(ValueError, match="exactly one"):
         (tmp_path / "both.yaml").write_text(yaml.safe_dump({**cfg, "tabular": {**cfg["tabular"], "dataset": "german"}}))
         load_tabular_config(tmp_path / "both.yaml")
+
+
+def test_a_category_the_model_ordinal_encodes_is_one_code_column_in_requests():
+    """OrdinalEncoder on a nominal column: the world stores one code column (RawColumn.as_code), and the
+    service's codec reads and writes raw records of it both ways."""
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.preprocessing import OrdinalEncoder
+
+    from data_gen.user_world import build_user_world
+    from serving.records import RecordCodec
+
+    table = make_table(300, seed=3)
+    pipe = Pipeline([("prep", ColumnTransformer([("num", StandardScaler(), NUMS),
+                                                 ("ord", OrdinalEncoder(), CATS)])),
+                     ("clf", RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0))])
+    pipe.fit(table.drop(columns="y"), table.y)
+    world, bundle = build_user_world(table, target="y", favourable="good", model=pipe)
+    coded = [f.name for f in world.encoder.raw_columns if getattr(f, "as_code", False)]
+    assert "job" in coded
+    codec = RecordCodec(world.encoder)
+    X = bundle.data.X_test[:50]
+    records = [codec.decode(x) for x in X]
+    assert records[0]["job"] in set(table.job)
+    assert np.array_equal(codec.encode(records), X)
+    assert all(v is None for v in codec.violations(X, X))
