@@ -139,18 +139,21 @@ def _jobs_dir(args: argparse.Namespace) -> str | None:
 
 
 def _tabular_builder(args: argparse.Namespace, budget_s: float, run: object):
-    """Build the tabular app behind a listening server: compile the search kernels (once per machine:
-    numba's on-disk cache), then the service (its probe answer, its fallback process)."""
+    """Build the tabular app behind a listening server: the service (its probe answer compiles the search
+    kernels the run uses, once per machine: numba's on-disk cache; its fallback process), then a warm-up
+    on the run's own records (a batch, one record, alternatives), so the first request is not the one
+    that compiles."""
     def build(set_phase):
-        from learners.tabular.compile import compile_kernels
+        from serving.startup import warm_up_tabular
         from serving.tabular import TabularService
         from serving.tabular_app import create_tabular_app
 
-        set_phase("compiling search kernels (first start on this machine only; cached after)")
-        compile_kernels(progress=False)
-        set_phase("loading the run and its fallback")
+        set_phase("loading the run and compiling its search kernels (first start on this machine only; "
+                  "cached after)")
         svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse, run=run,
                              fallback_process=True)
+        set_phase("warming up the generator on the run's records")
+        warm_up_tabular(svc)
         return create_tabular_app(args.run_dir, service=svc, jobs_dir=_jobs_dir(args))
 
     return build

@@ -99,3 +99,14 @@ def test_capability_routes_refuse_deep_json(tmp_path):
             r = c.post(route, content=deep(10_000, "object"), headers={"Content-Type": "application/json"})
             assert r.status_code == 400 and "nested" in r.json()["detail"], (route, r.text)
         assert c.get("/health").status_code == 200
+
+
+def test_the_warm_up_answers_the_runs_records_without_counting_them(tabular):
+    """serve.py's warm-up (serving/startup.py): the generator answers a batch, one record and alternatives on
+    the run's rejected rows before the first request; no counter moves."""
+    from serving.startup import warm_up_tabular
+
+    svc, _ = tabular
+    before = dict(svc.counters)
+    assert warm_up_tabular(svc) >= 0.0
+    assert svc.counters == before
