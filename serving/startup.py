@@ -180,6 +180,6 @@ def warm_up_tabular(svc: Any, n: int = 8) -> float:
     for X, extra in ((rejected, {}), (rejected[:1], {}), (rejected[:2], {"n_alternatives": 6})):
         if extra and "n_alternatives" not in svc._gen_params:
             continue
-        out = svc.generator.recommend(svc.world, X, **kw, **extra)
-        svc.verify(X, np.nan_to_num(np.asarray(out[0], float), nan=0.0))
+        CF, _ = svc.generator.recommend(svc.world, X, **kw, **extra)  # (CF, distances), as the service reads it
+        svc.verify(X, np.nan_to_num(np.asarray(CF, float), nan=0.0))
     return time.monotonic() - t0
