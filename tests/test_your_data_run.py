@@ -75,8 +75,11 @@ def test_served_answers_are_accepted_by_the_users_model(run_dir):
     from serving.tabular import TabularService
 
     d, pipe, table = run_dir
+    from serving.startup import warm_up_tabular
+
     svc = TabularService(d, fallback_budget_s=None)
     try:
+        assert warm_up_tabular(svc) >= 0.0  # serve.py's warm-up on a real generator's answers
         run = load_tabular_run(d)
         X = run.data().X_test
         X = X[~run.world.accepts(X)][:10]
