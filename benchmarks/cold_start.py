@@ -65,7 +65,7 @@ def serve_start(repo: Path, run_dir: Path, timeout: float = 900) -> dict[str, fl
                 except httpx.TransportError:
                     pass
                 time.sleep(0.05)
-            record = c.get("/example").json()
+            record = c.get("/example", params={"seed": 0}).json()["record"]
             r = c.post("/recommend", json=record)
             r.raise_for_status()
             out["first_answer_s"] = time.monotonic() - t0
