@@ -29,12 +29,8 @@ import logging
 import sys
 from pathlib import Path
 
-from data_gen.compute import ComputeConfig
-from envs.optional import MissingExtraError
-from serving.batch import recommend_file, recommend_parquet
-from serving.sequential import is_sequential_run
-from serving.service import InputError, RecommendationService, ServiceError
-from serving.tabular import is_tabular_run
+# Nothing heavy at the top: the server listens (/livez) before torch, numba or the run are loaded.
+from serving.preflight import PreflightError, check_files
 
 SERVER_BUDGET_MS = 50.0
 GRACE_S = 2  # seconds a shutdown waits for open requests
@@ -72,6 +68,12 @@ def main(argv=None) -> int:
     p.add_argument("--jobs-dir", default=None,
                    help="tabular and sequential runs: where batch jobs (POST /jobs) and their finished chunks are kept, "
                         "so that a restarted server finishes them (default: RUN_DIR/jobs; 'none': in memory only)")
+    p.add_argument("--api-keys", default=None, metavar="FILE",
+                   help="require an API key (Authorization: Bearer KEY): a file of SHA-256 hashes, one NAME:HEX per "
+                        "line (python -m serving.keys hash KEY); or set RECOURSE_API_KEYS=key1,key2. Off by default: "
+                        "turn it on before binding --host to anything but loopback")
+    p.add_argument("--rate-limit", type=float, default=50.0,
+                   help="with API keys: requests a second per key (bursts of twice that; 0: no limit)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
     if (args.batch_in is None) != (args.batch_out is None):
@@ -83,31 +85,93 @@ def main(argv=None) -> int:
     if budget_ms is None:
         budget_ms = float("inf") if args.batch_in else SERVER_BUDGET_MS
     budget_s = budget_ms / 1e3
-    if is_tabular_run(args.run_dir):
-        return _serve_tabular(args, budget_s)
-    if is_sequential_run(args.run_dir):
-        return _serve_sequential(args, budget_s)
     try:
-        if args.batch_in:
+        family = check_files(args.run_dir)  # yaml and the file system only: a plainly unservable run stops here
+        if not args.batch_in:
+            from serving.keys import KeyStore
+
+            args.keys = KeyStore.configured(args.api_keys)
+    except (PreflightError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.batch_in:
+        return _offline(args, family, budget_s)
+    if args.keys is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("recourse_gym.serve").warning(
+            "listening on %s without API keys: anyone who reaches it can use it (see --api-keys)", args.host)
+    from serving.startup import StartingApp
+
+    build = {"tabular": _tabular_builder, "sequential": _sequential_builder, "capability": _capability_builder}[family]
+    return _run_server(StartingApp(build(args, budget_s)), args)
+
+
+def _offline(args: argparse.Namespace, family: str, budget_s: float) -> int:
+    """--batch-in/--batch-out: answer a file (capability and tabular runs), in process or on Ray."""
+    from envs.optional import MissingExtraError
+    from serving.service import InputError, ServiceError
+
+    if family == "sequential":
+        print("error: --batch-in: offline files are for capability-world and tabular runs; POST "
+              "/recommend/batch serves a sequential run", file=sys.stderr)
+        return 2
+    try:
+        if family == "tabular":
+            from serving.batch import recommend_raw_file, recommend_raw_parquet
+            from serving.tabular import TabularService
+
+            svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, max(args.max_diverse, args.n_diverse))
+            if args.ray:
+                counts = recommend_raw_parquet(svc, args.batch_in, args.batch_out,
+                                               args.work_dir or f"{args.batch_out}.chunks", compute=_ray_compute(args),
+                                               n_diverse=args.n_diverse)
+            else:
+                counts = recommend_raw_file(svc, args.batch_in, args.batch_out, args.n_diverse)
+                print(f"rates: {svc.stats()['rates']}")
+        else:
+            from serving.batch import recommend_file, recommend_parquet
+            from serving.service import RecommendationService
+
             svc = RecommendationService(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
             if args.ray:
                 counts = recommend_parquet(svc, args.batch_in, args.batch_out,
                                            args.work_dir or f"{args.batch_out}.chunks", compute=_ray_compute(args))
             else:
                 counts = recommend_file(svc, args.batch_in, args.batch_out)
-            print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
-            return 0
-        from serving.app import create_app  # FastAPI: the "serve" extra, not needed offline
-
-        app = create_app(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch)
     except (ServiceError, InputError, FileNotFoundError, MissingExtraError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    return _run_server(app, args)
+    print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
+    return 0
 
 
-def _ray_compute(args: argparse.Namespace) -> ComputeConfig:
+def _capability_builder(args: argparse.Namespace, budget_s: float):
+    """A capability-world run's app, built behind the listening server."""
+    def build(set_phase):
+        set_phase("loading the run")
+        from serving.app import create_app
+
+        return create_app(args.run_dir, args.model, args.filter, args.seed, budget_s, args.max_batch, keys=args.keys,
+                          rate_limit=args.rate_limit)
+
+    return build
+
+
+def _sequential_builder(args: argparse.Namespace, budget_s: float):
+    """A sequential run's app (ordered actions), built behind the listening server."""
+    def build(set_phase):
+        set_phase("loading the run")
+        from serving.sequential import create_sequential_app
+
+        return create_sequential_app(args.run_dir, args.model, budget_s, args.max_batch, beam_width=args.beam_width,
+                                     jobs_dir=_jobs_dir(args), keys=args.keys, rate_limit=args.rate_limit)
+
+    return build
+
+
+def _ray_compute(args: argparse.Namespace):
     """The Ray cluster of ``--ray`` (``local``: start one here with ``--ray-workers`` CPUs)."""
+    from data_gen.compute import ComputeConfig
+
     return ComputeConfig(backend="ray", address=None if args.ray == "local" else args.ray,
                          n_workers=args.ray_workers, chunk_size=args.chunk_size)
 
@@ -138,72 +202,27 @@ def _jobs_dir(args: argparse.Namespace) -> str | None:
     return None if args.jobs_dir.lower() == "none" else args.jobs_dir
 
 
-def _tabular_builder(args: argparse.Namespace, budget_s: float, run: object):
+def _tabular_builder(args: argparse.Namespace, budget_s: float):
     """Build the tabular app behind a listening server: the service (its probe answer compiles the search
     kernels the run uses, once per machine: numba's on-disk cache; its fallback process), then a warm-up
     on the run's own records (a batch, one record, alternatives), so the first request is not the one
     that compiles."""
     def build(set_phase):
+        set_phase("loading the run")
         from serving.startup import warm_up_tabular
-        from serving.tabular import TabularService
+        from serving.tabular import TabularService, load_run
         from serving.tabular_app import create_tabular_app
 
-        set_phase("loading the run and compiling its search kernels (first start on this machine only; "
-                  "cached after)")
+        run = load_run(args.run_dir)  # the fingerprints checked
+        set_phase("compiling the run's search kernels (first start on this machine only; cached after)")
         svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse, run=run,
                              fallback_process=True)
         set_phase("warming up the generator on the run's records")
         warm_up_tabular(svc)
-        return create_tabular_app(args.run_dir, service=svc, jobs_dir=_jobs_dir(args))
+        return create_tabular_app(args.run_dir, service=svc, jobs_dir=_jobs_dir(args), keys=args.keys,
+                                  rate_limit=args.rate_limit)
 
     return build
-
-
-def _serve_tabular(args: argparse.Namespace, budget_s: float) -> int:
-    """A tabular run: raw records over HTTP, or a CSV/Parquet of raw records offline."""
-    from serving.tabular import TabularService
-
-    try:
-        if args.batch_in:
-            from serving.batch import recommend_raw_file, recommend_raw_parquet
-
-            svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, max(args.max_diverse, args.n_diverse))
-            if args.ray:
-                counts = recommend_raw_parquet(svc, args.batch_in, args.batch_out,
-                                               args.work_dir or f"{args.batch_out}.chunks", compute=_ray_compute(args),
-                                               n_diverse=args.n_diverse)
-            else:
-                counts = recommend_raw_file(svc, args.batch_in, args.batch_out, args.n_diverse)
-                print(f"rates: {svc.stats()['rates']}")
-            print(f"wrote {sum(counts.values())} answers to {args.batch_out}: {counts}")
-            return 0
-        from serving.startup import StartingApp
-        from serving.tabular import load_run
-
-        # The run's files are checked now (a one-line error and exit 2); compiling and loading happen
-        # behind a server that already answers /livez and /readyz.
-        app = StartingApp(_tabular_builder(args, budget_s, load_run(args.run_dir)))
-    except (ServiceError, InputError, FileNotFoundError, MissingExtraError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return _run_server(app, args)
-
-
-def _serve_sequential(args: argparse.Namespace, budget_s: float) -> int:
-    """A sequential run (CSCF world): ordered actions for raw records over HTTP."""
-    from serving.sequential import create_sequential_app
-
-    if args.batch_in or args.ray:
-        print("error: --batch-in: offline files are for capability-world and tabular runs; POST "
-              "/recommend/batch serves a sequential run", file=sys.stderr)
-        return 2
-    try:
-        app = create_sequential_app(args.run_dir, args.model, budget_s, args.max_batch, beam_width=args.beam_width,
-                                    jobs_dir=_jobs_dir(args))
-    except (ServiceError, InputError, FileNotFoundError, MissingExtraError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return _run_server(app, args)
 
 
 if __name__ == "__main__":

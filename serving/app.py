@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serving.guard import Guard
+from serving.observability import operate
 from serving.page import add_page
 from serving.schemas import (
     ERRORS,
@@ -166,8 +167,10 @@ def add_health_and_model(app: FastAPI, svc: Any, health_model: Any = None, info_
 
 
 def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all", seed: int = 0,
-               fallback_budget_s: float | None = 0.05, max_batch: int = 10_000) -> FastAPI:
-    """The FastAPI app serving one model of a run (raises :class:`ServiceError` if it cannot)."""
+               fallback_budget_s: float | None = 0.05, max_batch: int = 10_000, *, keys: Any = None,
+               rate_limit: float = 50.0) -> FastAPI:
+    """The FastAPI app serving one model of a run (raises :class:`ServiceError` if it cannot); ``keys``: a
+    ``serving.keys.KeyStore`` (None: no keys), ``rate_limit``: requests a second per key."""
     svc = RecommendationService(run_dir, model, rule, seed, fallback_budget_s, max_batch)
     w = svc.world
     AgentRequest, BatchRequest = request_models(w.n_features, w.n_groups, max_batch)
@@ -201,5 +204,6 @@ def create_app(run_dir: str | Path, model: str | None = None, rule: str = "all",
 
     add_health_and_model(app, svc, Health, ModelInfo)
     add_page(app, svc)  # GET / for people, GET /schema and /example (serving/page.py)
+    operate(app, svc, None, keys=keys, rate_limit=rate_limit)  # /metrics, request ids, keys
     freeze_startup_heap()
     return app

@@ -312,7 +312,8 @@ class SequentialBatchResponse(BaseModel):
 
 def create_sequential_app(run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
                           max_batch: int = 10_000, *, service: SequentialService | None = None,
-                          beam_width: int | None = None, jobs_dir: str | Path | None = None) -> Any:
+                          beam_width: int | None = None, jobs_dir: str | Path | None = None, keys: Any = None,
+                          rate_limit: float = 50.0) -> Any:
     """The FastAPI app serving one policy of a sequential run (FastAPI: the ``serve`` extra); ``jobs_dir``:
     where batch jobs are kept so that a restart finishes them (None: in memory only)."""
     from fastapi import FastAPI
@@ -321,6 +322,7 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     from serving.app import add_health_and_model, freeze_startup_heap, install_handlers, shutdown
     from serving.guard import Guard
     from serving.jobs import install_batch_routes
+    from serving.observability import operate
     from serving.tabular_schemas import TABULAR_ERRORS, record_models, to_record
 
     svc = service or SequentialService(run_dir, model, fallback_budget_s, max_batch, beam_width=beam_width)
@@ -353,5 +355,6 @@ def create_sequential_app(run_dir: str | Path, model: str | None = None, fallbac
     from serving.page import add_page  # GET / for people, GET /schema and /example
 
     add_page(app, svc)
+    operate(app, svc, jobs, keys=keys, rate_limit=rate_limit)  # /metrics, request ids, keys
     freeze_startup_heap()
     return app

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from serving.app import add_health_and_model, freeze_startup_heap, install_handlers, shutdown
 from serving.guard import Guard
 from serving.jobs import install_batch_routes
+from serving.observability import operate
 from serving.tabular import TabularService
 from serving.tabular_schemas import (
     TABULAR_ERRORS,
@@ -33,9 +34,11 @@ from serving.tabular_schemas import (
 
 def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
                        max_batch: int = 10_000, max_diverse: int = 5, *,
-                       service: TabularService | None = None, jobs_dir: str | Path | None = None) -> FastAPI:
+                       service: TabularService | None = None, jobs_dir: str | Path | None = None,
+                       keys: Any = None, rate_limit: float = 50.0) -> FastAPI:
     """The FastAPI app serving one generator of a tabular run (raises ``ServiceError`` if it cannot);
-    ``jobs_dir``: where batch jobs are kept so that a restart finishes them (None: in memory only)."""
+    ``jobs_dir``: where batch jobs are kept so that a restart finishes them (None: in memory only); ``keys``:
+    a ``serving.keys.KeyStore`` (None: no keys), ``rate_limit``: requests a second per key."""
     svc = service or TabularService(run_dir, model, fallback_budget_s, max_batch, max_diverse, fallback_process=True)
     Request, Batch = record_models(svc.codec, svc.max_batch, svc.max_diverse)
     names = ", ".join(svc.codec.names)
@@ -71,5 +74,6 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
     from serving.page import add_page  # GET / for people, GET /schema and /example
 
     add_page(app, svc)
+    operate(app, svc, jobs, keys=keys, rate_limit=rate_limit)  # /metrics, request ids, keys
     freeze_startup_heap()
     return app

@@ -291,13 +291,23 @@
   }
 
   // ------------------------------------------------------------------------------- wiring
-  function call(method, path, payload) {
+  // A server with API keys answers 401: ask for the key once, keep it for this tab, send it as a bearer token.
+  function call(method, path, payload, asked) {
     var opts = { method: method, headers: { Accept: "application/json" } };
+    var key = window.sessionStorage.getItem("recourse-api-key");
+    if (key) opts.headers.Authorization = "Bearer " + key;
     if (payload !== undefined) {
       opts.headers["Content-Type"] = "application/json";
       opts.body = JSON.stringify(payload);
     }
     return fetch(path, opts).then(function (r) {
+      if (r.status === 401 && !asked) {
+        var given = window.prompt("This server needs an API key:");
+        if (given) {
+          window.sessionStorage.setItem("recourse-api-key", given.trim());
+          return call(method, path, payload, true);
+        }
+      }
       return r.text().then(function (t) {
         var data = null;
         try { data = t ? JSON.parse(t) : null; } catch (e) { data = { detail: t.slice(0, 200) }; }
