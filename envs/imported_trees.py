@@ -129,7 +129,7 @@ def to_white_box(native: NativeEnsemble, input_map: InputMap) -> TreeEnsemble:
     source = np.array([c.source for c in input_map.columns], np.int64)
     limits = _split_points(native, input_map)
     trees = [_rebuild(t, U, source, keep32) for t, U in zip(native.trees, limits, strict=True)]
-    return TreeEnsemble(trees, input_map.n_encoded, native.boosted, native.tolerance)
+    return TreeEnsemble(trees, input_map.n_encoded, native.boosted, native.tolerance, native.float32_sums)
 
 
 def from_fitted(model: Any, input_map: InputMap | None = None, *, positive: Any = 1) -> TreeEnsemble:

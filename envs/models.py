@@ -234,6 +234,7 @@ class TreeEnsemble(WhiteBoxModel):
     n_features: int
     boosted: bool = False  # the score is the sum of leaf values (a margin), not the mean of P(1) - P(0)
     tolerance: float = 0.0  # the native model may decide otherwise only where |score| <= tolerance
+    float32_sums: bool = False  # the margin is summed in float32 in tree order, as XGBoost sums it
     kind: ClassVar[str] = "tree_ensemble"
 
     def __post_init__(self):
@@ -246,6 +247,18 @@ class TreeEnsemble(WhiteBoxModel):
     def exact(self) -> bool:
         """``predict`` is the native model's decision (no float tolerance; a score of exactly 0 aside)."""
         return self.tolerance == 0.0
+
+    @property
+    def sum_error(self) -> float:
+        """A bound of |score - the exact sum of the leaf values| (the MILP's reading): float32 sums
+        err by at most gamma_n * sum_t max_l |v_tl| in any order (Higham); float64 sums: 0 (ignored)."""
+        if not self.float32_sums:
+            return 0.0
+        if "_sum_error" not in self.__dict__:
+            n = len(self.trees) + 1
+            gamma = n * 2.0 ** -24 / (1 - n * 2.0 ** -24)
+            self.__dict__["_sum_error"] = gamma * sum(float(np.abs(t.p1 - t.p0)[t.left < 0].max()) for t in self.trees)
+        return self.__dict__["_sum_error"]
 
     @property
     def splits(self) -> str:
@@ -296,8 +309,9 @@ class TreeEnsemble(WhiteBoxModel):
                 if not len(level):
                     break
                 level, depth = np.concatenate([left[level], right[level]]), depth + 1
-            p0 = np.concatenate([np.asarray(t.p0, float) for t in self.trees])
-            p1 = np.concatenate([np.asarray(t.p1, float) for t in self.trees])
+            dtype = np.float32 if self.float32_sums else np.float64  # the kernels sum in this dtype
+            p0 = np.concatenate([np.asarray(t.p0, float) for t in self.trees]).astype(dtype)
+            p1 = np.concatenate([np.asarray(t.p1, float) for t in self.trees]).astype(dtype)
             stack = (offsets, np.where(left >= 0, left, own).astype(np.int64),
                      np.where(right >= 0, right, own).astype(np.int64), feature.astype(np.int64),
                      np.ascontiguousarray(threshold, np.float64), np.int64(depth), p0, p1)
@@ -352,7 +366,8 @@ class TreeEnsemble(WhiteBoxModel):
         bound = forest_box_bounds(rows, np.ascontiguousarray(cols, np.int64), np.asarray(lo, float).astype(rows.dtype),
                                   np.asarray(hi, float).astype(rows.dtype), offsets, left, right, feature, threshold,
                                   p1 - p0)
-        return bound / self._divisor()  # rounding is monotone: the sum of larger terms is not smaller
+        # rounding is monotone (a sum of larger terms is not smaller); float32 sums may exceed the exact sum
+        return bound / self._divisor() + 2 * self.sum_error
 
     def score(self, X: np.ndarray) -> np.ndarray:
         """P(1) - P(0): > 0 exactly where sklearn's argmax picks class 1 (a - b > 0 iff a > b in IEEE);
@@ -365,6 +380,7 @@ class TreeEnsemble(WhiteBoxModel):
         extra = {"boosted": True} if self.boosted else {}  # keys only where not the default: old JSON as it was
         extra.update({"splits": self.splits} if self.splits != "float32" else {})
         extra.update({"tolerance": self.tolerance} if self.tolerance else {})
+        extra.update({"float32_sums": True} if self.float32_sums else {})
         return {"n_features": self.n_features, "trees": [t.to_dict() for t in self.trees], **extra}
 
     @classmethod
@@ -515,7 +531,8 @@ def model_from_dict(d: dict[str, Any]) -> WhiteBoxModel:
     if kind == "tree_ensemble":
         splits = str(d.get("splits", "float32"))
         return TreeEnsemble([Tree.from_dict(t, splits) for t in d["trees"]], int(d["n_features"]),
-                            bool(d.get("boosted", False)), float(d.get("tolerance", 0.0)))
+                            bool(d.get("boosted", False)), float(d.get("tolerance", 0.0)),
+                            bool(d.get("float32_sums", False)))
     if kind == "linear":
         return LinearModel(np.asarray(d["w"], float), float(d["b"]))
     if kind == "mlp":

@@ -27,8 +27,9 @@ def _descend_all(x, nodes, offsets, left, right, feature, threshold, depth):
 
 @nb.njit(cache=True, inline="always")
 def _leaf_sums(nodes, p0, p1):
-    """The sums over the trees, in estimator order, of the reached leaves' P(0) and P(1)."""
-    a, b = 0.0, 0.0
+    """The sums over the trees, in estimator order, of the reached leaves' P(0) and P(1), in the leaf
+    values' dtype (float64; float32 for XGBoost, which sums its margin so)."""
+    a, b = p0[0] - p0[0], p1[0] - p1[0]  # +0.0 of that dtype
     for t in range(nodes.shape[0]):
         a += p0[nodes[t]]
         b += p1[nodes[t]]
@@ -109,7 +110,7 @@ def _complete_sums(x, nodes, feature, threshold, depth, q0, q1):
             k = nodes[t]
             go_left = np.float64(x[feature[t * inner + k]]) <= threshold[t * inner + k]
             nodes[t] = 2 * k + 2 - go_left
-    a, b = 0.0, 0.0
+    a, b = q0[0] - q0[0], q1[0] - q1[0]  # +0.0 in the leaf values' dtype, as ``_leaf_sums``
     for t in range(nodes.shape[0]):
         leaf = t * (inner + 1) + nodes[t] - inner
         a += q0[leaf]
@@ -157,7 +158,7 @@ def complete_layout(offsets: np.ndarray, left: np.ndarray, right: np.ndarray, fe
     T, inner = len(offsets), (1 << int(depth)) - 1
     feat = np.zeros((T, inner), np.int64)
     thr = np.full((T, inner), np.inf)
-    q0, q1 = np.zeros((T, inner + 1)), np.zeros((T, inner + 1))
+    q0, q1 = np.zeros((T, inner + 1), p0.dtype), np.zeros((T, inner + 1), p1.dtype)
     for t in range(T):
         orig = np.zeros(2 * inner + 1, np.int64)  # the linked node each complete node stands for
         orig[0] = offsets[t]

@@ -18,12 +18,11 @@ Decision rules, per family (P(accept) is the positive class's):
 - LightGBM (objective binary): raw = sum_t leaf_t in float64 (the initial score is in the first
   tree's leaves); predict is argmax(1 - p, p) with p = 1 / (1 + exp(-sigmoid * raw)) in float64,
   which rejects a raw score in (0, ~2.2e-16 / sigmoid]: tolerance 1e-15 / sigmoid.
-- XGBoost (binary:logistic): raw = base margin + sum_t leaf_t, summed by XGBoost in float32 (in an
-  order of its own: an emulation in tree order matched 93% of rows), predict is float32
-  sigmoid(raw) > 0.5. The white box sums the same float32 leaf values in float64; the two decisions
-  agree wherever |score| > tolerance = the float32 summation error bound (n + 1) u (|b| + sum_t
-  max_l |v_tl|) (u = 2^-24, any summation order) plus 1e-6 for the base margin's rounding and the
-  sigmoid's band near 0.
+- XGBoost (binary:logistic): raw = base margin + sum_t leaf_t, summed by XGBoost in float32 in tree
+  order (the base margin -logf(1 / base_score - 1), in float32); predict is float32 sigmoid(raw) >
+  0.5, which also rejects raw in (0, ~2^-23]. The white box sums the same way (``float32_sums``):
+  the margin bit for bit (checked on probe rows when read), tolerance 2^-22. Its MILP reads the
+  exact sum, within ``TreeEnsemble.sum_error`` of the float32 one.
 
 The initial prediction is added to the first tree's leaf values (the libraries add it first: the
 float64 sum is the library's, bit for bit). Inputs are never NaN in a world, so the libraries'
@@ -47,6 +46,7 @@ from envs.split_rules import Rule
 
 LGBM_ZERO = float(np.float32(1e-35))  # LightGBM's kZeroThreshold: |z| <= this reads as 0
 _U32 = 2.0 ** -24  # float32 unit round-off
+_SIGMOID_BAND = 2.0 ** -22  # XGBoost's float32 sigmoid(m) is 0.5 for m up to ~2^-23 (its predict needs > 0.5)
 
 
 @dataclass
@@ -72,6 +72,7 @@ class NativeEnsemble:
     rule: Rule
     boosted: bool
     tolerance: float = 0.0
+    float32_sums: bool = False  # the margin summed in float32 (XGBoost)
     read: Callable[[np.ndarray], np.ndarray] | None = None  # the library's own reading of an input (LightGBM's 0)
 
 
@@ -152,11 +153,42 @@ def sklearn_hist_gradient_boosting(est: Any, positive: Any = 1) -> NativeEnsembl
     return NativeEnsemble(name, out, int(est.n_features_in_), "float64<=", boosted=True)
 
 
+def _xgb_margins(trees: list[NativeTree], Z: np.ndarray) -> np.ndarray:
+    """The margins the trees give rows Z as XGBoost sums them: float32, in tree order (the base margin
+    in the first tree's leaves), each node left iff float32(z) < threshold."""
+    Z32 = np.asarray(Z, np.float64).astype(np.float32)
+    out = np.zeros(len(Z32), np.float32)
+    rows = np.arange(len(Z32))
+    for t in trees:
+        node = np.zeros(len(Z32), np.int64)
+        while (inner := t.left[node] >= 0).any():
+            go = Z32[rows, t.feature[node]] < t.threshold[node].astype(np.float32)
+            node = np.where(inner, np.where(go, t.left[node], t.right[node]), node)
+        out = out + t.p1[node].astype(np.float32)
+    return out
+
+
+def _xgb_probe(trees: list[NativeTree], n_inputs: int) -> np.ndarray:
+    """Rows that reach many leaves: each column drawn from its split thresholds and their float32
+    neighbours (and 0 where a column has none)."""
+    rng = np.random.default_rng(0)
+    rows = np.zeros((64, n_inputs))
+    for j in range(n_inputs):
+        ts = np.concatenate([t.threshold[(t.left >= 0) & (t.feature == j)] for t in trees]).astype(np.float32)
+        if len(ts):
+            near = np.concatenate([ts, np.nextafter(ts, np.float32(-np.inf)), np.nextafter(ts, np.float32(np.inf))])
+            rows[:, j] = rng.choice(near, 64)
+    return rows
+
+
 def xgboost_trees(model: Any, positive: Any = 1) -> NativeEnsemble:
     """XGBClassifier or xgboost Booster with objective binary:logistic, from its JSON model.
 
     The classifier's predict stops at ``best_iteration`` where early stopping set one (a Booster's
-    predict uses every tree, and so does its white box).
+    predict uses every tree, and so does its white box). The margin is XGBoost's, bit for bit: the
+    base margin -logf(1 / base_score - 1) in float32, summed with the leaf values in float32 in tree
+    order; the reader checks this against the booster's own margins on probe rows, and where they
+    differ widens the tolerance by the float32 summation bound instead.
     """
     name = type(model).__name__
     sign = 1.0
@@ -182,25 +214,33 @@ def xgboost_trees(model: Any, positive: Any = 1) -> NativeEnsemble:
     base = [float(v) for v in str(param["base_score"]).strip("[]").split(",")]
     if len(base) != 1 or int(param.get("num_target", 1)) != 1:
         raise ValueError(f"{name}: {len(base)} base scores / targets; only a single binary target is supported")
-    p = float(np.float32(base[0]))
-    bias = math.log(p / (1.0 - p))  # binary:logistic's base margin
+    odds = np.float32(1.0) / np.float32(base[0]) - np.float32(1.0)  # XGBoost's ProbToMargin, in float32
+    bias = np.float32(-math.log(float(odds)))  # logf, correctly rounded
     trees = gb["model"]["trees"]
     if n_iter is not None:
         trees = trees[: int(gb["model"]["iteration_indptr"][n_iter])]
-    out, peak = [], abs(bias)
+    out = []
     for i, t in enumerate(trees):
         if any(int(s) != 0 for s in t["split_type"]):
             raise ValueError(f"{name}: tree {i} has a categorical split; only numeric splits have a white box")
         left = np.asarray(t["left_children"], np.int64)
-        cond = np.asarray(t["split_conditions"], np.float32).astype(np.float64)  # a leaf's holds its value
+        cond = np.asarray(t["split_conditions"], np.float32)  # a leaf's holds its value
         leaf = left < 0
-        values = np.where(leaf, cond, 0.0)
-        peak += float(np.abs(values[leaf]).max())
+        values = np.where(leaf, cond, np.float32(0))
+        if i == 0:
+            values = values + bias  # float32: XGBoost's first addition
         out.append(_boosted(left, np.where(leaf, -1, t["right_children"]), np.where(leaf, 0, t["split_indices"]),
-                            np.where(leaf, 0.0, cond), values, bias if i == 0 else None, sign))
-    tolerance = (len(trees) + 1) * _U32 / (1 - (len(trees) + 1) * _U32) * peak + 1e-6
+                            np.where(leaf, 0.0, cond.astype(np.float64)), values.astype(np.float64), None, sign))
     n_inputs = int(param["num_feature"])
-    return NativeEnsemble(name, out, n_inputs, "float32<", boosted=True, tolerance=tolerance)
+    tolerance = _SIGMOID_BAND
+    probe = _xgb_probe(out, n_inputs)
+    native = booster.inplace_predict(probe, iteration_range=(0, n_iter or 0), predict_type="margin",
+                                     validate_features=False)
+    if not np.array_equal(sign * np.asarray(native, np.float32).reshape(-1), _xgb_margins(out, probe)):
+        n = len(out) + 1  # not XGBoost's sums bit for bit: both lie within the float32 bound of the exact sum
+        peak = sum(float(np.abs(t.p1[t.left < 0]).max()) for t in out)
+        tolerance += 2 * n * _U32 / (1 - n * _U32) * peak
+    return NativeEnsemble(name, out, n_inputs, "float32<", boosted=True, tolerance=tolerance, float32_sums=True)
 
 
 def _lgbm_read(z: np.ndarray) -> np.ndarray:

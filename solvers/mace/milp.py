@@ -19,8 +19,10 @@ Encodings (paper §4.2 distance and plausibility; the models of §4.1 as mixed-i
   (0 when relaxed); a single tree accepts iff its leaf does (the y of accepting leaves sum to 1).
   A boosted ensemble (``TreeEnsemble.boosted``) the same with the sum of leaf values (no / T, the
   initial prediction in the first tree's leaves), and float64 splits read by their own limits.
-  A model with a ``tolerance`` (XGBoost's float32 sums) is read relaxed as score >= -tolerance and
-  robustly as score >= margin + tolerance, so both readings hold for the library's own decision.
+  A model with a ``tolerance`` or float32 sums (XGBoost) is read relaxed as sum >= -(tolerance +
+  sum_error), the sum being exact, which holds wherever the white box's float32 score or the
+  library accepts; robustly as sum >= margin + tolerance (its point is verified on the float32
+  score like any other, and the float32 error is ~1e-6 where its bound is ~1e-4).
 - logistic regression: w.x + b >= margin (0 when relaxed).
 - ReLU MLP: big-M per unstable neuron; pre-activation bounds by interval arithmetic on the box for
   the first layer and by LP over the relaxed earlier layers for the others (stable neurons need
@@ -213,7 +215,8 @@ class MilpBackend:
             inst = _within(inst, budget)
         self.inst, self.tol, self.budget = inst, tol, budget
         tol = float(getattr(inst.model, "tolerance", 0.0))  # where the library may decide otherwise
-        self.margin = -tol if margin is None else float(margin) + tol
+        err = float(getattr(inst.model, "sum_error", 0.0))  # how far a float32 score may lie from the exact sum
+        self.margin = -(tol + err) if margin is None else float(margin) + tol
         self.lp_bounds = lp_bounds  # tighten the MLP's big-M by LP over the earlier layers (else interval only)
         self.unstable = 0  # MLP neurons that needed a binary (the others are fixed on or off by their bounds)
         self.levels: dict[int, tuple[list[float], list[float], list[int]]] = {}  # column -> (U's, L's, w's)
