@@ -187,7 +187,8 @@ def label_tabular(world: TabularWorld, X: np.ndarray, solver: Any, work_dir: str
     compute = compute or ComputeConfig(n_workers=n_jobs)
     bounds = chunk_bounds(len(X), compute.chunk_size or chunk_size)
     parts = run_chunks(_solve_chunk, (solver, world), [X[s:e] for s, e in bounds], work_dir, compute=compute,
-                       sizes=[e - s for s, e in bounds], desc=f"MACE labels ({world.name})", progress=progress)
+                       sizes=[e - s for s, e in bounds], progress=progress,
+                       desc=f"{getattr(solver, 'label', 'MACE')} labels ({world.name})")  # GeCo on the black-box route
     for (s, e), p in zip(bounds, parts, strict=True):
         # chunks may come from another run or machine; a chunk of other agents must never label these
         if "X" in p and not np.array_equal(p["X"], X[s:e]):

@@ -392,6 +392,10 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
     if not groups:
         raise ValueError("--groups: name at least one attribute (e.g. --groups sex race)")
     run = load_tabular_run(run_dir)
+    if run.black_box:  # MACE cannot read a black box: no certified bound to report
+        from evaluation.blackbox_runs import AUDIT_REFUSAL
+
+        raise ValueError(AUDIT_REFUSAL)
     world, t = run.world, run.config.tabular
     cols = {a: _group_columns(world, a) for a in groups}
     data = run.data()  # the bundled data set's split, or the one a run on the user's table stored

@@ -7,7 +7,9 @@ A run directory ``<output_dir>/<name>/`` holds:
 - ``config.yaml``: the experiment config (a top-level ``tabular:`` mapping marks it);
 - ``world/model.json``, ``world/encoder.json``, ``world/metrics.json``: the classifier as a white
   box (envs.models) and the raw-record encoder; ``world/fingerprint.json`` has their SHA-256,
-  checked whenever the run is loaded (``load_tabular_run``);
+  checked whenever the run is loaded (``load_tabular_run``). A user's model without a white box
+  (the black-box route, ``evaluation.blackbox_runs``): model.json is a marker naming the stored model
+  file, the labels are GeCo's (not certified) and evaluation is against them;
 - ``labels/``: MACE's answers for every agent (``labels.parquet`` + ``manifest.json``; the
   ``chunks/`` it was built from make an interrupted labelling resume) and ``split.json`` (which
   agents are held out);
@@ -34,9 +36,19 @@ from data_gen.compute import ComputeConfig
 from data_gen.config import StrictModel, parse_model, read_yaml
 from data_gen.loaders import TabularData
 from data_gen.mace_labels import MaceLabelSet, label_tabular
-from envs.models import WhiteBoxModel
+from envs.models import model_from_dict
 from envs.tabular import TabularWorld
+from evaluation.blackbox_runs import (
+    LABELS_LINE,
+    NOT_APPLICABLE,
+    REFERENCE,
+    is_black_box,
+    is_marker,
+    load_black_box_model,
+    write_marker,
+)
 from evaluation.experiment import fastest
+from evaluation.tabular_report import tabular_report
 from learners.tabular import (
     TabularGenerator,
     TabularLabels,
@@ -150,7 +162,10 @@ def _sha(path: Path) -> str:
 
 def _write_world(world: TabularWorld, metrics: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    world.model.save(out / "model.json")
+    if is_black_box(world):  # no JSON of the user's model: a marker naming its stored file and SHA-256
+        write_marker(out)
+    else:
+        world.model.save(out / "model.json")
     (out / "encoder.json").write_text(json.dumps(world.encoder.to_dict()))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     (out / "fingerprint.json").write_text(json.dumps(
@@ -158,8 +173,9 @@ def _write_world(world: TabularWorld, metrics: dict[str, Any], out: Path) -> Non
         indent=1))
 
 
-def load_world(world_dir: str | Path) -> TabularWorld:
-    """The run's world, after checking its files against ``fingerprint.json``."""
+def load_world(world_dir: str | Path, *, trusted: bool = False) -> TabularWorld:
+    """The run's world, after checking its files against ``fingerprint.json``; ``trusted``: load a
+    black-box run's model file as the run's config allows (pickles)."""
     from data_gen.tabular_encoder import TabularEncoder
 
     d = Path(world_dir)
@@ -173,7 +189,9 @@ def load_world(world_dir: str | Path) -> TabularWorld:
         if _sha(d / name) != fp[key]:
             raise ValueError(f"world: {d / name} does not match its fingerprint ({fp_path}); the file was changed")
     encoder = TabularEncoder.from_dict(json.loads((d / "encoder.json").read_text()))
-    return TabularWorld(fp["name"], encoder.schema, WhiteBoxModel.load(d / "model.json"), encoder)
+    raw = json.loads((d / "model.json").read_text())
+    model = load_black_box_model(d, encoder, raw, trusted=trusted) if is_marker(raw) else model_from_dict(raw)
+    return TabularWorld(fp["name"], encoder.schema, model, encoder)
 
 
 def sample_agents(world: TabularWorld, X: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -193,7 +211,7 @@ def split_agents(X: np.ndarray, test_fraction: float, seed: int) -> tuple[np.nda
 
 
 def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
-    """Classifier, MACE labels (resumable), generators; returns the run directory."""
+    """Classifier, MACE labels (resumable; GeCo's on the black-box route), generators; returns the run directory."""
     from data_gen.classifiers import build
     from solvers.mace import MACE
 
@@ -217,10 +235,18 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
         print(f"{world.name}: test accuracy {metrics['test_accuracy']:.3f}")
     X_all = np.concatenate([data_split.X_train, data_split.X_test])
     agents = sample_agents(world, X_all, t.agents, t.seed)
-    mace = MACE(**t.mace.model_dump())
-    labels = label_tabular(world, agents, mace, run_dir / "labels" / "chunks", chunk_size=t.chunk_size,
+    if is_black_box(world):  # MACE cannot read the model: GeCo labels, fitted on the training rows
+        from data_gen.geco_labels import GecoLabeller
+
+        if progress:
+            print(LABELS_LINE)
+        mace: Any = GecoLabeller(world, data_split.X_train, norm=t.mace.norm, seed=t.seed)
+        chunks, meta = "chunks_geco", {"reference": REFERENCE, **mace.settings()}
+    else:
+        mace, chunks, meta = MACE(**t.mace.model_dump()), "chunks", {"mace": t.mace.model_dump()}
+    labels = label_tabular(world, agents, mace, run_dir / "labels" / chunks, chunk_size=t.chunk_size,
                            progress=progress, compute=t.compute)
-    labels.save(run_dir / "labels", meta={"mace": t.mace.model_dump(), "world": world.name})
+    labels.save(run_dir / "labels", meta={**meta, "world": world.name})
     train, test = split_agents(agents, t.test_fraction, t.seed)
     (run_dir / "labels" / "split.json").write_text(json.dumps({"train": train.tolist(), "test": test.tolist()}))
     ok = labels.ok
@@ -257,9 +283,6 @@ def _user_world(cfg: TabularExperimentConfig, world_dir: Path, progress: bool) -
     world, bundle = build_user_world(t.table, spec=t.spec, target=t.target, favourable=t.favourable,
                                      model_path=t.model_file, trusted=t.trusted, model_class=t.model, seed=t.seed,
                                      name=cfg.name)
-    if bundle.white_box is None:
-        raise ValueError(f"model_file: {bundle.report}; train.py labels with MACE and needs a white box "
-                         "(the black-box route is GeCo / MD-PSO: docs/your_data.md)")
     save_user_world(world_dir, bundle, model_file=t.model_file, source=str(t.table))
     metrics = dict(bundle.metrics)
     if bundle.agreement is not None:
@@ -291,7 +314,8 @@ def _with_generated(world: TabularWorld, train_agents: np.ndarray, data: Tabular
                            "perturb": dataclasses.asdict(params)})
     ok = labels.ok
     if progress:
-        print(f"generated agents: {int(ok.sum())} of {len(labels)} solved by MACE, added to {len(data.X)} training labels")
+        print(f"generated agents: {int(ok.sum())} of {len(labels)} solved by {getattr(mace, 'label', 'MACE')}, added to "
+              f"{len(data.X)} training labels")
     return TabularLabels(np.concatenate([data.X, labels.X[ok]]), np.concatenate([data.CF, labels.cf[ok]]),
                          np.concatenate([data.distance, labels.distance[ok]]))
 
@@ -332,10 +356,17 @@ class TabularRun:
         """The classifier's training rows: the active domain GeCo samples values from (``GeCo.fit``)."""
         return self.data().X_train
 
+    @property
+    def black_box(self) -> bool:
+        """On the black-box route: GeCo labels, no MACE, nothing certified (``evaluation.blackbox_runs``)."""
+        return is_black_box(self.world)
+
     def user_oracle(self) -> Any:
         """The user's own model as a verifier of encoded rows (None: the run trained its own classifier)."""
         if self.config.tabular.table is None:
             return None
+        if self.black_box:  # the world's model is the oracle, loaded and checked with the world
+            return self.world.model.oracle
         from evaluation.user_runs import load_user_oracle
 
         return load_user_oracle(self.run_dir / "world", self.world.encoder, trusted=self.config.tabular.trusted)
@@ -355,7 +386,7 @@ def load_tabular_run(run_dir: str | Path) -> TabularRun:
         raise FileNotFoundError(f"run: {run_dir} has no config.yaml (not a run directory)")
     cfg = parse_model(TabularExperimentConfig, yaml.safe_load((run_dir / "config.yaml").read_text()),
                       str(run_dir / "config.yaml"))
-    world = load_world(run_dir / "world")
+    world = load_world(run_dir / "world", trusted=cfg.tabular.trusted)
     gens = {}
     for spec in cfg.generators:
         path = run_dir / "models" / spec.label
@@ -410,10 +441,13 @@ def evaluate_tabular(run_dir: str | Path, progress: bool = True) -> dict[str, An
         "unseen_test_agents": int(unseen.sum()),
         "mace": {"s_per_agent_mean": float(labels.runtime[test].mean()),
                  "s_per_agent_max": float(labels.runtime[test].max()),
-                 "certified_share": float(np.mean(labels.distance[test][mace_ok] - labels.delta_min[test][mace_ok]
-                                                  <= t.mace.rel_tol * labels.distance[test][mace_ok] + 1e-7))
+                 "certified_share": NOT_APPLICABLE if run.black_box else
+                 float(np.mean(labels.distance[test][mace_ok] - labels.delta_min[test][mace_ok]
+                               <= t.mace.rel_tol * labels.distance[test][mace_ok] + 1e-7))
                  if mace_ok.any() else None},
         "generators": {},
+        "route": "black-box" if run.black_box else "white-box",
+        "reference": REFERENCE if run.black_box else "MACE, certified",  # what the labels (and "mace" here) are
     }
     variants = [(name, gen, None) for name, gen in run.generators.items()]
     variants += [(f"{name}, no polish", gen, -1) for name, gen in run.generators.items()]
@@ -438,9 +472,10 @@ def evaluate_tabular(run_dir: str | Path, progress: bool = True) -> dict[str, An
         m["fit"] = json.loads(fit.read_text()) if fit.exists() else None
         out["generators"][name] = m
         if progress:
-            print(f"{name}: validity {m['validity']}, coverage {m['coverage']}, optimal {m['optimal_share']:.3f}, "
+            print(f"{name}: validity {m['validity']}, coverage {m['coverage']}, "
+                  f"{'within 1% of GeCo' if run.black_box else 'optimal'} {m['optimal_share']:.3f}, "
                   f"{m['us_per_agent_batched']:.0f} µs/agent")
-    if t.geco_agents:
+    if t.geco_agents and not run.black_box:  # on the black-box route GeCo is the reference itself
         out["geco"] = _geco_baseline(world, run.domain_rows(), X[: t.geco_agents], mace_d[: t.geco_agents],
                                      mace_ok[: t.geco_agents], t.mace.norm)
     (run.run_dir / "metrics.json").write_text(json.dumps(out, indent=1, default=float))
@@ -466,41 +501,3 @@ def _geco_baseline(world: TabularWorld, domain: np.ndarray, X: np.ndarray, mace_
     m = score_answers(world, X, CF, found, mace_d, mace_ok, norm)
     m["s_per_agent_mean"], m["s_per_agent_max"] = float(np.mean(secs)), float(np.max(secs))
     return m
-
-
-def _f(v: Any, fmt: str = ".3f") -> str:
-    return "-" if v is None else format(v, fmt)
-
-
-def tabular_report(m: dict[str, Any]) -> str:
-    c, lab = m["classifier"], m["labels"]
-    lines = [f"# {m['world']}: generators against MACE", "",
-             f"Classifier test accuracy {c['test_accuracy']:.3f}. MACE labels: {lab['agents']} rejected agents, "
-             f"{lab['n_ok']} solved, {lab['n_no_recourse']} with no recourse (certified), {lab['n_unknown']} unknown; "
-             f"{m['train_agents']} train, {m['test_agents']} held out ({m['unseen_test_agents']} with an x not in "
-             "train).", "",
-             "Optimal: within 1% of MACE's certified distance. Distance ratio: the answer's distance over MACE's. "
-             "Validity: the model accepts the answer (its own decision rule, as scikit-learn decides) and no constraint is broken (of the answered agents); the generators themselves keep a score margin of 1e-6 on LR/MLP copies. "
-             "Coverage: answered share of the agents MACE solved. *No polish*: the same generator answering its "
-             "nearest verified candidate as it is (one model call), without the search that shortens it.", "",
-             "| method | coverage | validity | optimal | optimal (unseen x) | ratio median / p90 | changed features | "
-             "µs/agent (batched) | ms single p50 / p99 | × MACE |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, g in m["generators"].items():
-        lines.append(f"| {name} | {_f(g['coverage'])} | {_f(g['validity'])} | {_f(g['optimal_share'])} | "
-                     f"{_f(g['unseen']['optimal_share'])} | {_f(g['distance_ratio_median'])} / "
-                     f"{_f(g['distance_ratio_p90'])} | {_f(g['mean_changed_features'], '.2f')} | "
-                     f"{g['us_per_agent_batched']:.0f} | {g['ms_single_p50']:.2f} / {g['ms_single_p99']:.2f} | "
-                     f"{g['speedup_vs_mace']:,.0f}× |")
-    if "geco" in m:
-        g = m["geco"]
-        lines.append(f"| GeCo (online, first {g['agents']}) | {_f(g['coverage'])} | {_f(g['validity'])} | "
-                     f"{_f(g['optimal_share'])} | - | {_f(g['distance_ratio_median'])} / {_f(g['distance_ratio_p90'])} "
-                     f"| {_f(g['mean_changed_features'], '.2f')} | {1e6 * g['s_per_agent_mean']:,.0f} | - | "
-                     f"{m['mace']['s_per_agent_mean'] / g['s_per_agent_mean']:,.1f}× |")
-    mc = m["mace"]
-    lines.append(f"| MACE (certified) | 1.000 | 1.000 | 1.000 | 1.000 | 1.000 / 1.000 | "
-                 f"{_f(lab['mean_features_changed'], '.2f')} | {1e6 * mc['s_per_agent_mean']:,.0f} | - | 1× |")
-    lines += ["", f"MACE: {mc['s_per_agent_mean']:.3f} s per agent (max {mc['s_per_agent_max']:.2f} s); "
-                  f"certified share {_f(mc['certified_share'])}.", ""]
-    return "\n".join(lines)

@@ -147,7 +147,7 @@ def form_schema(svc: Any) -> FormSchema:
                            epsilon=float(mp.get("epsilon", defaults["epsilon"])))
         return FormSchema(kind=kind, title=f"{tab.get('dataset')} ({tab.get('model')} model)", method=svc.model_name,
                           body="record", fields=record_fields(svc.codec, steps), max_diverse=svc.max_diverse,
-                          certificate=cert)
+                          certificate=None if getattr(svc, "black_box", False) else cert)  # black box: not certified
     return FormSchema(kind=kind, title=f"{svc.world.name} world (ordered actions)", method=svc.model_name,
                       body="record", fields=record_fields(svc.codec), max_diverse=0, certificate=None)
 

@@ -18,6 +18,11 @@ refused at start) and answers raw records in three steps:
 
 Diverse alternatives (``n_diverse``) come from GeCo's diverse set (distinct sets of changed
 features, nearest first), or from MACE's successive runs when MACE answers.
+
+A run on the black-box route (the user's model has no white box; ``evaluation.blackbox_runs``): the
+chain is GeCo only (MACE cannot read the model and is never called), no answer is ``optimal`` and
+nothing is ``no_recourse``; verification is unchanged (the world's model is the user's, and its oracle).
+The JSON rows and ``/model`` are formatted in :mod:`serving.tabular_answers`.
 """
 
 from __future__ import annotations
@@ -42,8 +47,15 @@ from serving.alternatives import diverse, nearest_first
 from serving.fallback import BackgroundCache
 from serving.processes import FALLBACK_NICE, lower_priority, stop_pool, stop_resource_tracker
 from serving.records import RecordCodec, RecordError
-from serving.rounding import round_answers
 from serving.service import InputError, ServiceError
+from serving.tabular_answers import (
+    METHODS,
+    OUTCOMES,
+    answer_records,
+    describe_service,
+    fallback_chain,
+    service_stats,
+)
 
 log = logging.getLogger("recourse_gym.serve")
 
@@ -53,8 +65,6 @@ SWITCH_INTERVAL_S = 0.0001  # GIL hand-over interval while a fallback runs besid
 MAX_RESTARTS = 5  # fallback processes started again after one died; beyond, the fallback runs in the server
 MAX_QUEUED = 512  # fallback jobs waiting at most; beyond, a record is answered "unknown" without queueing
 CACHE_SIZE = 50_000
-METHODS = ("generator", "geco", "mace")
-OUTCOMES = ("already_positive", "unknown", "no_recourse")
 
 
 _PROCESS_STATE: dict[str, Any] = {}  # in a fallback process: the service's solver half
@@ -154,6 +164,7 @@ class TabularService:
         self.mace_params = dict(self.run.mace_params or {})
         self.codec = RecordCodec(self.world.encoder, self.mace_params.get("norm", "one"))
         self.oracle = self.run.user_oracle() if hasattr(self.run, "user_oracle") else None  # issue 54 item 4
+        self.black_box = bool(getattr(self.run, "black_box", False))  # GeCo only, nothing certified
         self.fingerprint = self._fingerprint()
         self._probe()
         self.geco = self._fit_geco(geco_data)
@@ -178,7 +189,7 @@ class TabularService:
         self.started = time.time()
         log.info("serving tabular run %s: %s %s, generator %s, fallback %s (model %s)", self.run_dir.name,
                  self.tab.get("dataset"), self.tab.get("model"), self.model_name,
-                 "geco -> mace" if self.geco is not None else "mace", self.fingerprint.get("model_sha256", "")[:16])
+                 " -> ".join(fallback_chain(self)) or "none", self.fingerprint.get("model_sha256", "")[:16])
 
     # ------------------------------------------------------------------ loading
     def _load_run(self) -> Any:
@@ -441,7 +452,8 @@ class TabularService:
             if self._state_file is None:
                 import tempfile
 
-                state = {k: getattr(self, k) for k in ("world", "geco", "codec", "mace_params", "max_diverse", "oracle")}
+                state = {k: getattr(self, k) for k in ("world", "geco", "codec", "mace_params", "max_diverse", "oracle",
+                                                       "black_box")}
                 with tempfile.NamedTemporaryFile(prefix="recourse-fallback-", suffix=".pkl", delete=False) as f:
                     f.write(pickle.dumps(state))
                 self._state_file = f.name
@@ -489,7 +501,7 @@ class TabularService:
         return out
 
     def _chain(self, x: np.ndarray, n_diverse: int) -> Answer:
-        """GeCo, then MACE: the answer for a record the generator could not answer."""
+        """GeCo, then MACE (GeCo only on a black box): the answer for a record the generator could not answer."""
         return self._in_process("_chain_here", x, n_diverse)
 
     def _chain_here(self, x: np.ndarray, n_diverse: int) -> Answer:
@@ -502,6 +514,8 @@ class TabularService:
             if found:
                 cf, d, _ = found[0]
                 return Answer("ok", cf, d, "geco", "geco", None, True, found[1:])
+        if getattr(self, "black_box", False):  # MACE cannot read the user's model: no proof, no answer
+            return Answer("unknown", method="geco", kind="fallback")
         from solvers.mace import MACE
 
         rs = MACE(**{**self.mace_params, "n_diverse": 1 + n_diverse}).solve(self.world, x)
@@ -535,22 +549,7 @@ class TabularService:
 
     def records(self, X: np.ndarray, answers: list[Answer], t0: float | None = None) -> list[dict[str, Any]]:
         """JSON-ready answers (the HTTP rows and the offline file rows); ``latency_ms`` from ``t0``."""
-        answers = round_answers(self, X, answers)  # values a person can act on (serving/rounding.py)
-        codec = self.codec
-        out = []
-        for x, a in zip(X, answers, strict=True):
-            ok = a.status == "ok" and a.cf is not None
-            out.append({
-                "status": a.status,
-                "changes": codec.changes(x, a.cf) if ok else [],
-                "distance": a.distance if a.status in ("ok", "already_positive") else None,
-                "verified": bool(a.verified), "method": a.method, "optimal": a.optimal,
-                "alternatives": [{"changes": codec.changes(x, cf), "distance": d, "verified": True, "method": m}
-                                 for cf, d, m in a.alternatives],
-                "budget_exceeded": a.budget_exceeded,
-                "latency_ms": None if t0 is None else (time.perf_counter() - t0) * 1e3,
-            })
-        return out
+        return answer_records(self, X, answers, t0)
 
     def recommend_records(self, records: Any, n_diverse: int = 0, field: str = "records",
                           single: bool = False) -> list[dict[str, Any]]:
@@ -567,28 +566,8 @@ class TabularService:
     # ------------------------------------------------------------------ description
     def stats(self) -> dict[str, Any]:
         """The counters, and per method and outcome its share of the records that needed recourse."""
-        with self._lock:
-            c = dict(self.counters)
-        need = c["records"] - c["already_positive"]
-        rates = {k: (c[k] / need if need else 0.0) for k in (*METHODS, "unknown", "no_recourse")}
-        fallbacks = c["geco"] + c["mace"] + c["unknown"] + c["no_recourse"]
-        rates["fallback"] = fallbacks / need if need else 0.0
-        return {"counters": c, "rates": rates}
+        return service_stats(self)
 
     def describe(self) -> dict[str, Any]:
         """Provenance and counters (``/model``): names and hashes, never filesystem paths."""
-        metrics = self.run.metrics if isinstance(getattr(self.run, "metrics", None), dict) else None
-        st = self.stats()
-        return {
-            "kind": "tabular", "run": str(self.config.get("name", self.run_dir.name)), "run_dir": self.run_dir.resolve().name,
-            "dataset": self.tab.get("dataset"), "model_class": self.tab.get("model"),
-            "world": getattr(self.world, "name", None), "generator": self.model_name,
-            "generators": sorted(self.run.generators), "fingerprint": self.fingerprint,
-            "features": [{"name": d.name, "kind": d.kind, "mutability": d.mutability} for d in self.codec.domains],
-            "fallback": {"chain": (["geco"] if self.geco is not None else []) + ["mace"],
-                         "budget_ms": None if self.fallback_budget_s is None else self.fallback_budget_s * 1e3,
-                         "cached_answers": len(self.jobs.cache)},
-            "max_batch": self.max_batch, "max_diverse": self.max_diverse,
-            "metrics": metrics, "uptime_s": time.time() - self.started,
-            "counters": st["counters"], "rates": st["rates"],
-        }
+        return describe_service(self)
