@@ -209,6 +209,7 @@ def _tabular_builder(args: argparse.Namespace, budget_s: float):
     that compiles."""
     def build(set_phase):
         set_phase("loading the run")
+        from serving.app import shutdown
         from serving.startup import warm_up_tabular
         from serving.tabular import TabularService, load_run
         from serving.tabular_app import create_tabular_app
@@ -219,8 +220,10 @@ def _tabular_builder(args: argparse.Namespace, budget_s: float):
                              fallback_process=True)
         set_phase("warming up the generator on the run's records")
         warm_up_tabular(svc)
-        return create_tabular_app(args.run_dir, service=svc, jobs_dir=_jobs_dir(args), keys=args.keys,
-                                  rate_limit=args.rate_limit)
+        app = create_tabular_app(args.run_dir, service=svc, jobs_dir=_jobs_dir(args), keys=args.keys,
+                                 rate_limit=args.rate_limit)
+        shutdown(app, svc)  # the app closes only a service it made: this one (and its fallback process) is ours
+        return app
 
     return build
 
