@@ -7,6 +7,7 @@
     python benchmarks/mace.py --audit [--agents 10] [--seeds 0 1] [--jobs 2]
     python benchmarks/mace.py --geco [--agents 50] [--models tree forest mlp] [--tag current]
     python benchmarks/mace.py --before-after [--agents 5] [--norms one] [--before <git revision>]
+    python benchmarks/mace.py --rules [--agents 20] [--datasets adult german] [--models tree forest lr mlp]
 
 For every data set x model x norm, both backends explain the same seeded sample of negatively
 classified test agents: the MILP backend all ``--agents`` of them, z3 (Algorithm 1, far slower)
@@ -34,6 +35,10 @@ are written to ``benchmarks/results/mace/audit/cells/`` as they finish (a rerun 
 ``--geco`` measures GeCo's share of agents within 1% of MACE's certified l1 distance per data set x
 model (``geco_<tag>.{md,json}``); ``--before-after`` times MACE at an earlier git revision of
 ``solvers/mace`` and now, alternating per agent in one run (``before_after_issue34.{md,json}``).
+
+``--rules`` (issue 55) times MACE with and without the world's rules (GeCo's Appendix A.1 program in the
+rule language, ``benchmarks/mace_rules.py``) on the same agents, and counts the share certified under them
+(``rules.{md,json}``; norms default to one, data sets to Adult and German).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.blackbox import save  # noqa: E402
 from benchmarks.mace_audit import AUDIT_DATASETS, run_audit  # noqa: E402
 from benchmarks.mace_common import NORM_INDEX, _load_revision, fmt, sample  # noqa: E402
+from benchmarks.mace_rules import run_rules  # noqa: E402
 from benchmarks.warmup import warming_up  # noqa: E402
 from envs.models import SklearnOracle  # noqa: E402
 from solvers.mace import MACE  # noqa: E402
@@ -404,6 +410,7 @@ def main(argv=None) -> None:
     p.add_argument("--before-after", action="store_true", help="MACE time per explanation at --before and now")
     p.add_argument("--before", default="a3570b6ecc9f4627f85bf822868c96cf93aa9e54",
                    help="--before-after: the git revision of solvers/mace to compare with")
+    p.add_argument("--rules", action="store_true", help="MACE with and without the world's rules (issue 55)")
     p.add_argument("--model-kwargs", default="{}", help='JSON overrides of the model, e.g. {"max_depth": null}')
     p.add_argument("--out", default="benchmarks/results/mace", help="output directory")
     args = p.parse_args(argv)
@@ -414,6 +421,12 @@ def main(argv=None) -> None:
             args.datasets = AUDIT_DATASETS
     if args.geco:
         run_geco(args)
+        return
+    if args.rules:
+        given = argv if argv is not None else sys.argv
+        args.norms = args.norms if "--norms" in given else ["one"]
+        args.datasets = args.datasets if "--datasets" in given else ["adult", "german"]
+        run_rules(args)
         return
     if args.before_after:
         run_before_after(args)

@@ -12,12 +12,18 @@ does not mention is inferred, a column listed under ``ignore`` is not a feature.
 
 Mutability uses ``envs.schema.Mutability`` (free, immutable, increase, decrease); ``fixed``,
 ``increasing``, ``increase-only`` and the like are accepted as aliases. A weight of ``None`` (the
-default) leaves the cost to MACE's normalisation (a change over the feature's range).
+default) leaves the cost to MACE's normalisation (a change over the feature's range); a number
+multiplies that normalised change (``envs.rules``: a weight per direction goes under ``rules: weights:``).
 
 Missing values: rows of the table with a missing value in a feature or the target are dropped, with
 one warning giving the count (``DataSpec.clean``); a record with a missing value at serving time is
 rejected naming the column, and so is an unseen category (``DataSpec.check_records``). Every
 problem is one ``ValueError`` line naming the column and the problem.
+
+A ``rules:`` section holds the user's constraints in the rule language of ``envs.rules`` (PLAF
+statements, step bounds, forbidden transitions, links, cost weights per direction); it is checked
+against the spec's features when the spec is read (``data_gen.spec_rules``), written back by
+``to_yaml``/``to_dict``, and a feature's ``weight`` joins it as a weight of both directions.
 
 ``DataSpec.to_raw_columns()`` gives the ``RawColumn``s of ``data_gen.tabular_encoder``, so the
 encoder and the worlds are the ones the bundled data sets use; ``spec_from_dataset(name)`` writes a
@@ -39,7 +45,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from data_gen.spec_rules import check_spec_rules
 from data_gen.tabular_encoder import ColumnKind, RawColumn, _plain
+from envs.rules import RuleSet
 from envs.schema import Mutability
 
 KINDS: tuple[str, ...] = ("real", "integer", "binary", "categorical", "ordinal")
@@ -91,7 +99,7 @@ class FeatureSpec:
     lower: float | None = None  # real/integer: raw units; ordinal: a level; None: the observed range
     upper: float | None = None
     resolution: float | None = None  # the smallest step a person can make (1: whole units, 0.01: cents)
-    weight: float | None = None  # cost weight of the feature; None: MACE's normalisation by its range
+    weight: float | None = None  # cost weight of a change (times the change over the range); None: 1
     display: str = ""  # the name shown to a person (default: the column name)
     unit: str = ""  # e.g. "EUR", "years"
 
@@ -151,6 +159,7 @@ class DataSpec:
     favourable: Any
     features: tuple[FeatureSpec, ...]
     ignore: tuple[str, ...] = ()  # columns of the table that are not features (ids, free text)
+    rules: RuleSet = RuleSet()  # the user's constraints over the features (envs.rules)
 
     def __post_init__(self):
         names = [f.name for f in self.features]
@@ -160,6 +169,7 @@ class DataSpec:
         both = sorted_values(set(names) & ({self.target} | set(self.ignore)))
         if both:
             raise ValueError(f"spec: {both} cannot be a feature and the target or ignored")
+        check_spec_rules(self)
 
     @property
     def names(self) -> list[str]:
@@ -244,14 +254,15 @@ class DataSpec:
             d["levels"], d["labels"] = [_plain(v) for v in f.levels], list(f.labels)
             feats[f.name] = d
         return {"target": self.target, "favourable": _plain(self.favourable), "ignore": list(self.ignore),
-                "features": feats}
+                "features": feats, **({"rules": self.rules.to_dict()} if self.rules else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DataSpec:
         """A complete spec (every feature written out), e.g. ``to_dict``'s output or a stored run's."""
-        _known(d, ("target", "favourable", "ignore", "features"), "spec")
+        _known(d, ("target", "favourable", "ignore", "features", "rules"), "spec")
         feats = [_feature(name, dict(fd)) for name, fd in _feature_dicts(d.get("features") or {}).items()]
-        return cls(str(_need(d, "target")), _need(d, "favourable"), tuple(feats), tuple(d.get("ignore") or ()))
+        return cls(str(_need(d, "target")), _need(d, "favourable"), tuple(feats), tuple(d.get("ignore") or ()),
+                   RuleSet.from_dict(d.get("rules")))
 
     def to_yaml(self, *, source: str = "") -> str:
         """The spec as an editable YAML file, with comments on every field."""
@@ -276,6 +287,9 @@ class DataSpec:
                         d["kind"] in ("binary", "categorical") or k == "resolution" and d["kind"] == "ordinal"):
                     continue
                 lines.append(f"    {k}: {j(v)}")
+        if self.rules:  # the rule language of envs.rules (docs/constraints.md)
+            lines += ["# rules: plaf statements, per-feature step bounds and forbidden transitions, links, weights",
+                      yaml.safe_dump({"rules": self.rules.to_dict()}, sort_keys=False, allow_unicode=True).rstrip()]
         return "\n".join(lines) + "\n"
 
 
@@ -369,7 +383,7 @@ def load_spec(spec: str | Path | Mapping[str, Any] | DataSpec | None, df: pd.Dat
         except (OSError, yaml.YAMLError) as err:
             raise ValueError(f"spec: cannot read {spec}: {str(err).splitlines()[0]}") from None
     user = dict(spec or {})
-    _known(user, ("target", "favourable", "ignore", "features"), "spec")
+    _known(user, ("target", "favourable", "ignore", "features", "rules"), "spec")
     target = target if target is not None else user.get("target")
     favourable = favourable if favourable is not None else user.get("favourable")
     if target is None or favourable is None:
@@ -397,7 +411,7 @@ def load_spec(spec: str | Path | Mapping[str, Any] | DataSpec | None, df: pd.Dat
             d["levels"] = tuple(match_value(v, seen) for v in d["levels"])
             d.setdefault("labels", ())
         feats.append(FeatureSpec(**{**base, **d}))
-    out = DataSpec(str(target), inferred.favourable, tuple(feats), ignore)
+    out = DataSpec(str(target), inferred.favourable, tuple(feats), ignore, RuleSet.from_dict(user.get("rules")))
     out.check_table(df.loc[df[[*out.names, target]].notna().all(axis=1)])
     return out
 

@@ -11,6 +11,8 @@ merges the user's spec over the inferred one (``data_gen.spec``), drops rows wit
 - trains one of the project's own classifiers (``model_class``, as ``data_gen.classifiers`` does
   for the bundled data sets) on the spec's encoding.
 
+The world carries the spec's rules (``rules:`` and the features' weights; ``envs.rules``).
+
 The bundled data sets go through the same spec path: ``spec_from_dataset(name).to_raw_columns()``
 are the raw columns ``data_gen.loaders`` encodes them with.
 """
@@ -29,6 +31,7 @@ from sklearn.model_selection import train_test_split
 from data_gen.classifiers import train_model
 from data_gen.loaders import TabularData
 from data_gen.spec import DataSpec, drop_missing, load_spec, read_table
+from data_gen.spec_rules import spec_rules
 from data_gen.tabular_encoder import TabularEncoder
 from data_gen.user_model import (
     AgreementReport,
@@ -88,7 +91,7 @@ def build_user_world(table: str | Path | pd.DataFrame, *, spec: str | Path | dic
         report = TranslationReport("white-box", f"{model_class} (the project's own)", white_box=type(white).__name__,
                                    n_inputs=len(encoder.schema))
         bundle = UserModelBundle(spec, data, report, white, metrics=metrics)
-        return TabularWorld(f"{name}/{model_class}", encoder.schema, white, encoder), bundle
+        return TabularWorld(f"{name}/{model_class}", encoder.schema, white, encoder, spec_rules(spec) or None), bundle
     encoder = TabularEncoder.fit(world_columns(model, spec, X_df), X_df)
     white, imap, report = translate(model, spec, encoder)
     agreement = check_agreement(model, white, imap, spec, encoder, df)
@@ -96,7 +99,8 @@ def build_user_world(table: str | Path | pd.DataFrame, *, spec: str | Path | dic
     data = _split(encoder, X_df, y, seed, test_size)
     bundle = UserModelBundle(spec, data, report, white, imap, agreement, model, oracle)
     world_model = white if white is not None else BlackBoxModel(oracle)
-    return TabularWorld(f"{name}/{report.estimator}", encoder.schema, world_model, encoder), bundle
+    return TabularWorld(f"{name}/{report.estimator}", encoder.schema, world_model, encoder,
+                        spec_rules(spec) or None), bundle
 
 
 def _split(encoder: TabularEncoder, X_df: pd.DataFrame, y: np.ndarray, seed: int, test_size: float) -> TabularData:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from envs.models import WhiteBoxModel
+from envs.rules import CompiledRules, RuleSet, compile_rules
 from envs.schema import FeatureSchema
 
 
@@ -25,10 +26,17 @@ class TabularWorld:
     schema: FeatureSchema  # encoded columns: kinds, bounds (the training data's range), mutability
     model: WhiteBoxModel  # the black box as parameters; accepts iff model.score(x) > 0
     encoder: Any = None  # data_gen.tabular_encoder.TabularEncoder: raw records <-> encoded rows
+    rules: RuleSet | None = None  # the user's constraints (envs.rules); None: the schema's mutability only
 
     def __post_init__(self):
         if self.model.n_features != len(self.schema):
             raise ValueError(f"model: expects {self.model.n_features} encoded columns, the schema has {len(self.schema)}")
+        self.compiled_rules()  # a rule that does not fit the schema, or contradicts others, fails here
+
+    def compiled_rules(self, *, mutability: bool = True) -> CompiledRules | None:
+        """The rules compiled against the schema (cached), with its mutability unless ``mutability`` is
+        False; None when the world has no rules beyond the schema's mutability."""
+        return compile_rules(self.rules, self.schema, mutability=mutability) if self.rules else None
 
     def accepts(self, X: np.ndarray) -> np.ndarray:
         """Boolean acceptance per row (the model's own decision rule)."""

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from envs.raw_features import DistanceFeature, distance_features
+from envs.rules.plaf_syntax import OPS, Atom, Parser, PlafError, Rule, group_names
 from envs.schema import FeatureSchema
-from solvers.geco.plaf_syntax import OPS, Atom, Parser, PlafError, Rule, group_names
-from solvers.mace.distance import DistanceFeature, distance_features
 
 __all__ = ["ADULT", "CREDIT", "DEFAULTS", "Atom", "CompiledPlaf", "GroundRule", "GroundedPlaf", "Plaf", "PlafError",
            "Rule", "default_program"]

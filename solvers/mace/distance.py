@@ -8,49 +8,23 @@ delta lies in [0, 1]. The distance is d = alpha·||delta||_0 + beta·||delta||_1
 with J·(alpha + beta) + gamma = 1, which keeps d in [0, 1] (max ||.||_0 = max ||.||_1 = J,
 max ||.||_inf = 1; the footnote of Eq. 3 prints the same condition with J dividing instead).
 The named norms are "zero" (d = ||delta||_0 / J), "one" (||delta||_1 / J) and "infty" (||delta||_inf).
+
+Cost weights (``envs.rules``, a spec's ``weights:``): a weight w_j^up / w_j^down replaces the implicit
+weight 1 of feature j's normalised change in the direction it moved (a binary's 0 -> 1 is up; a
+categorical feature has one weight): delta_j becomes w·|x_j - x^_j| / R_j (w·1[changed]), in the l0
+term too (a changed feature counts w), so d = alpha·sum w_j 1[changed] + beta·sum w_j delta_j +
+gamma·max w_j delta_j. d then lies in [0, max(1, largest weight)]: in [0, 1] when every weight is <= 1.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import numpy as np
 
+from envs.raw_features import DistanceFeature, distance_features
 from envs.schema import FeatureSchema
 
-DistanceKind = Literal["numeric", "binary", "nominal", "group"]
 Norm = str | tuple[float, float, float]
 NORMS = ("zero", "one", "infty")
-
-
-@dataclass(frozen=True)
-class DistanceFeature:
-    """One feature of the distance: its encoded columns and how its delta is measured."""
-
-    name: str  # the column name, or the one-hot group name
-    kind: DistanceKind  # numeric: |dx|/R; binary/nominal/group: 1[changed]
-    columns: tuple[int, ...]  # encoded column indices (several only for a group)
-    span: float  # R_j = upper - lower for numeric features, 1 for the others
-
-
-def distance_features(schema: FeatureSchema) -> tuple[DistanceFeature, ...]:
-    """The raw features of a schema, in order of their first column."""
-    out: list[DistanceFeature] = []
-    groups: dict[str, list[int]] = {}
-    for c, f in enumerate(schema.features):
-        if f.group is not None:
-            if f.group not in groups:
-                groups[f.group] = []
-                out.append(DistanceFeature(f.group, "group", (), 1.0))  # columns filled below
-            groups[f.group].append(c)
-        elif f.kind == "binary":
-            out.append(DistanceFeature(f.name, "binary", (c,), 1.0))
-        elif f.kind == "categorical":
-            out.append(DistanceFeature(f.name, "nominal", (c,), 1.0))
-        else:
-            out.append(DistanceFeature(f.name, "numeric", (c,), float(f.upper - f.lower)))
-    return tuple(DistanceFeature(r.name, r.kind, tuple(groups[r.name]), 1.0) if r.kind == "group" else r for r in out)
 
 
 def norm_weights(norm: Norm, n_raw: int) -> tuple[float, float, float]:
@@ -82,13 +56,31 @@ def deltas(raws: tuple[DistanceFeature, ...], x_hat: np.ndarray, X: np.ndarray) 
     return out
 
 
-def mix(D: np.ndarray, weights: tuple[float, float, float]) -> np.ndarray:
-    """Eq. 3 on a matrix of deltas."""
+def directions(raws: tuple[DistanceFeature, ...], x_hat: np.ndarray, X: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """(n, J) the cost weight of the way each feature moved: ``cost[j, 0]`` where it increased (a binary
+    0 -> 1; any change of a categorical feature), ``cost[j, 1]`` where it decreased (``envs.rules``)."""
+    X = np.atleast_2d(np.asarray(X, float))
+    first = np.array([r.columns[0] for r in raws], np.int64)
+    down = (X[:, first] < x_hat[first]) & np.array([r.kind not in ("group", "nominal") for r in raws])
+    return np.where(down, cost[:, 1], cost[:, 0])
+
+
+def mix(D: np.ndarray, weights: tuple[float, float, float], W: np.ndarray | None = None) -> np.ndarray:
+    """Eq. 3 on a matrix of deltas; with direction weights ``W`` (``directions``) each feature's delta and
+    change count are multiplied by its weight: a·sum W·1[D > 0] + b·sum W·D + g·max W·D."""
     a, b, g = weights
-    return a * (D != 0).sum(axis=1) + b * D.sum(axis=1) + g * (D.max(axis=1) if D.shape[1] else 0.0)
+    C = (D != 0).astype(float)
+    if W is not None:
+        D, C = D * W, C * W
+    return a * C.sum(axis=1) + b * D.sum(axis=1) + g * (D.max(axis=1) if D.shape[1] else 0.0)
 
 
-def distance(schema: FeatureSchema, x_hat: np.ndarray, X: np.ndarray, norm: Norm = "one") -> np.ndarray:
-    """MACE distance in [0, 1] from ``x_hat`` to every row of ``X`` (vectorized; used to check and brute-force)."""
+def distance(schema: FeatureSchema, x_hat: np.ndarray, X: np.ndarray, norm: Norm = "one",
+             cost: np.ndarray | None = None) -> np.ndarray:
+    """MACE distance from ``x_hat`` to every row of ``X`` (vectorized; used to check and brute-force): in
+    [0, 1]; with ``cost`` ((J, 2) weights of each raw feature's increase and decrease, ``envs.rules``) in
+    [0, max(1, largest weight)]."""
     raws = distance_features(schema)
-    return mix(deltas(raws, np.asarray(x_hat, float), X), norm_weights(norm, len(raws)))
+    x_hat = np.asarray(x_hat, float)
+    W = None if cost is None else directions(raws, x_hat, X, np.asarray(cost, float))
+    return mix(deltas(raws, x_hat, X), norm_weights(norm, len(raws)), W)

@@ -29,8 +29,9 @@ from typing import Literal
 import numpy as np
 
 from envs.models import LinearModel, MLPModel, TreeEnsemble, WhiteBoxModel
+from envs.rules import GroundRules
 from envs.schema import FeatureSchema
-from solvers.mace.distance import DistanceFeature, deltas, mix
+from solvers.mace.distance import DistanceFeature, deltas, directions, mix
 
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 Oracle = Callable[[np.ndarray], np.ndarray]  # encoded rows -> bool acceptance by the real model
@@ -55,6 +56,10 @@ class Instance:
     previous: list[np.ndarray] = field(default_factory=list)  # earlier counterfactuals (diversity)
     oracle: Oracle | None = None  # the real model (e.g. the sklearn estimator); verifies when given
     seed: int = 0
+    rules: GroundRules | None = None  # the world's rules grounded on x_hat (envs.rules); the box already holds
+    # their single-column bounds (a valid relaxation), the MILP encodes the rest (solvers/mace/rules_milp.py)
+    cost: np.ndarray | None = None  # (J, 2) cost weights of each raw feature's increase and decrease (None: 1)
+    blocked: str | None = None  # a rule that no point of the box keeps (then there is no recourse)
 
     def scale(self, c: int) -> float:
         """R of a column from the schema's bounds (1 where it is 0 or unbounded), scaling gaps."""
@@ -79,7 +84,12 @@ class Instance:
         return 1.0 if self.integral[c] else self.diversity_gap * self.scale(c)
 
     def distance(self, X: np.ndarray) -> np.ndarray:
-        return mix(deltas(self.raws, self.x_hat, X), self.weights)
+        W = None if self.cost is None else directions(self.raws, self.x_hat, X, self.cost)
+        return mix(deltas(self.raws, self.x_hat, X), self.weights, W)
+
+    def scales(self) -> np.ndarray:
+        """``scale`` of every column."""
+        return np.array([self.scale(c) for c in range(len(self.x_hat))])
 
     def tolerance(self, d: float) -> float:
         """The certificate's allowed gap at distance d: max(rel_tol·d, epsilon)."""
@@ -88,11 +98,12 @@ class Instance:
     def round_bound(self, lb: float) -> float:
         """A lower bound raised to the next attainable distance where distances are discrete.
 
-        With only the l0 term (beta = gamma = 0) every distance is alpha·n for an integer n, so
-        d >= lb implies d >= alpha·ceil(lb / alpha); the 1e-9 keeps float noise from jumping a level.
+        With only the l0 term (beta = gamma = 0) and no cost weights every distance is alpha·n for an
+        integer n, so d >= lb implies d >= alpha·ceil(lb / alpha); the 1e-9 keeps float noise from
+        jumping a level.
         """
         a, b, g = self.weights
-        if b == 0 and g == 0 and a > 0 and np.isfinite(lb):
+        if b == 0 and g == 0 and a > 0 and np.isfinite(lb) and self.cost is None:
             return a * math.ceil(lb / a - 1e-9)
         return lb
 
@@ -195,6 +206,9 @@ def problems(inst: Instance, x: np.ndarray, actionable: bool) -> list[str]:
             out.append(f"one-hot group {r.name!r} is not valid")
     if actionable and inst.schema.mutability_violations(inst.x_hat, x, tol=0.0)[0]:
         out.append("an immutable or monotone feature moved the wrong way")
+    broken = inst.rules.violation(x) if inst.rules is not None else None
+    if broken is not None:
+        out.append(f"it breaks rule {broken!r}")
     if not accepted(inst, x)[0]:
         out.append("the model does not accept it" + (" (the real model)" if inst.oracle is not None else ""))
     for i, prev in enumerate(inst.previous):

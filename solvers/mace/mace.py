@@ -111,9 +111,18 @@ class MACE(Solver):
         bad = [schema.features[c].name for c in range(len(x)) if lo[c] < hi[c] and not np.isfinite(hi[c] - lo[c])]
         if bad:
             raise ValueError(f"schema: features {bad} need finite lower/upper bounds (R_j normalizes the distance)")
-        return Instance(schema, world.model, x, raws, weights, lo, hi, integral_columns(schema),
+        inst = Instance(schema, world.model, x, raws, weights, lo, hi, integral_columns(schema),
                         float(self.epsilon), float(self.rel_tol), float(self.margin), oracle=self.oracle,
                         seed=int(self.seed))
+        compiled = world.compiled_rules(mutability=self.plausible) if isinstance(world, TabularWorld) else None
+        if compiled is not None:  # the world's rules (envs.rules): the box narrowed by them, the rest in the MILP
+            if self.backend == "z3":
+                raise ValueError("backend: the world's rules need backend='milp' (the z3 backend encodes only the "
+                                 "schema's mutability)")
+            inst.rules = compiled.ground(x)
+            inst.cost = compiled.cost if compiled.weighted else None
+            inst.lower, inst.upper, inst.blocked = inst.rules.box(lo, hi, inst.integral, inst.scales())
+        return inst
 
     def _validator(self, inst: Instance, cells: dict[int, tuple[float, float]] | None = None, improve: bool = False):
         """x -> the verified counterfactual or None; a boundary repair may cost a tenth of the tolerance.
@@ -259,6 +268,11 @@ class MACE(Solver):
         method = f"{self.name}-{self.backend}"
         base = {"backend": self.backend, "norm": self.norm, "rel_tol": float(self.rel_tol),
                 "epsilon": float(self.epsilon), "verified_by": "oracle" if self.oracle is not None else "white-box"}
+        if inst.rules is not None:
+            base["rules"] = len(inst.rules.compiled.names)
+        if inst.blocked is not None and not world.model.predict(inst.x_hat[None, :])[0]:
+            return [Recourse.none(method, status="no_recourse", runtime=0.0,
+                                  reason=f"no counterfactual keeps rule {inst.blocked!r} for this agent")]
         if world.model.predict(inst.x_hat[None, :])[0]:
             return [Recourse((), (), inst.x_hat.copy(), 0.0, True, method, optimal=True,
                              extra={**base, "reason": "already_positive", "distance": 0.0, "delta_min": 0.0,

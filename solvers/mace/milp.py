@@ -43,6 +43,7 @@ from scipy.sparse import csc_matrix
 
 from envs.models import LinearModel, MLPModel, TreeEnsemble
 from solvers.mace.domain import Instance, Outcome, preactivation_bounds
+from solvers.mace.rules_milp import encode_rules
 
 # HiGHS's tolerances, set explicitly (issue 34). With the former 1e-9 (primal and MIP feasibility),
 # on a German-MLP agent HiGHS 1.15 reported "optimal" at d = 0.017632 (dual bound 0.0176320) in a box
@@ -224,8 +225,10 @@ class MilpBackend:
         n = len(inst.x_hat)
         # Columns 0..n-1 are the encoded features, within the plausibility box.
         self.x = [self.p.var(inst.lower[c], inst.upper[c], integer=bool(inst.integral[c])) for c in range(n)]
-        self.dev: dict[int, tuple[int, int, int | None]] = {}  # numeric column -> (up, down, change binary)
-        self._domain()
+        self.dev: dict[int, tuple[int, int, int | None, int | None]] = {}  # numeric column -> (up, down, change
+        self._domain()  # binaries of the increase and the decrease: one variable unless their weights differ)
+        if inst.rules is not None:
+            encode_rules(self.p, self.x, inst, margin)
         self._distance()
         self._classifier()
 
@@ -235,45 +238,51 @@ class MilpBackend:
             if r.kind == "group":
                 self.p.row(list(r.columns), np.ones(len(r.columns)), 1.0, 1.0)
 
-    # -- Eq. 3 as a linear objective
+    # -- Eq. 3 as a linear objective, each feature's change weighted by the cost of its direction (envs.rules)
     def _distance(self) -> None:
         inst, p = self.inst, self.p
         a, b, g = inst.weights
-        t = p.var(0.0, 1.0, cost=g) if g > 0 else None  # linf epigraph
-        for r in inst.raws:
+        W = np.ones((len(inst.raws), 2)) if inst.cost is None else inst.cost
+        t = p.var(0.0, max(1.0, float(W.max())), cost=g) if g > 0 else None  # linf epigraph
+        for j, r in enumerate(inst.raws):
+            wu, wd = (float(v) for v in W[j])
             cols = list(r.columns)
             c0, xh = cols[0], inst.x_hat[cols[0]]
             if r.kind == "group":
                 k = cols[int(np.argmax(inst.x_hat[cols]))]
-                p.offset += a + b  # delta = 1 - x[k]
-                p.cost[self.x[k]] -= a + b
+                p.offset += (a + b) * wu  # delta = w·(1 - x[k])
+                p.cost[self.x[k]] -= (a + b) * wu
                 if t is not None:
-                    p.row([t, self.x[k]], [1.0, 1.0], 1.0)
+                    p.row([t, self.x[k]], [1.0, wu], wu)
             elif r.kind == "binary":
-                s = 1.0 - 2.0 * xh  # delta = xh + s·x
-                p.offset += (a + b) * xh
-                p.cost[self.x[c0]] += (a + b) * s
+                w, s = (wu if xh == 0 else wd), 1.0 - 2.0 * xh  # delta = w·(xh + s·x); 0 -> 1 is up
+                p.offset += (a + b) * w * xh
+                p.cost[self.x[c0]] += (a + b) * w * s
                 if t is not None:
-                    p.row([t, self.x[c0]], [1.0, -s], xh)
+                    p.row([t, self.x[c0]], [1.0, -w * s], w * xh)
             elif inst.upper[c0] > inst.lower[c0]:  # numeric or nominal code that can move
                 up = p.var(0.0, inst.upper[c0] - xh)
                 dn = p.var(0.0, xh - inst.lower[c0])
                 p.row([self.x[c0], up, dn], [1.0, -1.0, 1.0], xh, xh)
                 if r.kind == "nominal":  # delta = 1[changed] = the change binary
-                    ch = p.var(0.0, 1.0, cost=a + b, integer=True)
+                    ch = p.var(0.0, 1.0, cost=(a + b) * wu, integer=True)
                     p.row([up, dn, ch], [1.0, 1.0, -(inst.upper[c0] - inst.lower[c0])], hi=0.0)
                     if t is not None:
-                        p.row([t, ch], [1.0, -1.0], 0.0)
+                        p.row([t, ch], [1.0, -wu], 0.0)
                     continue
-                p.cost[up] += b / r.span
-                p.cost[dn] += b / r.span
-                ch = None
-                if a > 0:
-                    ch = p.var(0.0, 1.0, cost=a, integer=True)
-                    p.row([up, dn, ch], [1.0, 1.0, -(inst.upper[c0] - inst.lower[c0])], hi=0.0)
-                self.dev[c0] = (up, dn, ch)
+                p.cost[up] += b * wu / r.span
+                p.cost[dn] += b * wd / r.span
+                cu = cd = None
+                if a > 0 and wu == wd:
+                    cu = cd = p.var(0.0, 1.0, cost=a * wu, integer=True)
+                    p.row([up, dn, cu], [1.0, 1.0, -(inst.upper[c0] - inst.lower[c0])], hi=0.0)
+                elif a > 0:  # a change binary per direction, each with its own weight
+                    cu, cd = p.var(0.0, 1.0, cost=a * wu, integer=True), p.var(0.0, 1.0, cost=a * wd, integer=True)
+                    p.row([up, cu], [1.0, -(inst.upper[c0] - xh)], hi=0.0)
+                    p.row([dn, cd], [1.0, -(xh - inst.lower[c0])], hi=0.0)
+                self.dev[c0] = (up, dn, cu, cd)
                 if t is not None:
-                    p.row([t, up, dn], [1.0, -1.0 / r.span, -1.0 / r.span], 0.0)
+                    p.row([t, up, dn], [1.0, -wu / r.span, -wd / r.span], 0.0)
 
     # -- the characteristic formula of the model (acceptance with a margin)
     def _classifier(self) -> None:
@@ -354,7 +363,7 @@ class MilpBackend:
         (w_k = 1) plus the same below x^ (w_k = 0), and x changed >= the first level crossed either way.
         """
         p, xh = self.p, float(self.inst.x_hat[c])
-        up, dn, ch = self.dev[c]
+        up, dn, cu, cd = self.dev[c]
         idx, val, rhs, prev = [up, dn], [1.0, 1.0], 0.0, xh
         for lo, w in zip(ls, ws, strict=True):  # levels above x^: crossing costs the step
             if lo > xh:
@@ -369,13 +378,13 @@ class MilpBackend:
                 rhs += nxt - u
                 nxt = u
         p.row(idx, val, rhs)
-        if ch is not None:
+        if cu is not None:
             above = [w for lo, w in zip(ls, ws, strict=True) if lo > xh]
             below = [w for u, w in zip(us, ws, strict=True) if u < xh]
             if above:
-                p.row([ch, above[0]], [1.0, -1.0], 0.0)
+                p.row([cu, above[0]], [1.0, -1.0], 0.0)
             if below:
-                p.row([ch, below[-1]], [1.0, 1.0], 1.0)
+                p.row([cd, below[-1]], [1.0, 1.0], 1.0)
 
     def _mlp(self, m: MLPModel) -> None:
         """Big-M ReLUs. Layer 1's bounds are interval arithmetic on the box (exact for an affine map of
@@ -480,18 +489,22 @@ class MilpBackend:
 
 
 def _within(inst: Instance, budget: float) -> Instance:
-    """The instance restricted to d <= budget: numeric columns boxed by delta_j <= budget / (beta + gamma).
+    """The instance restricted to d <= budget: numeric columns boxed by w·delta_j <= budget / (beta + gamma).
 
-    d >= (beta + gamma)·delta_j for every numeric feature j, so the box loses no counterfactual within the
-    budget; on large forests it turns most splits constant and the MILP small (the optimum is usually near).
+    d >= (beta + gamma)·w·delta_j for every numeric feature j moved in the direction of cost weight w, so
+    the box loses no counterfactual within the budget; on large forests it turns most splits constant and
+    the MILP small (the optimum is usually near). A weight of 0 leaves that direction unboxed.
     """
     _, b, g = inst.weights
     lo, hi = inst.lower.copy(), inst.upper.copy()
-    for r in inst.raws:
+    W = np.ones((len(inst.raws), 2)) if inst.cost is None else inst.cost
+    for j, r in enumerate(inst.raws):
         c = r.columns[0]
         if r.kind == "numeric" and b + g > 0 and r.span > 0:
             rad = r.span * budget / (b + g)
-            lo[c], hi[c] = max(lo[c], inst.x_hat[c] - rad), min(hi[c], inst.x_hat[c] + rad)
+            down, up = (inst.x_hat[c] - rad / W[j, 1] if W[j, 1] > 0 else -math.inf,
+                        inst.x_hat[c] + rad / W[j, 0] if W[j, 0] > 0 else math.inf)
+            lo[c], hi[c] = max(lo[c], down), min(hi[c], up)
             if inst.integral[c]:
                 lo[c], hi[c] = math.ceil(lo[c] - 1e-9), math.floor(hi[c] + 1e-9)
     return Instance(**{**vars(inst), "lower": lo, "upper": hi})

@@ -3,7 +3,8 @@
 ``Parser(text, ...).rule()`` reads ``[PLAF] [IF a and a ... THEN] a``; an atom compares two linear
 expressions over ``x.F`` and ``x_cf.F`` (a one-hot group's value is its category index); names are
 matched longest first against the schema's raw features; a quoted label is the code of a category
-or ordinal level of the one feature it is compared with. ``solvers.geco.plaf`` builds programs.
+or ordinal level of the one feature it is compared with. ``solvers.geco.plaf`` builds GeCo's programs
+from it, and ``envs.rules`` compiles the rule language's PLAF statements with it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from envs.raw_features import DistanceFeature
 from envs.schema import FeatureSchema
-from solvers.mace.distance import DistanceFeature
 
 OPS = {"=": np.equal, "==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
         ">": np.greater, ">=": np.greater_equal}
