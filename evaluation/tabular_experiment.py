@@ -37,6 +37,7 @@ from data_gen.config import StrictModel, parse_model, read_yaml
 from data_gen.loaders import TabularData
 from data_gen.mace_labels import MaceLabelSet, label_tabular
 from envs.models import model_from_dict
+from envs.rules import RuleSet
 from envs.tabular import TabularWorld
 from evaluation.blackbox_runs import (
     LABELS_LINE,
@@ -168,9 +169,11 @@ def _write_world(world: TabularWorld, metrics: dict[str, Any], out: Path) -> Non
         world.model.save(out / "model.json")
     (out / "encoder.json").write_text(json.dumps(world.encoder.to_dict()))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    (out / "fingerprint.json").write_text(json.dumps(
-        {"name": world.name, "model_sha256": _sha(out / "model.json"), "encoder_sha256": _sha(out / "encoder.json")},
-        indent=1))
+    fp = {"name": world.name, "model_sha256": _sha(out / "model.json"), "encoder_sha256": _sha(out / "encoder.json")}
+    if world.rules:  # the user's rules (envs.rules), fingerprinted with the model and the encoder
+        (out / "rules.json").write_text(json.dumps(world.rules.to_dict(), indent=1))
+        fp["rules_sha256"] = _sha(out / "rules.json")
+    (out / "fingerprint.json").write_text(json.dumps(fp, indent=1))
 
 
 def load_world(world_dir: str | Path, *, trusted: bool = False) -> TabularWorld:
@@ -183,7 +186,9 @@ def load_world(world_dir: str | Path, *, trusted: bool = False) -> TabularWorld:
     if not fp_path.exists():
         raise FileNotFoundError(f"world: {fp_path} is missing (not a tabular run, or an unfinished one)")
     fp = json.loads(fp_path.read_text())
-    for key, name in (("model_sha256", "model.json"), ("encoder_sha256", "encoder.json")):
+    for key, name in (("model_sha256", "model.json"), ("encoder_sha256", "encoder.json"), ("rules_sha256", "rules.json")):
+        if key not in fp and key == "rules_sha256":
+            continue  # a world without rules (or saved before them)
         if not (d / name).exists():
             raise FileNotFoundError(f"world: {d / name} is missing")
         if _sha(d / name) != fp[key]:
@@ -191,7 +196,8 @@ def load_world(world_dir: str | Path, *, trusted: bool = False) -> TabularWorld:
     encoder = TabularEncoder.from_dict(json.loads((d / "encoder.json").read_text()))
     raw = json.loads((d / "model.json").read_text())
     model = load_black_box_model(d, encoder, raw, trusted=trusted) if is_marker(raw) else model_from_dict(raw)
-    return TabularWorld(fp["name"], encoder.schema, model, encoder)
+    rules = RuleSet.from_dict(json.loads((d / "rules.json").read_text())) if "rules_sha256" in fp else None
+    return TabularWorld(fp["name"], encoder.schema, model, encoder, rules)
 
 
 def sample_agents(world: TabularWorld, X: np.ndarray, n: int, seed: int) -> np.ndarray:

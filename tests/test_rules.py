@@ -216,3 +216,25 @@ def test_world_carries_and_checks_its_rules():
     assert TabularWorld("w", SCHEMA, model).compiled_rules() is None
     with pytest.raises(RuleError, match="unknown feature"):
         TabularWorld("w", SCHEMA, model, rules=RuleSet.from_dict({"zz": {"max_increase": 1}}))
+
+
+def test_a_run_saves_and_reloads_the_worlds_rules(tmp_path):
+    from data_gen.tabular_encoder import TabularEncoder
+    from envs.models import LinearModel
+    from envs.tabular import TabularWorld
+    from evaluation.tabular_experiment import _write_world, load_world
+
+    df = _table()
+    spec = load_spec({"target": "y", "favourable": 1, "features": {"edu": {"mutability": "increase"}},
+                      "rules": SPEC_RULES}, df)
+    encoder = TabularEncoder.fit(spec.to_raw_columns(), df[spec.names])
+    world = TabularWorld("w/lr", encoder.schema, LinearModel(np.ones(len(encoder.schema)), -1.0), encoder,
+                         spec_rules(spec))
+    _write_world(world, {}, tmp_path)
+    again = load_world(tmp_path)
+    assert again.rules == world.rules and again.compiled_rules().names == world.compiled_rules().names
+    _write_world(TabularWorld("w/lr", encoder.schema, world.model, encoder), {}, tmp_path / "plain")
+    assert load_world(tmp_path / "plain").rules is None
+    (tmp_path / "rules.json").write_text(json.dumps({**world.rules.to_dict(), "plaf": []}))
+    with pytest.raises(ValueError, match="rules.json does not match its fingerprint"):
+        load_world(tmp_path)
