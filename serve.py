@@ -210,6 +210,7 @@ def _tabular_builder(args: argparse.Namespace, budget_s: float):
     def build(set_phase):
         set_phase("loading the run")
         from serving.app import shutdown
+        from serving.batch_worker import BatchWorker
         from serving.startup import warm_up_tabular
         from serving.tabular import TabularService, load_run
         from serving.tabular_app import create_tabular_app
@@ -222,7 +223,11 @@ def _tabular_builder(args: argparse.Namespace, budget_s: float):
         warm_up_tabular(svc)
         app = create_tabular_app(args.run_dir, service=svc, jobs_dir=_jobs_dir(args), keys=args.keys,
                                  rate_limit=args.rate_limit)
-        shutdown(app, svc)  # the app closes only a service it made: this one (and its fallback process) is ours
+        # Batches and jobs in a process of their own, so a single request never waits for a batch's GIL.
+        svc.batch_worker = BatchWorker(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse)
+        svc.batch_worker.start()
+        # The app closes only a service it made: this one (its fallback process) and the worker are ours.
+        shutdown(app, svc.batch_worker, svc)
         return app
 
     return build

@@ -122,7 +122,8 @@ def answer_chunks(svc: Any, X: np.ndarray, t0: float, dump: TypeAdapter, on_chun
         if cancelled is not None and cancelled.is_set():
             return
         Xc = X[s: s + CHUNK]
-        ans = svc.recommend(Xc)
+        worker = getattr(svc, "batch_worker", None)  # serving/batch_worker.py: the chunk in its own process
+        ans = worker.recommend(Xc, 0, svc.recommend) if worker is not None else svc.recommend(Xc)
         svc.count(ans)
         on_chunk(dump.dump_python(dump.validate_python(svc.records(Xc, ans, t0)), mode="json", by_alias=True))
         time.sleep(0)  # let a waiting request thread have the GIL now rather than at the next switch

@@ -164,6 +164,7 @@ class TabularService:
         self.mace_params = dict(self.run.mace_params or {})
         self.codec = RecordCodec(self.world.encoder, self.mace_params.get("norm", "one"))
         self.oracle = self.run.user_oracle() if hasattr(self.run, "user_oracle") else None  # issue 54 item 4
+        self.batch_worker: Any = None  # serving.batch_worker.BatchWorker: batch chunks in a process of their own
         self.black_box = bool(getattr(self.run, "black_box", False))  # GeCo only, nothing certified
         self.fingerprint = self._fingerprint()
         self._probe()

@@ -162,3 +162,25 @@ def test_a_store_reopened_on_its_directory_resumes_and_forgets_deleted_jobs(run_
         again.close()
     finally:
         svc.close()
+
+
+def test_the_batch_worker_answers_as_the_server_and_survives_a_kill(run_dir):
+    """serving/batch_worker.py: chunks answered in a child process equal the server process's answers; a
+    killed child is started again and the chunk still answered."""
+    from serving.batch_worker import BatchWorker
+
+    svc = TabularService(run_dir, fallback_budget_s=0.0)
+    worker = BatchWorker(str(run_dir), None, 0.0, 1000, 5)
+    try:
+        X = load_tabular_run(run_dir).data().X_test[:40]
+        here = svc.records(X, svc.recommend(X))
+        there = svc.records(X, worker.recommend(X, 0, svc.recommend))
+        assert _strip(there) == _strip(here)
+        for p in list(worker._pool._processes.values()):
+            os.kill(p.pid, signal.SIGKILL)
+        time.sleep(0.5)
+        again = svc.records(X, worker.recommend(X, 0, svc.recommend))
+        assert _strip(again) == _strip(here) and worker.restarts == 1
+    finally:
+        worker.close()
+        svc.close()
