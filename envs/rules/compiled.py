@@ -58,6 +58,8 @@ class CompiledRules:
     links: list[tuple[int, int, float, str, int]] = field(default_factory=list)  # (from, to, k, on, rule)
 
     def __post_init__(self) -> None:
+        self.integral = np.array([f.integer or f.kind in ("binary", "ordinal", "categorical") or f.group is not None
+                                  for f in self.schema.features])  # columns that take whole values
         atoms = [a for c in self.clauses for a in (*c.antecedent, c.consequent)]
         d, m = len(self.schema), len(atoms)
         self._cf, self._x = np.zeros((d, m)), np.zeros((d, m))

@@ -33,37 +33,38 @@ from envs.rules.plaf_syntax import Atom
 
 @dataclass(frozen=True)
 class Ineq:
-    """``sum coefs * x_cf[cols] <= rhs`` (``<`` when strict); ``size``: the x-side magnitude in the tolerance."""
+    """``sum coefs * x_cf[cols] <= rhs`` (``<`` when strict); ``size``: the x-side magnitude in the tolerance;
+    ``integral``: integral columns and integer coefficients (the left side takes whole values)."""
 
     cols: tuple[int, ...]
     coefs: tuple[float, ...]
     rhs: float
     strict: bool
     size: float  # sum |b_j x_j| + |const| of the atom it came from
+    integral: bool = False
 
     def span(self, lo: np.ndarray, hi: np.ndarray) -> tuple[float, float]:
-        """(min, max) of the left side over the box [lo, hi] (interval arithmetic)."""
-        a = np.asarray(self.coefs)
-        lo_c, hi_c = lo[list(self.cols)], hi[list(self.cols)]
-        return float(np.sum(np.minimum(a * lo_c, a * hi_c))), float(np.sum(np.maximum(a * lo_c, a * hi_c)))
+        """(min, max) of the left side over the box [lo, hi] (interval arithmetic; plain Python: 1-3 terms)."""
+        mn = mx = 0.0
+        for c, a in zip(self.cols, self.coefs, strict=True):
+            u, v = a * float(lo[c]), a * float(hi[c])
+            mn, mx = (mn + u, mx + v) if u <= v else (mn + v, mx + u)
+        return mn, mx
 
-    def integral(self, integral: np.ndarray) -> bool:
-        return bool(np.all(integral[list(self.cols)])) and all(float(a).is_integer() for a in self.coefs)
-
-    def rhs_for(self, lo: np.ndarray, hi: np.ndarray, integral: np.ndarray, scale: np.ndarray,
-                margin: float | None = None) -> float:
+    def rhs_for(self, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray, margin: float | None = None) -> float:
         """The right side of the relaxed reading (``margin`` None) or of the robust one (see the module)."""
-        a = np.abs(np.asarray(self.coefs))
-        reach = np.maximum(np.abs(lo[list(self.cols)]), np.abs(hi[list(self.cols)]))
-        loose = TOL * (float(a @ reach) + self.size)
-        if self.integral(integral) and loose < 0.5:
+        reach = sum(abs(a) * max(abs(float(lo[c])), abs(float(hi[c]))) for c, a in zip(self.cols, self.coefs,
+                                                                                         strict=True))
+        loose = TOL * (reach + self.size)
+        if self.integral and loose < 0.5:
             n = round(self.rhs)
             if abs(self.rhs - n) <= 1e-12 * (1.0 + abs(n)):
                 return float(n - 1 if self.strict else n)
             return float(math.ceil(self.rhs) - 1 if self.strict else math.floor(self.rhs))
         if margin is None:
             return self.rhs + loose
-        return self.rhs - loose - margin * (1.0 + float(a @ scale[list(self.cols)]))
+        return self.rhs - loose - margin * (1.0 + sum(abs(a) * float(scale[c]) for c, a in zip(self.cols, self.coefs,
+                                                                                              strict=True)))
 
 
 Disjunct = tuple[Ineq, ...]  # a conjunction
@@ -90,8 +91,7 @@ class GroundRules:
         """The first rule the counterfactual ``cf`` breaks (the shared checker), or None."""
         return self.compiled.violations(self.x, np.asarray(cf, float)[None])[0]
 
-    def prune(self, lo: np.ndarray, hi: np.ndarray, integral: np.ndarray, scale: np.ndarray,
-              margin: float | None = None) -> tuple[list[GroundClause], str | None]:
+    def prune(self, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray, margin: float | None = None) -> tuple[list[GroundClause], str | None]:
         """The clauses that constrain the box: disjuncts impossible on it dropped, clauses a disjunct of which
         always holds on it dropped; and the name of a rule none of whose disjuncts is possible (else None)."""
         out = []
@@ -99,7 +99,7 @@ class GroundRules:
             keep, always = [], False
             for dj in cl.disjuncts:
                 spans = [q.span(lo, hi) for q in dj]
-                rhs = [q.rhs_for(lo, hi, integral, scale, margin) for q in dj]
+                rhs = [q.rhs_for(lo, hi, scale, margin) for q in dj]
                 if any(s[0] > r for s, r in zip(spans, rhs, strict=True)):
                     continue  # this disjunct cannot hold on the box
                 if all(s[1] <= r for s, r in zip(spans, rhs, strict=True)):
@@ -113,14 +113,14 @@ class GroundRules:
             out.append(GroundClause(cl.rule, tuple(keep)))
         return out, None
 
-    def box(self, lo: np.ndarray, hi: np.ndarray, integral: np.ndarray, scale: np.ndarray,
-            rounds: int = 4) -> tuple[np.ndarray, np.ndarray, str | None]:
+    def box(self, lo: np.ndarray, hi: np.ndarray, scale: np.ndarray, rounds: int = 4) -> tuple[np.ndarray, np.ndarray, str | None]:
         """The box narrowed by every clause that is one inequality on one column (relaxed reading, so
         it holds every rule-keeping point), repeated while it narrows; and the name of a rule that no
         point of the box keeps (then the box may be empty), else None."""
         lo, hi = np.array(lo, float), np.array(hi, float)
+        integral = self.compiled.integral
         for _ in range(rounds):
-            clauses, dead = self.prune(lo, hi, integral, scale)
+            clauses, dead = self.prune(lo, hi, scale)
             if dead is not None:
                 return lo, hi, dead
             before = (lo.copy(), hi.copy())
@@ -131,7 +131,7 @@ class GroundRules:
                     if len(q.cols) != 1:
                         continue
                     c, a = q.cols[0], q.coefs[0]
-                    v = q.rhs_for(lo, hi, integral, scale) / a
+                    v = q.rhs_for(lo, hi, scale) / a
                     if a > 0:
                         hi[c] = min(hi[c], math.floor(v + 1e-9) if integral[c] else v)
                     else:
@@ -149,8 +149,8 @@ def ground(compiled: Any, x: np.ndarray) -> GroundRules:
     group_of = {c: r for r in compiled.raws if r.kind == "group" for c in r.columns}
     clauses, dead = [], None
     for clause in compiled.clauses:
-        literals = [_literal(a, x, NEGATION[a.op], group_of) for a in clause.antecedent]
-        literals.append(_literal(clause.consequent, x, clause.consequent.op, group_of))
+        literals = [_literal(a, x, NEGATION[a.op], group_of, compiled.integral) for a in clause.antecedent]
+        literals.append(_literal(clause.consequent, x, clause.consequent.op, group_of, compiled.integral))
         if any(lit is True for lit in literals):
             continue  # a literal holds whatever x_cf: the clause holds
         disjuncts = tuple(dj for lit in literals if lit is not False for dj in lit)
@@ -161,7 +161,8 @@ def ground(compiled: Any, x: np.ndarray) -> GroundRules:
     return GroundRules(compiled, x, tuple(clauses), dead)
 
 
-def _literal(atom: Atom, x: np.ndarray, op: str, group_of: dict) -> bool | tuple[Disjunct, ...]:
+def _literal(atom: Atom, x: np.ndarray, op: str, group_of: dict, integral: np.ndarray
+             ) -> bool | tuple[Disjunct, ...]:
     """``atom`` read with operator ``op`` for agent ``x``: True/False when it does not depend on x_cf,
     else its disjuncts."""
     k = atom.const + float(np.dot(x[list(atom.x_cols)], atom.x_coefs)) if atom.x_cols else atom.const
@@ -179,10 +180,11 @@ def _literal(atom: Atom, x: np.ndarray, op: str, group_of: dict) -> bool | tuple
         cols, coefs, k, size = (r.columns[int(code)],), (1.0,), (-1.0 if op != "!=" else 0.0), 1.0
         op = "="
     neg = tuple(-a for a in coefs)
+    whole = all(bool(integral[c]) for c in cols) and all(float(a).is_integer() for a in coefs)
     if op in ("<=", "<"):
-        return ((Ineq(cols, coefs, -k, op == "<", size),),)
+        return ((Ineq(cols, coefs, -k, op == "<", size, whole),),)
     if op in (">=", ">"):
-        return ((Ineq(cols, neg, k, op == ">", size),),)
+        return ((Ineq(cols, neg, k, op == ">", size, whole),),)
     if op in ("=", "=="):
-        return ((Ineq(cols, coefs, -k, False, size), Ineq(cols, neg, k, False, size)),)
-    return ((Ineq(cols, coefs, -k, True, size),), (Ineq(cols, neg, k, True, size),))
+        return ((Ineq(cols, coefs, -k, False, size, whole), Ineq(cols, neg, k, False, size, whole)),)
+    return ((Ineq(cols, coefs, -k, True, size, whole),), (Ineq(cols, neg, k, True, size, whole),))

@@ -121,7 +121,7 @@ class MACE(Solver):
                                  "schema's mutability)")
             inst.rules = compiled.ground(x)
             inst.cost = compiled.cost if compiled.weighted else None
-            inst.lower, inst.upper, inst.blocked = inst.rules.box(lo, hi, inst.integral, inst.scales())
+            inst.lower, inst.upper, inst.blocked = inst.rules.box(lo, hi, inst.scales())
         return inst
 
     def _validator(self, inst: Instance, cells: dict[int, tuple[float, float]] | None = None, improve: bool = False):

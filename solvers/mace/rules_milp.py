@@ -26,15 +26,15 @@ from solvers.mace.domain import Instance
 
 def encode_rules(p: Any, xv: list[int], inst: Instance, margin: float | None) -> None:
     """Add ``inst.rules`` to the program ``p`` (``milp._Program``) over the feature columns ``xv``."""
-    lo, hi, integral, scale = inst.lower, inst.upper, inst.integral, inst.scales()
-    clauses, dead = inst.rules.prune(lo, hi, integral, scale, margin)
+    lo, hi, scale = inst.lower, inst.upper, inst.scales()
+    clauses, dead = inst.rules.prune(lo, hi, scale, margin)
     if dead is not None:  # no point of the box keeps this rule: 0 >= 1
         p.row([p.var(0.0, 0.0)], [1.0], 1.0)
         return
     for cl in clauses:
         if len(cl.disjuncts) == 1:
             for q in cl.disjuncts[0]:
-                p.row([xv[c] for c in q.cols], q.coefs, hi=q.rhs_for(lo, hi, integral, scale, margin))
+                p.row([xv[c] for c in q.cols], q.coefs, hi=q.rhs_for(lo, hi, scale, margin))
             continue
         if len(cl.disjuncts) == 2:  # z selects the first disjunct, 1 - z the second
             z = p.var(0.0, 1.0, integer=True)
@@ -45,7 +45,7 @@ def encode_rules(p: Any, xv: list[int], inst: Instance, margin: float | None) ->
             picks = [(zk, 1.0) for zk in zs]
         for (zk, sign), dj in zip(picks, cl.disjuncts, strict=True):
             for q in dj:
-                r = q.rhs_for(lo, hi, integral, scale, margin)
+                r = q.rhs_for(lo, hi, scale, margin)
                 M = q.span(lo, hi)[1] - r
                 if M <= 0:
                     continue  # holds on the whole box
