@@ -289,7 +289,8 @@ class DataSpec:
                 lines.append(f"    {k}: {j(v)}")
         if self.rules:  # the rule language of envs.rules (docs/constraints.md)
             lines += ["# rules: plaf statements, per-feature step bounds and forbidden transitions, links, weights",
-                      yaml.safe_dump({"rules": self.rules.to_dict()}, sort_keys=False, allow_unicode=True).rstrip()]
+                      yaml.safe_dump({"rules": self.rules.to_dict()}, sort_keys=False, allow_unicode=True,
+                                     default_flow_style=None, width=110).rstrip()]
         return "\n".join(lines) + "\n"
 
 
