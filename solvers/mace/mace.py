@@ -13,7 +13,8 @@ the answer in exact rational arithmetic. Optionally k diverse
 counterfactuals come from successive runs with l0 diversity clauses (paper §4.2).
 
 Every counterfactual returned has been verified in numpy (the real model when an ``oracle`` is
-given, else the white box; the plausibility box, one-hot validity, diversity); a candidate that
+given, else the white box; the plausibility box, one-hot validity, diversity, and the world's rules
+by the shared checker of ``envs.rules``, which the MILP encodes: ``solvers/mace/rules_milp.py``); a candidate that
 fails is replaced by the robust reading's point (acceptance score >= margin, then 100x and
 10000x larger margins), and never returned unverified.
 """
