@@ -74,12 +74,28 @@ def main(argv=None) -> int:
                         "turn it on before binding --host to anything but loopback")
     p.add_argument("--rate-limit", type=float, default=50.0,
                    help="with API keys: requests a second per key (bursts of twice that; 0: no limit)")
+    p.add_argument("--ray-serve", action="store_true",
+                   help="serve on Ray Serve (serving/ray_serve.py): replicas that each build this app, behind Ray Serve's "
+                        "HTTP proxy on --host/--port; needs the ray extra: pip install -e '.[ray]'")
+    p.add_argument("--address", default="local",
+                   help="with --ray-serve: the Ray cluster ('local': start one here; 'auto': the running one; HOST:6379)")
+    p.add_argument("--replicas", type=int, default=None, help="with --ray-serve: app replicas (default 2)")
+    p.add_argument("--autoscale", default=None, metavar="MIN:MAX",
+                   help="with --ray-serve: replicas autoscaled between MIN and MAX on the ongoing requests per replica")
+    p.add_argument("--target-ongoing", type=float, default=2.0,
+                   help="with --autoscale: ongoing requests per replica the autoscaler aims at")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
     if (args.batch_in is None) != (args.batch_out is None):
         p.error("--batch-in and --batch-out go together")
     if args.ray and not args.batch_in:
         p.error("--ray is for offline batches (--batch-in/--batch-out)")
+    if args.ray_serve and args.batch_in:
+        p.error("--ray-serve serves HTTP; an offline batch (--batch-in) runs on Ray with --ray ADDRESS")
+    if (args.replicas is not None or args.autoscale) and not args.ray_serve:
+        p.error("--replicas and --autoscale go with --ray-serve")
+    if args.replicas is not None and args.autoscale:
+        p.error("--replicas and --autoscale: give one of them")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     budget_ms = args.fallback_budget_ms
     if budget_ms is None:
@@ -102,7 +118,25 @@ def main(argv=None) -> int:
     from serving.startup import StartingApp
 
     build = {"tabular": _tabular_builder, "sequential": _sequential_builder, "capability": _capability_builder}[family]
+    if args.ray_serve:
+        return _ray_serve(args, build, family, budget_s)
     return _run_server(StartingApp(build(args, budget_s)), args)
+
+
+def _ray_serve(args: argparse.Namespace, build, family: str, budget_s: float) -> int:
+    """--ray-serve: each Ray Serve replica runs the builder below (sent to it by value); the jobs live in one."""
+    from envs.optional import MissingExtraError
+    from serving.ray_serve import RayServeError, parse_autoscale, serve_on_ray
+
+    replica_args = argparse.Namespace(**{**vars(args), "jobs_dir": "none"})  # no replica but the jobs one owns them
+    try:
+        return serve_on_ray(build(replica_args, budget_s), jobs_build=None if family == "capability" else build(args, budget_s),
+                            address=args.address, host=args.host, port=args.port, replicas=args.replicas or 2,
+                            autoscale=parse_autoscale(args.autoscale) if args.autoscale else None,
+                            target_ongoing=args.target_ongoing, log_level=args.log_level)
+    except (MissingExtraError, RayServeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 def _offline(args: argparse.Namespace, family: str, budget_s: float) -> int:
