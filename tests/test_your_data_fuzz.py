@@ -112,5 +112,8 @@ def test_white_box_and_served_answers_agree_with_the_pipeline(family):
     rec = gen.recommend(world, agents)
     assert rec.found.mean() > 0.5
     assert not WorldGeometry.of(world).violations(agents[rec.found], rec.CF[rec.found]).any()  # each one a record
+    codes = np.array([f.integer or f.group is not None for f in world.schema.features])
+    CF = rec.CF[rec.found][:, codes]
+    assert np.array_equal(CF, np.round(CF)), "a one-hot or integer column off its code (not a record)"  # exactly
     answers = bundle.oracle.frame(rec.CF[rec.found])
     assert (pipe.predict(answers[list(X_raw.columns)]) == 1).all()
