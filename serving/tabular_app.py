@@ -44,8 +44,9 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
     names = ", ".join(svc.codec.names)
     app = FastAPI(title="recourse-gym recommendations (tabular)", version="1",
                   description=f"Verified counterfactual recommendations for raw records of the "
-                              f"{svc.tab.get('dataset') or svc.tab.get('table')} data set "
-                              f"({svc.tab.get('model_file') or svc.tab.get('model')} model): the generator "
+                              f"{svc.tab.get('dataset') or Path(str(svc.tab.get('table'))).name} data set "
+                              f"({Path(str(svc.tab.get('model_file'))).name if svc.tab.get('model_file') else svc.tab.get('model')} "
+                              "model): the generator "
                               f"'{svc.model_name}' answers, every answer is checked against the model and the "
                               f"schema, and GeCo then MACE take over where it fails, within "
                               f"{'no' if svc.fallback_budget_s is None else f'{svc.fallback_budget_s * 1e3:g} ms of'} "
