@@ -140,6 +140,11 @@ class _Lifespan:
         await self._to_app.put({"type": "lifespan.startup"})
         await self._from_app.get()
 
+    @property
+    def running(self) -> bool:
+        """Started and not shut down."""
+        return self._task is not None
+
     async def shutdown(self, timeout_s: float = 30.0) -> None:
         if self._task is None:
             return
@@ -181,11 +186,16 @@ class RecourseReplica:
         if status != 200:
             raise RayServeError(f"{self.role} replica not ready: {body[:300].decode(errors='replace')}")
 
-    async def __del__(self) -> None:
-        """Ray Serve's graceful stop: the app's shutdown (its jobs, fallback process and batch worker)."""
+    def __del__(self) -> Any:
+        """Ray Serve's graceful stop: the app's shutdown (its jobs, fallback process and batch worker), as a
+        coroutine Ray awaits on the replica's loop; None once it ran (so the garbage collector's call is a no-op)."""
         lifespan = getattr(self, "_lifespan", None)
-        if lifespan is not None:
-            await lifespan.shutdown()
+        return self._stop(lifespan) if lifespan is not None and lifespan.running else None
+
+    async def _stop(self, lifespan: _Lifespan) -> None:
+        log.info("%s replica stopping (pid %d): the app's shutdown", self.role, os.getpid())
+        await lifespan.shutdown()
+        log.info("%s replica stopped", self.role)
 
 
 class RecourseIngress:
