@@ -32,6 +32,9 @@ _CHILD: dict[str, Any] = {}
 
 
 def _init(args: tuple, kwargs: dict[str, Any]) -> None:
+    from serving.processes import exit_with_parent
+
+    exit_with_parent()  # a server killed with SIGKILL leaves no worker behind
     try:
         os.setpriority(os.PRIO_PROCESS, 0, max(BATCH_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
     except (AttributeError, OSError):

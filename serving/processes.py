@@ -56,3 +56,18 @@ def stop_resource_tracker(timeout_s: float = 2.0) -> None:
     stopper = threading.Thread(target=tracker._stop, name="stop-resource-tracker", daemon=True)
     stopper.start()
     stopper.join(timeout_s)
+
+
+def exit_with_parent(poll_s: float = 1.0) -> None:
+    """In a child process: exit when the process that started it is gone (a server killed with SIGKILL
+    runs no shutdown, and a pool's worker holds both ends of its own queue's pipe, so it would never
+    see the end of its input and would wait forever). A daemon thread polls the parent's pid."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
