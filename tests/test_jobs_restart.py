@@ -73,6 +73,19 @@ def _ready(c: httpx.Client, proc: subprocess.Popen, timeout: float = 300) -> Non
     raise AssertionError("the server did not become ready")
 
 
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (/proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
 def _strip(answers: list[dict]) -> list[dict]:
     return [{k: v for k, v in a.items() if k != "latency_ms"} for a in answers]
 
@@ -103,8 +116,13 @@ def test_killed_server_finishes_its_jobs_after_a_restart(run_dir, tmp_path):
         deadline = time.time() + 120
         while not list(jobs_dir.glob(f"{ids[0]}/chunk-*.json")) and time.time() < deadline:
             time.sleep(0.01)
+        kids = _children(proc.pid)  # the batch worker (and the fallback process, if it started)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
+        deadline = time.time() + 10
+        while any(Path(f"/proc/{k}").exists() for k in kids) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not [k for k in kids if Path(f"/proc/{k}").exists()], "a child outlived the SIGKILLed server"
         statuses = [yaml.safe_load((jobs_dir / i / "meta.json").read_text())["status"] for i in ids]
         assert statuses.count("done") < 3, "every job ended before the kill: nothing was interrupted"
         proc = _serve(run_dir, jobs_dir, port)
