@@ -1,8 +1,9 @@
 """MACE with and without the world's rules (issue 55): ``python benchmarks/mace.py --rules``.
 
-The rules are GeCo's Appendix A.1 program in the rule language (Adult; German gets the same kinds:
-the paper has no German program), with the language's other kinds beside it: a link (a level of
-education costs a year of age), step bounds, forbidden transitions and cost weights per direction.
+The rules are the Adult and German specs' defaults (``data_gen/default_rules.py``): GeCo's Appendix A.1
+program in the rule language (Adult; German gets the same kinds: the paper has no German program), with
+the language's other kinds beside it: a link (a level of education costs a year of age), step bounds,
+forbidden transitions and cost weights per direction.
 Per data set x model x norm, MACE explains the same seeded sample of rejected test agents on the
 world without rules and on the world with them, alternating per agent (same machine state for
 both). Reported: median and mean seconds per explanation of each, their ratio (target <= 1.5x),
@@ -24,39 +25,11 @@ import numpy as np
 
 from benchmarks.mace_common import fmt, sample
 from benchmarks.warmup import warming_up
+from data_gen.default_rules import DEFAULT_RULES
 from envs.rules import RuleSet
 from solvers.mace import MACE
 
-RULES = {
-    # GeCo Appendix A.1 (Fig. 8), Adult, as PLAF statements; then the language's other kinds.
-    "adult": {
-        "plaf": ["PLAF x_cf.age >= x.age", "PLAF x_cf.education-num >= x.education-num",
-                 "PLAF x_cf.marital-status = x.marital-status", "PLAF x_cf.relationship = x.relationship",
-                 "PLAF x_cf.sex = x.sex", "PLAF x_cf.native-country = x.native-country",
-                 "PLAF IF x_cf.education-num > x.education-num THEN x_cf.age >= x.age + 4"],
-        "links": [{"from": "education-num", "to": "age", "per_unit": 1}],  # a year of education, a year of age
-        "education-num": {"max_levels_up": 4},
-        "hours-per-week": {"max_increase": 20, "max_decrease": 20},
-        "occupation": {"forbid": [["Handlers-cleaners", "Exec-managerial"], ["Other-service", "Exec-managerial"],
-                                  ["Priv-house-serv", "Exec-managerial"], ["Farming-fishing", "Prof-specialty"]]},
-        "workclass": {"forbid": [["Private", "Without-pay"], ["Private", "Federal-gov"]]},
-        "weights": {"hours-per-week": {"up": 2.0, "down": 0.5}, "capital-gain": {"up": 1.5, "down": 1.0}},
-    },
-    # The same kinds for German: monotone age and employment, the immutable ones, employment => age.
-    "german": {
-        "plaf": ["PLAF x_cf.age >= x.age", "PLAF x_cf.employment >= x.employment",
-                 "PLAF x_cf.personal_status_sex = x.personal_status_sex",
-                 "PLAF x_cf.foreign_worker = x.foreign_worker", "PLAF x_cf.credit_history = x.credit_history",
-                 "PLAF IF x_cf.employment > x.employment THEN x_cf.age >= x.age + 1"],
-        "links": [{"from": "employment", "to": "age", "per_unit": 2}],  # a level of employment length, two years
-        "duration": {"max_increase": 24, "max_decrease": 12},
-        "credit_amount": {"max_decrease": 5000},
-        "job": {"max_levels_up": 1, "forbid": [["skilled employee", "unskilled resident"]]},
-        "savings_status": {"forbid": [["<100 DM", ">=1000 DM"], ["100-500 DM", ">=1000 DM"]]},
-        "housing": {"forbid": [["rent", "own"]]},
-        "weights": {"credit_amount": {"up": 0.5, "down": 2.0}, "duration": {"up": 1.0, "down": 1.5}},
-    },
-}
+RULES = DEFAULT_RULES  # the bundled Adult/German specs' default rules (data_gen/default_rules.py)
 
 
 def rules_cell(dataset: str, model: str, norm: str, args: argparse.Namespace) -> dict:

@@ -102,6 +102,7 @@ class FeatureSpec:
     weight: float | None = None  # cost weight of a change (times the change over the range); None: 1
     display: str = ""  # the name shown to a person (default: the column name)
     unit: str = ""  # e.g. "EUR", "years"
+    time: str = ""  # only time moves it, in this unit (age: "years"); an increase-only number
 
     def __post_init__(self):
         where = f"feature {self.name!r}"
@@ -139,6 +140,9 @@ class FeatureSpec:
             raise ValueError(f"{where}: resolution must be positive, got {self.resolution!r}")
         if self.weight is not None and not float(self.weight) >= 0:
             raise ValueError(f"{where}: weight must be >= 0, got {self.weight!r}")
+        if self.time and (kind not in ("real", "integer") or mut != "increase"):
+            raise ValueError(f"{where}: time ({self.time!r}: only time moves it) needs an increase-only number, "
+                             f"not a {mut} {kind} feature")
 
     def code_bounds(self) -> tuple[float | None, float | None]:
         """(lower, upper) in the encoder's units: raw units, or the code of an ordinal level."""
@@ -250,7 +254,7 @@ class DataSpec:
     def to_dict(self) -> dict[str, Any]:
         feats = {}
         for f in self.features:
-            d = {k: getattr(f, k) for k in FEATURE_FIELDS}
+            d = {k: getattr(f, k) for k in FEATURE_FIELDS if k != "time" or f.time}
             d["levels"], d["labels"] = [_plain(v) for v in f.levels], list(f.labels)
             feats[f.name] = d
         return {"target": self.target, "favourable": _plain(self.favourable), "ignore": list(self.ignore),
@@ -274,12 +278,15 @@ class DataSpec:
                  "# lower/upper: bounds a counterfactual must stay within (default: the observed range)",
                  "# resolution: the smallest step a person can make (1: whole units, 0.01: cents)",
                  "# weight: the cost weight of a change; null: MACE's normalisation by the feature's range",
+                 "# time: only time moves it, in this unit (an increase-only number such as age: time: years)",
                  "# Rows with a missing value are dropped; records with one are rejected, naming the column.",
                  f"target: {j(self.target)}", f"favourable: {j(_plain(self.favourable))}  # the good outcome",
                  f"ignore: {j(list(self.ignore))}  # columns that are not features (ids, free text)", "features:"]
         for name, d in self.to_dict()["features"].items():
             lines.append(f"  {j(name)}:")
             for k in FEATURE_FIELDS:
+                if k not in d:
+                    continue
                 v = d[k]
                 if k == "levels" and not v or k == "labels" and (not v or v == [str(x) for x in d["levels"]]):
                     continue  # no levels, or labels that are the levels as text
@@ -419,15 +426,20 @@ def load_spec(spec: str | Path | Mapping[str, Any] | DataSpec | None, df: pd.Dat
 
 def spec_from_dataset(name: str) -> DataSpec:
     """A bundled data set (``data_gen.loaders.DATASETS``) as a spec; its raw columns are the loader's.
-    The loaders return the labels apart, so the target is ``label`` with 1 favourable."""
+    The loaders return the labels apart, so the target is ``label`` with 1 favourable. Adult and German
+    carry their default rules (``data_gen.default_rules``: GeCo's Appendix A.1 program and the
+    language's other kinds); every feature its display name, unit and, for age, ``time: years``."""
+    from data_gen.default_rules import FEATURE_TEXT, default_rules
     from data_gen.loaders import DATASETS, EXTRA_DATASETS
 
     ds = DATASETS.get(name) or EXTRA_DATASETS.get(name)
     if ds is None:
         raise ValueError(f"dataset: unknown data set {name!r} (known: {sorted(DATASETS) + sorted(EXTRA_DATASETS)})")
-    feats = tuple(FeatureSpec(f.name, f.kind, f.mutability, f.levels, f.labels, display=f.name,
+    text = FEATURE_TEXT.get(name, {})
+    feats = tuple(FeatureSpec(f.name, f.kind, f.mutability, f.levels, f.labels, display=text.get(f.name, (f.name,))[0],
+                              unit=text.get(f.name, ("", ""))[1], time=text.get(f.name, ("", "", ""))[2],
                               resolution=1 if f.kind == "integer" else None) for f in ds.features)
-    return DataSpec(BUNDLED_TARGET, 1, feats)
+    return DataSpec(BUNDLED_TARGET, 1, feats, rules=default_rules(name))
 
 
 def read_table(path: str | Path) -> pd.DataFrame:

@@ -24,6 +24,12 @@ true value), and the features changed most. Between a group and the attribute's 
 bounds (``bootstrap_bounds``), so they hold whatever the uncertified agents' true optimum is.
 The group attributes are immutable in the bundled worlds: no answer changes them, and the audit
 checks every answer and counts any that does.
+
+The audit runs under the world's rules (``envs.rules``; a run's ``world/rules.json``, Adult's and
+German's default rules in a run trained with ``tabular.rules: default``): MACE reads them from the
+world (its bounds are certified under them, in the distance weighted by their cost weights, which
+the upper bounds use too), every generator answer must keep them to count as an upper bound, and
+the report states them (``rules``: their names; null: the schema's mutability only).
 """
 
 from __future__ import annotations
@@ -103,16 +109,35 @@ def _mace_chunk(shared: tuple[Any, TabularWorld], X: np.ndarray) -> ChunkResult:
     return out
 
 
+def rules_distance(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, CF: np.ndarray) -> np.ndarray:
+    """(N,) MACE's distance between paired rows with the world's cost weights (each feature's normalised
+    change times the weight of the way it moved, ``solvers.mace.distance``): the distance MACE's
+    certificate bounds; Eq. 3 unweighted where the rules give no weights."""
+    rules = world.compiled_rules()
+    if rules is None or not rules.weighted:
+        return geo.distance(X, CF)
+    from solvers.mace.distance import mix
+
+    first = np.array([r.columns[0] for r in rules.raws], np.int64)
+    directed = np.array([r.kind not in ("group", "nominal") for r in rules.raws])
+    down = (CF[:, first] < X[:, first]) & directed
+    return mix(geo.deltas(X, CF), geo.weights, np.where(down, rules.cost[:, 1], rules.cost[:, 0]))
+
+
 def verified_distance(world: TabularWorld, X: np.ndarray, CF: np.ndarray, norm: str = "one") -> np.ndarray:
-    """(N,) distance of each answer that the model accepts and that stays in the agent's reachable box
-    (immutable features unchanged, monotone ones respected, one-hot groups whole); inf elsewhere."""
+    """(N,) distance of each answer that the model accepts, that stays in the agent's reachable box
+    (immutable features unchanged, monotone ones respected, one-hot groups whole) and that keeps the
+    world's rules; inf elsewhere (the distance with the rules' cost weights: ``rules_distance``)."""
     geo = WorldGeometry.of(world, norm)
     d = np.full(len(X), np.inf)
     rows = np.flatnonzero(~np.isnan(CF).any(1))
+    rules = world.compiled_rules()
+    if len(rows) and rules is not None:  # the shared checker, whatever the generator promises
+        rows = rows[rules.holds(X[rows], CF[rows])]
     if len(rows):
         ok = world.accepts(CF[rows]) & ~geo.violations(X[rows], CF[rows])
         rows = rows[ok]
-        d[rows] = geo.distance(X[rows], CF[rows])
+        d[rows] = rules_distance(world, geo, X[rows], CF[rows])
     return d
 
 
@@ -429,6 +454,7 @@ def audit_run(run_dir: str | Path, groups: list[str], *, sample: int | None = No
                     n_boot=n_boot, seed=seed)
     out.update({
         "run": str(run.run_dir), "world": world.name, "dataset": t.dataset or t.table, "model": t.model_file or t.model,
+        "rules": None if world.compiled_rules() is None else list(world.compiled_rules().names),
         "population": {"rejected_test_agents": int(n_rejected), "audited": int(len(X)),
                        "sample": None if len(X) == n_rejected else {"size": int(len(X)), "seed": int(seed)}},
         "group_features": {a: name for a, (name, _) in cols.items()},

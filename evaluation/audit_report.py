@@ -34,6 +34,17 @@ def _p(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
+def _rules_line(rules: list[str] | None) -> str:
+    """The rules the audit ran under, in one paragraph (``rules``: the world's rule names; None: none)."""
+    if not rules:
+        return ("Rules: the schema's mutability only (immutable and increase/decrease-only features); "
+                "the run's world has no rules (world/rules.json).")
+    own = [r for r in rules if not r.endswith("(schema)")]
+    return (f"Rules: every answer and bound is under the world's {len(rules)} rules (world/rules.json; MACE "
+            f"certifies under them, generator answers that break one are not counted): the schema's mutability "
+            f"({len(rules) - len(own)}) and " + "; ".join(f"`{r}`" for r in own) + ".")
+
+
 def audit_markdown(m: dict[str, Any], figures: list[str]) -> str:
     """The audit as Markdown: population, routes and times, per-group tables, comparisons, caveats."""
     pop, r, s = m["population"], m["routes"], m["seconds"]
@@ -46,6 +57,7 @@ def audit_markdown(m: dict[str, Any], figures: list[str]) -> str:
         f"Cost: MACE's normalized {mace['norm']}-distance (Eq. 3, in [0, 1]). "
         f"Each agent's cost is an interval [lower, upper]: upper = the distance of a verified counterfactual "
         f"(generator `{m['generator']}` or MACE, the nearer), lower = MACE's certificate delta_min.", "",
+        _rules_line(m.get("rules")), "",
         f"- with recourse: {m['with_recourse']}; proven without any: {m['proven_none']}; unknown (no answer, "
         f"no proof within MACE's {mace['time_limit']:g} s): {m['unknown']}",
         f"- certified within 1% (relative width (upper - lower) / upper <= 0.01): "

@@ -7,9 +7,12 @@ A run directory ``<output_dir>/<name>/`` holds:
 - ``config.yaml``: the experiment config (a top-level ``tabular:`` mapping marks it);
 - ``world/model.json``, ``world/encoder.json``, ``world/metrics.json``: the classifier as a white
   box (envs.models) and the raw-record encoder; ``world/fingerprint.json`` has their SHA-256,
-  checked whenever the run is loaded (``load_tabular_run``). A user's model without a white box
-  (the black-box route, ``evaluation.blackbox_runs``): model.json is a marker naming the stored model
-  file, the labels are GeCo's (not certified) and evaluation is against them;
+  checked whenever the run is loaded (``load_tabular_run``); ``world/rules.json``: the world's
+  rules (``envs.rules``), fingerprinted too, where it has any: ``tabular.rules`` (default: Adult's and
+  German's default rules, ``data_gen/default_rules.py``; a run saved without the file has none). A
+  user's model without a white box (the black-box route, ``evaluation.blackbox_runs``): model.json is
+  a marker naming the stored model file, the labels are GeCo's (not certified) and evaluation is
+  against them;
 - ``labels/``: MACE's answers for every agent (``labels.parquet`` + ``manifest.json``; the
   ``chunks/`` it was built from make an interrupted labelling resume) and ``split.json`` (which
   agents are held out);
@@ -34,6 +37,7 @@ from pydantic import Field, model_validator
 
 from data_gen.compute import ComputeConfig
 from data_gen.config import StrictModel, parse_model, read_yaml
+from data_gen.default_rules import rules_for
 from data_gen.loaders import TabularData
 from data_gen.mace_labels import MaceLabelSet, label_tabular
 from envs.models import model_from_dict
@@ -83,6 +87,9 @@ class TabularSection(StrictModel):
     model: Literal["tree", "forest", "lr", "mlp"] = Field("forest", description="classifier to train when no "
                                                           "model_file is given (MACE's four)")
     seed: int = Field(0, ge=0, description="seed of the data split, the classifier and the agent sample")
+    rules: str = Field("default", description="the world's rules (envs.rules; saved in world/rules.json): default "
+                       "(Adult/German: their specs' default rules, data_gen/default_rules.py; your table: its spec's "
+                       "rules), none, or a YAML/JSON file of rules")
     agents: int = Field(1000, ge=10, description="rejected agents labelled by MACE (sampled from all rows)")
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="share of the agents held out for evaluation")
     mace: MaceSection = Field(default_factory=MaceSection, description="MACE settings")
@@ -229,9 +236,12 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         if t.table is not None:
             world, data_split, metrics = _user_world(cfg, run_dir / "world", progress)
+            rules = rules_for(t.rules, spec_rules=world.rules or RuleSet())
         else:
             built = build(t.dataset, t.model, seed=t.seed)
             world, data_split, metrics = built.world, built.data, built.metrics
+            rules = rules_for(t.rules, dataset=t.dataset)
+        world = dataclasses.replace(world, rules=rules)  # checked against the schema here (RuleError)
         _write_world(world, metrics, run_dir / "world")
     except BaseException:
         if fresh:
@@ -250,6 +260,9 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
         chunks, meta = "chunks_geco", {"reference": REFERENCE, **mace.settings()}
     else:
         mace, chunks, meta = MACE(**t.mace.model_dump()), "chunks", {"mace": t.mace.model_dump()}
+    if world.rules:  # labels under other rules are never resumed from (a run trained before them: chunks/)
+        chunks += "_rules_" + hashlib.sha256(json.dumps(world.rules.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        meta["rules"] = world.rules.to_dict()
     labels = label_tabular(world, agents, mace, run_dir / "labels" / chunks, chunk_size=t.chunk_size,
                            progress=progress, compute=t.compute)
     labels.save(run_dir / "labels", meta={**meta, "world": world.name})
@@ -311,7 +324,9 @@ def _with_generated(world: TabularWorld, train_agents: np.ndarray, data: Tabular
     params = PerturbParams(t.generated_numeric_scale, t.generated_resample_prob)
     key = hashlib.sha256(json.dumps({"n": t.generated_agents, "seed": t.seed, "perturb": dataclasses.asdict(params),
                                      "mace": t.mace.model_dump(), "agents": t.agents,
-                                     "test_fraction": t.test_fraction}, sort_keys=True).encode()).hexdigest()[:12]
+                                     "test_fraction": t.test_fraction,
+                                     **({"rules": world.rules.to_dict()} if world.rules else {})},
+                                    sort_keys=True).encode()).hexdigest()[:12]
     gen_agents = perturb_agents(world, train_agents, t.generated_agents, seed=t.seed, params=params)
     out = run_dir / "labels_generated"
     labels = label_tabular(world, gen_agents, mace, out / f"chunks_{key}", chunk_size=t.chunk_size,

@@ -7,6 +7,7 @@
   (a histogram), and read from the service at each scrape: ``recourse_answers_total{method}``
   (generator, geco, mace, fallback; and the outcomes unknown, no_recourse, already_positive),
   ``recourse_verification_failures_total`` (generator answers the checks refused),
+  ``recourse_rule_refusals_total{rule}`` (those the world's rules refused, per rule name),
   ``recourse_fallback_restarts_total``, ``recourse_jobs_queue_depth`` (jobs queued or running),
   ``recourse_service_events_total{event}`` (the service's other counters: requests, records, 4xx...);
 - a request id per request: the client's ``X-Request-ID`` when it is a short token, else a new one,
@@ -62,6 +63,11 @@ class _ServiceCollector:
         yield events
         yield CounterMetricFamily("recourse_verification_failures", "Generator answers the verification refused",
                                   value=float(counters.get("generator_invalid", 0)))
+        refusals = CounterMetricFamily("recourse_rule_refusals", "Generator answers the world's rules refused, per rule",
+                                       labels=["rule"])
+        for k, v in sorted(dict(getattr(self.svc, "rule_refusals", None) or {}).items()):
+            refusals.add_metric([k], float(v))
+        yield refusals
         yield CounterMetricFamily("recourse_fallback_restarts", "Fallback processes started again after one died",
                                   value=float(getattr(self.svc, "restarts", 0)))
         depth = 0

@@ -8,7 +8,9 @@ gets. Two JSON endpoints exist for it and are part of the API (in the OpenAPI sc
 - ``GET /schema``: the request's fields as a form: each raw feature with its domain (the levels of
   a category or ordinal, the observed range and grid step of a number), its mutability, and the
   request's shape (a raw record, or a capability agent ``{"x": [...], "group": g}``); the served
-  method and, where answers can be certified, the certificate's tolerance;
+  method and, where answers can be certified, the certificate's tolerance; on a tabular run each
+  feature's display name, unit and ``time`` (only time moves it: the page says "in 4 years") from the
+  run's spec, and the world's rules as sentences (:mod:`serving.rule_text`);
 - ``GET /example``: a random record of the test split that the model rejects (``seed`` picks one
   reproducibly), ready to send to ``/recommend``.
 
@@ -62,6 +64,18 @@ class FormField(BaseModel):
     maximum: float | None = Field(None, description="numbers: the observed maximum")
     step: float | None = Field(None, description="numbers: the resolution answers are rounded to (null: any)")
     description: str = Field(description="the domain and mutability in one line")
+    unit: str | None = Field(None, description="numbers: the unit of its values (the run's spec; null: none given)")
+    time: str | None = Field(None, description="only time moves it (an increase-only number such as age), in this "
+                                               "unit: a change is said as waiting ('in 4 years'); null: not time")
+
+
+class RuleText(BaseModel):
+    """One of the world's rules, as a sentence."""
+
+    name: str = Field(description="the rule's name, as /model lists it and refused_by gives it")
+    text: str = Field(description="the rule in plain words")
+    features: list[str] = Field(description="the raw features it reads")
+    from_schema: bool = Field(description="the schema's mutability (shown on the form's fields already)")
 
 
 class Certificate(BaseModel):
@@ -82,6 +96,8 @@ class FormSchema(BaseModel):
     fields: list[FormField]
     max_diverse: int = Field(description="the most alternatives a request may ask for (n_diverse); 0: not offered")
     certificate: Certificate | None = Field(description="the tolerance of 'optimal' (null: never certified)")
+    rules: list[RuleText] = Field(default_factory=list, description="the world's rules, each as a sentence "
+                                  "(empty: no rules beyond the fields' mutability)")
 
 
 class Example(BaseModel):
@@ -104,13 +120,16 @@ def _kind(svc: Any) -> str:
     return getattr(svc, "kind", "capability")
 
 
-def record_fields(codec: Any, steps: dict[str, float] | None = None) -> list[FormField]:
+def record_fields(codec: Any, steps: dict[str, float] | None = None, text: dict[str, Any] | None = None
+                  ) -> list[FormField]:
     """The form fields of a :class:`~serving.records.RecordCodec`'s raw features (``steps``: the
-    grid of real features, by name)."""
+    grid of real features, by name; ``text``: display name, unit and time by name, ``serving.rule_text``)."""
     out = []
     for d in codec.domains:
-        common = {"name": d.name, "label": _label(d.name), "kind": d.kind, "mutability": d.mutability,
-                  "description": d.describe()}
+        t = (text or {}).get(d.name)
+        common = {"name": d.name, "label": t.display if t else _label(d.name), "kind": d.kind,
+                  "mutability": d.mutability, "description": d.describe(), "unit": (t.unit or None) if t else None,
+                  "time": (t.time or None) if t and d.mutability == "increase" and not d.levels else None}
         if d.levels:
             opts = [FormOption(value=v, label=lab if str(v) == lab else f"{v} ({lab})")
                     for v, lab in zip(d.levels, d.labels, strict=True)]
@@ -138,16 +157,18 @@ def form_schema(svc: Any) -> FormSchema:
                           fields=fields, max_diverse=0, certificate=Certificate(rel_tol=0.0, epsilon=0.0))
     if kind == "tabular":
         from serving.rounding import rounder_for
+        from serving.rule_text import describe_rules, feature_text
 
-        steps = rounder_for(svc).resolutions()
+        steps, text = rounder_for(svc).resolutions(), feature_text(svc)
         tab = svc.tab
         defaults = {k: p.default for k, p in inspect.signature(_mace_init()).parameters.items()}
         mp = svc.mace_params
         cert = Certificate(rel_tol=float(mp.get("rel_tol", defaults["rel_tol"])),
                            epsilon=float(mp.get("epsilon", defaults["epsilon"])))
         return FormSchema(kind=kind, title=f"{tab.get('dataset')} ({tab.get('model')} model)", method=svc.model_name,
-                          body="record", fields=record_fields(svc.codec, steps), max_diverse=svc.max_diverse,
-                          certificate=None if getattr(svc, "black_box", False) else cert)  # black box: not certified
+                          body="record", fields=record_fields(svc.codec, steps, text), max_diverse=svc.max_diverse,
+                          certificate=None if getattr(svc, "black_box", False) else cert,  # black box: not certified
+                          rules=[RuleText(**r) for r in describe_rules(svc.rules, text)])
     return FormSchema(kind=kind, title=f"{svc.world.name} world (ordered actions)", method=svc.model_name,
                       body="record", fields=record_fields(svc.codec), max_diverse=0, certificate=None)
 

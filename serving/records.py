@@ -74,7 +74,7 @@ class Domain:
 class RecordCodec:
     """Encode and decode raw records of one tabular encoder (``data_gen.loaders.TabularEncoder``)."""
 
-    def __init__(self, encoder: Any, norm: Any = "one"):
+    def __init__(self, encoder: Any, norm: Any = "one", cost: np.ndarray | None = None):
         self.encoder = encoder
         self.schema = encoder.schema
         self.domains: list[Domain] = []
@@ -104,6 +104,10 @@ class RecordCodec:
         self.raws = distance_features(self.schema)
         self.norm = norm
         self.weights = norm_weights(norm, len(self.raws))
+        # the world's cost weights per raw feature and direction (envs.rules; None: MACE's default, all 1)
+        self.cost = None if cost is None or np.all(np.asarray(cost) == 1.0) else np.asarray(cost, float)
+        self._first = np.array([r.columns[0] for r in self.raws], np.int64)
+        self._directed = np.array([r.kind not in ("group", "nominal") for r in self.raws])
 
     # ----------------------------------------------------------------------------- records -> rows
     def _value(self, j: int, v: Any, where: str) -> tuple[int, float]:
@@ -219,7 +223,8 @@ class RecordCodec:
         return out
 
     def distance(self, X: np.ndarray, CF: np.ndarray) -> np.ndarray:
-        """MACE's normalized distance (Eq. 3, the served norm) between paired rows."""
+        """MACE's normalized distance (Eq. 3, the served norm) between paired rows, each feature's change
+        weighted by the world's cost weight of the way it moved (``cost``; as ``solvers.mace.distance``)."""
         X, CF = np.atleast_2d(X), np.atleast_2d(CF)
         D = np.zeros((len(X), len(self.raws)))
         for j, r in enumerate(self.raws):
@@ -229,4 +234,7 @@ class RecordCodec:
                     D[:, j] = np.abs(CF[:, cols[0]] - X[:, cols[0]]) / r.span
             else:
                 D[:, j] = np.any(CF[:, cols] != X[:, cols], axis=1)
-        return mix(D, self.weights)
+        if self.cost is None:
+            return mix(D, self.weights)
+        down = (CF[:, self._first] < X[:, self._first]) & self._directed
+        return mix(D, self.weights, np.where(down, self.cost[:, 1], self.cost[:, 0]))

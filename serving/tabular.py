@@ -8,7 +8,10 @@ refused at start) and answers raw records in three steps:
    (``TabularGenerator.recommend``); every proposal is *verified* here, whatever the generator
    promises: the served model (the run's white box, equal to the sklearn model) must accept it and
    :meth:`RecordCodec.violations` must find nothing (bounds, integer codes, one-hot groups,
-   immutable and increase/decrease-only features, all re-checked against the request's record);
+   immutable and increase/decrease-only features, all re-checked against the request's record),
+   nor the world's rules (``world.compiled_rules().violations``; :mod:`serving.tabular_rules`: a
+   refusal is counted per rule name, and a ``no_recourse`` or ``unknown`` answer the rules caused
+   names them in ``refused_by``);
 2. a record the generator cannot answer goes to GeCo (black box, tenths of a second), and where
    GeCo finds nothing verified, to MACE (certified: ``optimal`` is MACE's certificate, and
    ``no_recourse`` is said only on MACE's proof that no plausible counterfactual exists);
@@ -27,9 +30,7 @@ The JSON rows and ``/model`` are formatted in :mod:`serving.tabular_answers`.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import logging
 import math
 import os
@@ -56,6 +57,8 @@ from serving.tabular_answers import (
     fallback_chain,
     service_stats,
 )
+from serving.tabular_rules import broken_rule, count_refusals, merge, no_recourse_rules
+from serving.tabular_runs import is_tabular_run, load_run, run_fingerprint  # noqa: F401  (is_tabular_run: re-exported)
 
 log = logging.getLogger("recourse_gym.serve")
 
@@ -105,32 +108,7 @@ class Answer:
     verified: bool = False
     alternatives: list[tuple[np.ndarray, float, str]] = field(default_factory=list)
     budget_exceeded: bool = False
-
-
-def is_tabular_run(run_dir: str | Path) -> bool:
-    """Whether ``run_dir/config.yaml`` has a top-level ``tabular:`` mapping (a run of a real data set)."""
-    import yaml
-
-    path = Path(run_dir) / "config.yaml"
-    try:
-        cfg = yaml.safe_load(path.read_text()) if path.exists() else None
-    except (OSError, yaml.YAMLError):  # an unreadable config: the capability loader reports it
-        return False
-    return isinstance(cfg, dict) and isinstance(cfg.get("tabular"), dict)
-
-
-def load_run(run_dir: str | Path) -> Any:
-    """A tabular run directory loaded (``evaluation.tabular_experiment.load_tabular_run``), every problem
-    a ``ServiceError`` naming the file."""
-    try:
-        from evaluation.tabular_experiment import load_tabular_run
-    except ImportError as err:
-        raise ServiceError(f"run: cannot load tabular runs here ({err})") from None
-    try:
-        return load_tabular_run(Path(run_dir))
-    except (ValueError, OSError, KeyError) as err:  # a fingerprint mismatch names the file
-        msg = str(err)
-        raise ServiceError(msg if msg.startswith(("run:", "world:")) else f"run: {msg}") from None
+    refused_by: tuple[str, ...] = ()  # the world's rules that refused a candidate (said when none is served)
 
 
 class TabularService:
@@ -162,7 +140,9 @@ class TabularService:
         self.model_name, self.generator = name, gens[name]
         self._gen_params = set(inspect.signature(self.generator.recommend).parameters)
         self.mace_params = dict(self.run.mace_params or {})
-        self.codec = RecordCodec(self.world.encoder, self.mace_params.get("norm", "one"))
+        rules = self.rules
+        self.codec = RecordCodec(self.world.encoder, self.mace_params.get("norm", "one"),
+                                 None if rules is None else rules.cost)  # the distance MACE certifies
         self.oracle = self.run.user_oracle() if hasattr(self.run, "user_oracle") else None  # issue 54 item 4
         self.batch_worker: Any = None  # serving.batch_worker.BatchWorker: batch chunks in a process of their own
         self.black_box = bool(getattr(self.run, "black_box", False))  # GeCo only, nothing certified
@@ -185,7 +165,9 @@ class TabularService:
         self._futures: set[Any] = set()
         self.counters: dict[str, int] = {"requests": 0, "records": 0, "generator": 0, "geco": 0, "mace": 0,
                                          "unknown": 0, "no_recourse": 0, "already_positive": 0, "verified": 0,
-                                         "generator_invalid": 0, "generator_none": 0, "rejected": 0}
+                                         "generator_invalid": 0, "generator_none": 0, "rejected": 0,
+                                         "rule_refusals": 0}
+        self.rule_refusals: dict[str, int] = {}  # generator answers refused, per rule name (tabular_rules)
         self._lock = threading.Lock()
         self.started = time.time()
         log.info("serving tabular run %s: %s %s, generator %s, fallback %s (model %s)", self.run_dir.name,
@@ -197,12 +179,7 @@ class TabularService:
         return load_run(self.run_dir)
 
     def _fingerprint(self) -> dict[str, str]:
-        path = self.run_dir / "world" / "fingerprint.json"
-        if path.exists():
-            return {k: str(v) for k, v in json.loads(path.read_text()).items()}
-        w = self.world  # a run handed in directly (tests): hash what is served
-        return {"model_sha256": hashlib.sha256(json.dumps(w.model.to_dict(), sort_keys=True).encode()).hexdigest(),
-                "encoder_sha256": hashlib.sha256(json.dumps(w.encoder.to_dict(), sort_keys=True).encode()).hexdigest()}
+        return run_fingerprint(self.run_dir, self.world)
 
     def example_row(self) -> np.ndarray:
         """An encoded record of each feature's first value (lowest number, first level)."""
@@ -258,15 +235,26 @@ class TabularService:
             raise InputError(str(err)) from None
 
     # ------------------------------------------------------------------ verification
+    @property
+    def rules(self) -> Any:
+        """The world's rules compiled (``envs.rules.CompiledRules``, cached); None: the schema's mutability only."""
+        return self.world.compiled_rules()
+
     def verify(self, X: np.ndarray, CF: np.ndarray) -> np.ndarray:
-        """Per row: ``CF`` is a plausible change of ``X`` that the served model accepts."""
+        """Per row: ``CF`` is a plausible change of ``X`` that keeps the world's rules and that the served model accepts."""
+        return self.check(X, CF)[0]
+
+    def check(self, X: np.ndarray, CF: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(ok, rule)`` per row: :meth:`verify`'s verdict, and the name of the first world rule the row
+        breaks (None where it keeps them, or the world has no rules)."""
+        rule = broken_rule(self.rules, X, CF)
         bad = self.codec.violations(X, CF)
-        ok = np.array([b is None for b in bad])
+        ok = np.array([b is None for b in bad]) & np.equal(rule, None)
         if ok.any():
             ok[ok] = self.world.accepts(CF[ok])
         if self.oracle is not None and ok.any():  # a run on the user's model: its own verdict on the raw record
             ok[ok] = self.oracle(CF[ok])
-        return ok
+        return ok, rule
 
     # ------------------------------------------------------------------ recommendations
     def recommend(self, X: np.ndarray, n_diverse: int = 0, budget_s: float | None = -1.0) -> list[Answer]:
@@ -312,12 +300,15 @@ class TabularService:
             log.exception("generator %s failed on %d records; using the fallback", self.model_name, len(todo))
             CF = np.full((len(todo), X.shape[1]), np.nan)
         none = np.isnan(CF).all(1)
-        ok = ~none
-        if ok.any():
-            ok[ok] = self.verify(X[todo[ok]], CF[ok])
+        ok, rule, live = ~none, np.full(len(todo), None, object), ~none
+        if live.any():
+            ok[live], rule[live] = self.check(X[todo[live]], CF[live])
+        count_refusals(self, rule)
         dist = self.codec.distance(X[todo], np.where(np.isfinite(CF), CF, 0.0))
         for r in np.flatnonzero(ok):
             answers[todo[r]] = Answer("ok", CF[r], float(dist[r]), self.model_name, "generator", None, True)
+        for r in np.flatnonzero(np.not_equal(rule, None)):  # said if no other answer is found
+            answers[todo[r]] = Answer("unknown", refused_by=(rule[r],))
         if alts is not None and alts.ndim == 3 and alts.shape[0] == len(todo) and alts.shape[2] == X.shape[1]:
             rows, m = np.flatnonzero(ok), alts.shape[1]
             A = alts[rows].reshape(-1, X.shape[1])
@@ -354,7 +345,8 @@ class TabularService:
         for i, job in jobs:
             ans = job if isinstance(job, Answer) else self._wait(job, t_end)
             ans = None if ans is None else replace(ans, alternatives=list(ans.alternatives))  # the cache's stays
-            answers[i] = ans if ans is not None else Answer("unknown", budget_exceeded=True)
+            ans = ans if ans is not None else Answer("unknown", budget_exceeded=True)
+            answers[i] = replace(ans, refused_by=merge(answers[i].refused_by, ans.refused_by))
         for i, job in alt_jobs:
             found = job if isinstance(job, list) else self._wait(job, t_end)
             if found is not None:
@@ -491,24 +483,34 @@ class TabularService:
         return out
 
     def _geco_answers_here(self, x: np.ndarray) -> list[tuple[np.ndarray, float, str]]:
+        return self._geco_search(x)[0]
+
+    def _geco_search(self, x: np.ndarray) -> tuple[list[tuple[np.ndarray, float, str]], tuple[str, ...]]:
+        """GeCo's verified counterfactuals for ``x``, nearest first, and the rules that refused others."""
         rs = self.geco.solve(self.world, x)
         rows = [r.final_state for r in rs if r.status == "ok" and r.final_state is not None]
         out: list[tuple[np.ndarray, float, str]] = []
-        if rows:
-            CF = np.vstack(rows)
-            ok = self.verify(np.repeat(x[None], len(CF), 0), CF)
-            dist = self.codec.distance(np.repeat(x[None], len(CF), 0), CF)
-            out = sorted(((CF[j], float(dist[j]), "geco") for j in np.flatnonzero(ok)), key=lambda t: t[1])
-        return out
+        if not rows:
+            return out, ()
+        CF = np.vstack(rows)
+        ok, rule = self.check(np.repeat(x[None], len(CF), 0), CF)
+        dist = self.codec.distance(np.repeat(x[None], len(CF), 0), CF)
+        out = sorted(((CF[j], float(dist[j]), "geco") for j in np.flatnonzero(ok)), key=lambda t: t[1])
+        return out, merge(rule)
 
     def _chain(self, x: np.ndarray, n_diverse: int) -> Answer:
         """GeCo, then MACE (GeCo only on a black box): the answer for a record the generator could not answer."""
         return self._in_process("_chain_here", x, n_diverse)
 
     def _chain_here(self, x: np.ndarray, n_diverse: int) -> Answer:
+        refused: tuple[str, ...] = ()  # the rules that refused GeCo's candidates (said if nothing is found)
         if self.geco is not None:
+            key = ("geco", x.tobytes())
             try:
-                found = self._geco_answers(x)
+                found = self.jobs.get([key])[0]
+                if found is None:
+                    found, refused = self._geco_search(x)
+                    self.jobs.put([key], [found])
             except Exception:
                 log.exception("GeCo failed; trying MACE")
                 found = []
@@ -516,22 +518,25 @@ class TabularService:
                 cf, d, _ = found[0]
                 return Answer("ok", cf, d, "geco", "geco", None, True, found[1:])
         if getattr(self, "black_box", False):  # MACE cannot read the user's model: no proof, no answer
-            return Answer("unknown", method="geco", kind="fallback")
+            return Answer("unknown", method="geco", kind="fallback", refused_by=refused)
         from solvers.mace import MACE
 
         rs = MACE(**{**self.mace_params, "n_diverse": 1 + n_diverse}).solve(self.world, x)
         first = rs[0]
-        if first.status == "no_recourse":  # MACE's proof: no plausible counterfactual
-            return Answer("no_recourse", method="mace", kind="mace", optimal=True, verified=False)
+        if first.status == "no_recourse":  # MACE's proof: no plausible counterfactual (that keeps the rules)
+            why = no_recourse_rules(self, x, first.extra.get("reason"))
+            return Answer("no_recourse", method="mace", kind="mace", optimal=True, verified=False,
+                          refused_by=merge(why, refused if why else ()))
         if first.status != "ok":
             log.warning("MACE gave up: %s", first.extra.get("reason", first.status))
-            return Answer("unknown", method="mace", kind="fallback")
+            return Answer("unknown", method="mace", kind="fallback", refused_by=refused)
         CF = np.vstack([r.final_state for r in rs])
         X = np.repeat(x[None], len(CF), 0)
-        ok, dist = self.verify(X, CF), self.codec.distance(X, CF)
+        (ok, rule), dist = self.check(X, CF), self.codec.distance(X, CF)
         if not ok[0]:
-            log.error("MACE's counterfactual failed the serving checks: %s", self.codec.violations(x, CF[0])[0])
-            return Answer("unknown", method="mace", kind="fallback")
+            log.error("MACE's counterfactual failed the serving checks: %s",
+                      rule[0] or self.codec.violations(x, CF[0])[0] or "the model rejects it")
+            return Answer("unknown", method="mace", kind="fallback", refused_by=merge(refused, rule[0]))
         alts = [(CF[j], float(dist[j]), "mace") for j in range(1, len(CF)) if ok[j]]
         return Answer("ok", CF[0], float(dist[0]), "mace", "mace", bool(first.optimal), True, alts)
 

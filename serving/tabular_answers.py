@@ -3,7 +3,10 @@
 :class:`serving.tabular.TabularService` keeps the answering; this module formats what it answered
 (``records``), what it counted (``stats``) and what it serves (``describe``). A run on the black-box
 route (the user's model without a white box: GeCo labels, GeCo the only fallback) is described as
-"not certified", and none of its rows says ``optimal``.
+"not certified", and none of its rows says ``optimal``. A ``no_recourse`` or ``unknown`` row names
+the world's rules that refused the candidates found (``refused_by``; null otherwise), an ``ok`` row the
+user's rules that bear on its change (``rules``; null where the world has none), and ``/model``
+lists the rules and the generator answers each refused (``rule_refusals``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from serving.rounding import round_answers
+from serving.tabular_rules import bearing_rules
 
 METHODS = ("generator", "geco", "mace")  # what answered a record (the counters)
 OUTCOMES = ("already_positive", "unknown", "no_recourse")  # records no method answered with a change
@@ -24,8 +28,12 @@ def answer_records(svc: Any, X: np.ndarray, answers: list[Any], t0: float | None
     """JSON-ready rows of ``svc``'s answers for the encoded records ``X``; ``latency_ms`` from ``t0``."""
     answers = round_answers(svc, X, answers)  # values a person can act on (serving/rounding.py)
     codec, certifies = svc.codec, not getattr(svc, "black_box", False)
+    rules = getattr(svc, "rules", None)
+    done = [i for i, a in enumerate(answers) if a.status == "ok" and a.cf is not None]
+    bearing = dict(zip(done, bearing_rules(rules, X[done], np.array([answers[i].cf for i in done])), strict=True)) \
+        if rules is not None and done else {}
     out = []
-    for x, a in zip(X, answers, strict=True):
+    for i, (x, a) in enumerate(zip(X, answers, strict=True)):
         ok = a.status == "ok" and a.cf is not None
         out.append({
             "status": a.status,
@@ -35,6 +43,8 @@ def answer_records(svc: Any, X: np.ndarray, answers: list[Any], t0: float | None
             "alternatives": [{"changes": codec.changes(x, cf), "distance": d, "verified": True, "method": m}
                              for cf, d, m in a.alternatives],
             "budget_exceeded": a.budget_exceeded,
+            "refused_by": list(a.refused_by) if a.status in ("no_recourse", "unknown") and a.refused_by else None,
+            "rules": bearing.get(i) if ok and rules is not None else None,
             "latency_ms": None if t0 is None else (time.perf_counter() - t0) * 1e3,
         })
     return out
@@ -44,6 +54,7 @@ def service_stats(svc: Any) -> dict[str, Any]:
     """``svc``'s counters, and per method and outcome its share of the records that needed recourse."""
     with svc._lock:
         c = dict(svc.counters)
+        c.setdefault("rule_refusals", 0)
     need = c["records"] - c["already_positive"]
     rates = {k: (c[k] / need if need else 0.0) for k in (*METHODS, "unknown", "no_recourse")}
     fallbacks = c["geco"] + c["mace"] + c["unknown"] + c["no_recourse"]
@@ -75,4 +86,6 @@ def describe_service(svc: Any) -> dict[str, Any]:
         "max_batch": svc.max_batch, "max_diverse": svc.max_diverse,
         "metrics": metrics, "uptime_s": time.time() - svc.started,
         "counters": st["counters"], "rates": st["rates"],
+        "rules": None if svc.rules is None else list(svc.rules.names),
+        "rule_refusals": dict(svc.rule_refusals),
     }

@@ -106,11 +106,18 @@ class TabularRecommendation(BaseModel):
     distance: float | None = Field(description="MACE's normalized distance of the changes (null: no answer)")
     verified: bool = Field(description="the served model accepts the changed record and no constraint is broken "
                                        "(bounds, integer codes, one category per group, immutable and "
-                                       "increase/decrease-only features)")
+                                       "increase/decrease-only features, the world's rules)")
     method: str = Field(description="the generator's name, geco, mace, model (already accepted) or fallback")
     optimal: bool | None = Field(description="true: MACE certified the distance optimal; null: not certified")
     alternatives: list[Alternative] = Field(description="diverse alternatives (n_diverse)")
     budget_exceeded: bool = Field(description="the fallback did not finish within the budget (status unknown)")
+    refused_by: list[str] | None = Field(None, description="status no_recourse or unknown: the world's rules that "
+                                         "refused the counterfactuals found (their names, as /model lists them); "
+                                         "null: no rule refused one, or an answer was found")
+    rules: list[str] | None = Field(None, description="status ok: the world's rules (beyond the schema's "
+                                    "mutability) that bear on the changes, each kept: one whose IF holds for them (a "
+                                    "link whose feature moved, a forbidden transition from the record's level) or "
+                                    "that reads a changed feature; null: the world has no rules, or no answer")
     latency_ms: float | None = Field(description="time spent on this request in the service")
 
 
@@ -150,6 +157,11 @@ class TabularModelInfo(BaseModel):
     counters: dict[str, int] = Field(description="requests, records; answers by method (generator, geco, mace) and "
                                                  "outcome (unknown, no_recourse, already_positive); verified; "
                                                  "generator_invalid / generator_none (sent to the fallback); "
+                                                 "rule_refusals (generator answers the world's rules refused); "
                                                  "rejected (4xx)")
     rates: dict[str, float] = Field(description="per method and outcome: its share of the records that needed "
                                                 "recourse; fallback = everything not answered by the generator")
+    rules: list[str] | None = Field(None, description="the world's rules by name (the schema's mutability first); "
+                                    "null: the schema's mutability only")
+    rule_refusals: dict[str, int] = Field(default_factory=dict, description="generator answers refused per rule name "
+                                          "(sent to the fallback)")

@@ -169,3 +169,88 @@ def test_audit_cli_fails_politely(tmp_path, capsys):
         assert evaluate.main(args) == 2
         lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(lines) == 1 and needle in lines[0], lines
+
+
+# ------------------------------------------------------------------------------------ under the rules
+RULES = {"a": {"max_increase": 1}, "links": [{"from": "b", "to": "a", "per_unit": 1}],
+         "g": {"forbid": [["x", "z"], ["y", "z"]]}}
+
+
+def test_audit_under_the_worlds_rules(world_and_agents, tmp_path):
+    """MACE reads the world's rules: the bounds bracket the brute-force optimum under them, and a
+    generator answer that breaks a rule is no upper bound."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from envs.rules import RuleSet
+    from evaluation.audit import verified_distance
+
+    world, S, agents = world_and_agents
+    ruled = replace(world, rules=RuleSet.from_dict(RULES))
+    rules, geo = ruled.compiled_rules(), WorldGeometry.of(world)
+    truth = []
+    for x in agents:
+        X = np.repeat(x[None], len(S), 0)
+        ok = world.accepts(S) & ~geo.violations(X, S) & rules.holds(x, S)
+        truth.append(float(geo.distance(X[ok], S[ok]).min()) if ok.any() else np.inf)
+    truth = np.array(truth)
+    assert (truth > np.array([_brute(world, S, x) for x in agents]) + 1e-9).any()  # the rules change some optima
+    class Unruled:  # answers with the optimum without the rules: some break them
+        def recommend(self, w, X, norm="one"):
+            CF = np.full(X.shape, np.nan)
+            for i, x in enumerate(X):
+                Xr = np.repeat(x[None], len(S), 0)
+                ok = world.accepts(S) & ~geo.violations(Xr, S)
+                if ok.any():
+                    CF[i] = S[int(np.argmin(np.where(ok, geo.distance(Xr, S), np.inf)))]
+            return SimpleNamespace(CF=CF, distance=None)
+
+    gen = Unruled()
+    rec = gen.recommend(ruled, agents)
+    live = ~np.isnan(rec.CF).any(1)
+    breaks = live & ~rules.holds(agents, np.nan_to_num(rec.CF))
+    assert breaks.any() and np.isinf(verified_distance(ruled, agents[breaks], rec.CF[breaks])).all()
+    assert np.isfinite(verified_distance(ruled, agents[live & ~breaks], rec.CF[live & ~breaks])).all()
+    out = audit_agents(ruled, agents, mace=MACE(backend="milp", norm="one", time_limit=20), generator=gen,
+                       work_dir=tmp_path / "c", chunk_size=12)
+    has = np.isfinite(truth)
+    assert (out.proven_none == ~has).all() and not out.unknown.any()
+    assert (out.lower[has] <= truth[has] + 1e-9).all() and (out.upper[has] <= truth[has] * 1.01 + 1e-9).all()
+    assert rules.holds(agents[has], out.cf[has]).all() and (out.upper_by == "generator").any()
+
+
+def test_audit_of_a_run_states_its_rules(tmp_path):
+    """A bundled German run trained now carries the default rules (world/rules.json); evaluate.py --audit
+    runs under them (MACE through the run's world) and audit.json / audit.md state them."""
+    import json
+
+    import yaml
+
+    from data_gen.default_rules import default_rules
+    from evaluation.audit import audit_run
+    from evaluation.tabular_experiment import load_tabular_config, load_tabular_run, train_tabular
+
+    cfg = {"name": "g", "output_dir": str(tmp_path / "runs"),
+           "tabular": {"dataset": "german", "model": "tree", "agents": 12, "geco_agents": 0,
+                       "mace": {"time_limit": 10}, "compute": {"backend": "local", "n_workers": 1}},
+           "generators": [{"method": "nearest_cfe"}]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(cfg))
+    run_dir = train_tabular(load_tabular_config(tmp_path / "g.yaml"), progress=False)
+    assert json.loads((run_dir / "world" / "rules.json").read_text()) == default_rules("german").to_dict()
+    world = load_tabular_run(run_dir).world
+    names = list(world.compiled_rules().names)
+    out = audit_run(run_dir, ["personal_status_sex"], sample=6, n_boot=50, plots=False, progress=False)
+    assert out["rules"] == names and "duration: max_decrease 12" in names
+    saved = json.loads((run_dir / "audit.json").read_text())
+    assert saved["rules"] == names
+    md = (run_dir / "audit.md").read_text()
+    assert "Rules: every answer and bound is under the world's" in md and "`duration: max_decrease 12`" in md
+    answered = np.isfinite(np.array(saved["per_agent"]["upper"], float))
+    assert answered.any()
+    # without rules (tabular.rules: none) the run has no rules.json, and the report says so
+    cfg["tabular"]["rules"], cfg["name"] = "none", "g0"
+    (tmp_path / "g0.yaml").write_text(yaml.safe_dump(cfg))
+    plain = train_tabular(load_tabular_config(tmp_path / "g0.yaml"), progress=False)
+    assert not (plain / "world" / "rules.json").exists()
+    assert audit_run(plain, ["personal_status_sex"], sample=4, n_boot=50, plots=False, progress=False)["rules"] is None
+    assert "the run's world has no rules" in (plain / "audit.md").read_text()

@@ -1,8 +1,9 @@
 """The recommendation page (serving/page.py, serving/static/): its JSON endpoints on a tabular run,
 and the page itself in a real browser -- headless Chromium driven by selenium against the app
 served on loopback: a refused German record typed in with the keyboard, the recommendation read
-from the page and checked against the model, an out-of-range value shown beside its field, the
-example button, and the layout at a phone's width.
+from the page and checked against the model, the world's rules and units in words (German's default
+rules; age, which only time moves, said as a wait), who answered behind a details toggle, an
+out-of-range value shown beside its field, the example button, and the layout at a phone's width.
 
 The browser test needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and
 selenium (the ``test`` extra). Without them it skips, except in CI (``RECOURSE_STRICT_SKIPS=1``),
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import threading
@@ -27,6 +29,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from data_gen.default_rules import default_rules
 from serving.tabular import TabularService
 from serving.tabular_app import create_tabular_app
 from tests.tabular_serving_run import german_run
@@ -40,7 +43,11 @@ def built(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def svc(built):
+    from dataclasses import replace
+    from types import SimpleNamespace
+
     root, run, X_train, _, _ = built
+    run = SimpleNamespace(**{**vars(run), "world": replace(run.world, rules=default_rules("german"))})
     s = TabularService(root / "german_forest", "nearest", None, run=run, geco_data=X_train)
     yield s
     s.close()
@@ -74,6 +81,18 @@ def test_schema_describes_the_request(app, svc):
     assert by["age"] | {"description": None} == by["age"] | {
         "input": "number", "minimum": 19.0, "maximum": 75.0, "step": 1.0, "mutability": "increase", "description": None}
     assert by["personal_status_sex"]["mutability"] == "immutable"
+    # the spec's display names and units; age moves only with time
+    assert (by["age"]["time"], by["age"]["unit"], by["duration"]["label"], by["duration"]["unit"]) == (
+        "years", "years", "loan duration", "months")
+    assert by["duration"]["time"] is None and by["employment"]["time"] is None
+    rules = {r["name"]: r for r in form["rules"]}
+    assert list(rules) == list(svc.rules.names)
+    assert rules["duration: max_decrease 12"] == {"name": "duration: max_decrease 12", "from_schema": False,
+                                                  "text": "Loan duration falls by at most 12 months.",
+                                                  "features": ["duration"]}
+    assert rules["age: increase-only (schema)"]["from_schema"]
+    assert rules["link employment -> age (2 per unit)"]["text"] == \
+        "Age rises with employment length: each level of employment length takes at least 2 years."
     assert form["certificate"] == {"rel_tol": 0.001, "epsilon": 1e-7} and form["max_diverse"] == svc.max_diverse
     paths = c.get("/openapi.json").json()["paths"]
     assert "/schema" in paths and "/example" in paths and "/" not in paths
@@ -216,15 +235,38 @@ def _submit_with_keyboard(driver) -> None:
     driver.find_element(By.ID, "submit").send_keys(Keys.ENTER)
 
 
+def _text(element) -> str:
+    """An element's text, folded parts (a closed <details>) included."""
+    return " ".join(element.get_attribute("textContent").split())
+
+
+def _rules_listed(form: dict, names: list[str]) -> list[str]:
+    """The rules the page lists under an answer: those the API names, once per sentence, without the
+    sentences the fields' tags say already (the schema's mutability)."""
+    text = {r["name"]: r["text"] for r in form["rules"]}
+    seen = {r["text"] for r in form["rules"] if r["from_schema"]}
+    out = []
+    for n in names:
+        if text[n] not in seen:
+            seen.add(text[n])
+            out.append(n)
+    return out
+
+
 def test_page_in_a_browser(browser, base_url, svc, built):
     from selenium.webdriver.common.by import By
 
     neg = built[3]
-    # A refused test record the generator answers (the page shows what the API answers, whoever answers).
-    answers, _ = svc.first_pass(neg[:10])
-    i = next(k for k, a in enumerate(answers) if a.kind == "generator")
+    # A refused test record the generator answers (the page shows what the API answers, whoever answers),
+    # one whose answer raises age (a wait, on the page) where the first 40 have one.
+    answers, _ = svc.first_pass(neg[:40])
+    age = svc.codec.domains[svc.codec.names.index("age")].columns[0]
+    mine = [k for k, a in enumerate(answers) if a.kind == "generator"]
+    i = next((k for k in mine if answers[k].cf[age] > neg[k][age]), mine[0])
     record = svc.codec.decode(neg[i])
     assert not accepted(svc, record)
+    form = httpx.get(base_url + "/schema").json()
+    fields = {f["name"]: f for f in form["fields"]}
 
     browser.get(base_url + "/")
     _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true")
@@ -232,7 +274,11 @@ def test_page_in_a_browser(browser, base_url, svc, built):
     assert browser.execute_script(
         "return [...document.querySelectorAll('#fields select, #fields input')].every(c => c.labels.length === 1)")
     assert "fixed" in _field(browser, "personal_status_sex").text
-    assert "can only increase" in _field(browser, "age").text
+    assert "moves with time" in _field(browser, "age").text and "can only increase" in _field(browser, "employment").text
+    # the world's rules in words, above the form (folded)
+    listed = browser.find_elements(By.CSS_SELECTOR, "#all-rules li")
+    assert "Loan duration falls by at most 12 months." in [_text(li) for li in listed]
+    assert not any(li.get_attribute("data-rule").endswith("(schema)") for li in listed)
 
     _type_record(browser, record)
     _submit_with_keyboard(browser)
@@ -244,12 +290,35 @@ def test_page_in_a_browser(browser, base_url, svc, built):
     assert accepted(svc, apply(record, shown))  # the record the page recommends is accepted by the model
     api = httpx.post(base_url + "/recommend", json={**record, "n_diverse": 2}).json()
     assert shown == api["changes"]  # what a person sees is what a program gets
+    assert svc.rules.holds(svc.codec.encode([record])[0], svc.codec.encode([apply(record, shown)])).all()
     sentence = browser.find_element(By.ID, "sentence").text
-    label = shown[0]["feature"].replace("_", " ")
-    assert label in sentence and sentence.endswith(".")
+    assert sentence.endswith(".")
+    for c in shown:  # each change in the sentence by its display name; a wait for age ("In 4 years, ...")
+        if c["feature"] == "age":
+            n = c["to"] - c["from"]
+            assert re.match(rf"^(In {n} years?, |Wait {n} years?)", sentence), sentence
+        else:
+            assert fields[c["feature"]]["label"] in sentence, sentence
+    for r in browser.find_elements(By.CSS_SELECTOR, "#result table.changes tbody tr"):
+        f, cells = fields[r.get_attribute("data-feature")], r.find_elements(By.TAG_NAME, "td")
+        if f["time"]:
+            assert cells[1].text.startswith("in ") and "year" in cells[1].text
+        elif f["unit"]:
+            assert all(f["unit"].rstrip("s") in td.text for td in cells)
+    # the rules this answer keeps, as sentences: those the API says bear on it (a changed feature's, a fired IF's)
+    assert api["rules"] and api["refused_by"] is None
+    assert svc.rules.holds(svc.codec.encode([record])[0], svc.codec.encode([apply(record, shown)])).all()
+    assert [li.get_attribute("data-rule") for li in browser.find_elements(By.CSS_SELECTOR, "#rules li")] == \
+        _rules_listed(form, api["rules"])
     assert browser.find_element(By.CSS_SELECTOR, ".badge.verified").text == "verified"
-    # the method that answered, as the API says it (the nearest verified answer: GeCo's when it beats the generator's)
-    assert f"answered by {api['method']}" in browser.find_element(By.ID, "badges").text
+    # who answered and the normalized distance: behind a details toggle, not as badges
+    badges = browser.find_element(By.ID, "badges").text
+    assert "answered by" not in badges.lower() and "distance" not in badges
+    info = browser.find_element(By.CSS_SELECTOR, "#answer-details details")
+    assert info.get_attribute("open") is None
+    assert f"Answered by {api['method']}." in _text(info)
+    shown_d = float(re.search(r"Cost \(normalized distance\) ([0-9.e+-]+)\.", _text(info)).group(1))
+    assert shown_d == pytest.approx(api["distance"], rel=5e-3)
     assert browser.switch_to.active_element.get_attribute("id") == "answer"  # focus moves to the answer
     cards = browser.find_elements(By.CSS_SELECTOR, "#alternatives .alternative")
     assert len(cards) == len(api["alternatives"])
@@ -318,7 +387,7 @@ def test_sequential_page_shows_the_ordered_steps(browser):
     steps = browser.find_elements(By.CSS_SELECTOR, "ol.steps > li.step")
     assert [s.get_attribute("data-action") for s in steps] == [s["action"] for s in api["steps"]]
     assert all("cost" in s.text for s in steps)
-    assert "total cost" in browser.find_element(By.ID, "badges").text
+    assert "Total cost" in _text(browser.find_element(By.CSS_SELECTOR, "#answer-details details"))
     first = api["steps"][0]["changes"][0]
     assert first["feature"].replace("_", " ") in browser.find_element(By.ID, "sentence").text
     _screenshot(browser, "page_sequential.png")

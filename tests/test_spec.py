@@ -234,3 +234,31 @@ def test_feature_spec_aliases():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert FeatureSpec("b", "bool", "fixed", levels=(0, 1)).mutability == "immutable"
+
+
+def test_time_flag_and_the_bundled_defaults(tmp_path):
+    """``time: years`` marks an increase-only number only time moves; the bundled Adult and German specs
+    carry their default rules (data_gen/default_rules.py), display names and units; ``rules_for`` reads a
+    config's ``tabular.rules``."""
+    from data_gen.default_rules import default_rules, rules_for
+    from envs.rules import RuleError
+
+    age = FeatureSpec("age", "integer", "increase", unit="years", time="years")
+    assert age.time == "years" and DataSpec.from_dict(DataSpec("y", 1, (age,)).to_dict()).features[0] == age
+    assert "time" not in DataSpec("y", 1, (FeatureSpec("n", "integer"),)).to_dict()["features"]["n"]
+    with pytest.raises(ValueError, match=r"^feature 'n': time \('years': only time moves it\) needs an increase"):
+        FeatureSpec("n", "integer", "free", time="years")
+    adult, german = spec_from_dataset("adult"), spec_from_dataset("german")
+    assert adult.rules == default_rules("adult") and german.rules == default_rules("german") and adult.rules
+    assert (german.feature("age").time, german.feature("duration").unit, german.feature("duration").display) == (
+        "years", "months", "loan duration")
+    assert not spec_from_dataset("compas").rules
+    assert rules_for("none", dataset="adult") is None and rules_for("default", dataset="compas") is None
+    assert rules_for("default", dataset="german") == default_rules("german")
+    (tmp_path / "r.yaml").write_text("rules:\n  duration: {max_increase: 6}\n")
+    assert rules_for(str(tmp_path / "r.yaml")).to_dict() == {"features": {"duration": {"max_increase": 6.0}}}
+    with pytest.raises(ValueError, match="no file"):
+        rules_for(str(tmp_path / "nowhere.yaml"))
+    (tmp_path / "bad.yaml").write_text("duration: {max_increase: -1}\n")
+    with pytest.raises(RuleError, match="max_increase"):
+        rules_for(str(tmp_path / "bad.yaml"))

@@ -22,7 +22,14 @@
     return v.toLocaleString("en-US", { maximumFractionDigits: 6 });
   }
 
-  // A value as people read it: a level's name, a number with separators.
+  // "12 months", "1 year", "5,000 DM": a number with its unit (a plural unit loses its s for 1).
+  function amount(v, unit) {
+    if (!unit) return fmtNumber(v);
+    var u = v === 1 && unit.length > 2 && unit.charAt(unit.length - 1) === "s" ? unit.slice(0, -1) : unit;
+    return fmtNumber(v) + " " + u;
+  }
+
+  // A value as people read it: a level's name, a number with separators and its unit.
   function show(name, v) {
     var f = byName[name] && byName[name].field;
     if (f && f.options) {
@@ -31,7 +38,22 @@
       }
     }
     if (f && f.kind === "capability") return v ? "yes" : "no";
-    return typeof v === "number" ? fmtNumber(v) : String(v);
+    return typeof v === "number" ? amount(v, f && f.unit) : String(v);
+  }
+
+  // A feature only time moves (age): its change is a wait, "4 years".
+  function timeOf(c) {
+    var f = byName[c.feature] && byName[c.feature].field;
+    return f && f.time && typeof c.from === "number" && typeof c.to === "number" && c.to > c.from ? f.time : null;
+  }
+
+  function waitText(changes) {
+    var longest = null;
+    changes.forEach(function (c) {
+      var t = timeOf(c);
+      if (t && (longest === null || c.to - c.from > longest.n)) longest = { n: c.to - c.from, unit: t };
+    });
+    return longest && amount(longest.n, longest.unit);
   }
 
   function labelOf(name) { return byName[name] ? byName[name].field.label : name; }
@@ -61,8 +83,15 @@
 
   function sentence(res) {
     if (res.status === "already_positive") return "The model already accepts this record: nothing needs to change.";
-    if (res.status === "no_recourse") return "No change that the rules allow gets this record accepted (proved).";
-    if (res.status === "unknown") return "The answer was not ready within the time budget: ask again in a moment.";
+    var refused = res.refused_by && res.refused_by.length;
+    if (res.status === "no_recourse") {
+      return refused ? "No change that the rules allow gets this record accepted (proved): the rules below rule out the changes that would."
+                     : "No change that the rules allow gets this record accepted (proved).";
+    }
+    if (res.status === "unknown") {
+      return refused ? "No answer that keeps the rules was found in time: ask again in a moment."
+                     : "The answer was not ready within the time budget: ask again in a moment.";
+    }
     if (form.kind === "capability") {
       return "Take " + joinWords(res.actions.map(function (a) { return a.name; })) + ".";
     }
@@ -72,7 +101,35 @@
         return (res.steps.length === 1 ? "" : (i === 0 ? "first " : "then ")) + did;
       }))) + ".";
     }
-    return capital(joinWords(res.changes.map(clause))) + ".";
+    return changesSentence(res.changes);
+  }
+
+  // "Lower the credit amount from 4,500 DM to 3,200 DM."; with a feature only time moves, "In 4 years, ...".
+  function changesSentence(changes) {
+    var wait = waitText(changes);
+    var acts = changes.filter(function (c) { return !timeOf(c); }).map(clause);
+    if (!wait) return capital(joinWords(acts)) + ".";
+    if (!acts.length) return "Wait " + wait + ": nothing else needs to change.";
+    return "In " + wait + ", " + joinWords(acts) + ".";
+  }
+
+  // The rules behind an answer, as sentences (GET schema): those that refused the changes found
+  // (refused_by), or those the API says bear on the answer (rules). Each sentence once; a sentence the
+  // fields' tags already say (the schema's mutability) is left out of the second list.
+  function rulesFor(res) {
+    var rules = form.rules || [];
+    var seen = {}, out = [];
+    function add(name) {
+      var r = rules.filter(function (q) { return q.name === name; })[0] || { name: name, text: name };
+      if (!seen[r.text]) { seen[r.text] = true; out.push(r); }
+    }
+    if (res.refused_by && res.refused_by.length) {
+      res.refused_by.forEach(add);
+      return { refused: true, rules: out };
+    }
+    rules.forEach(function (r) { if (r.from_schema) seen[r.text] = true; });
+    (res.rules || []).forEach(add);
+    return { refused: false, rules: out };
   }
 
   // ------------------------------------------------------------------------------- the form
@@ -100,16 +157,26 @@
       control.setAttribute("aria-describedby", described);
       var label = el("label", { for: id, text: f.label });
       if (f.mutability === "immutable") label.appendChild(el("span", { class: "tag fixed", text: "fixed" }));
-      if (f.mutability === "increase" && f.kind !== "capability") label.appendChild(el("span", { class: "tag", text: "can only increase" }));
+      if (f.time) label.appendChild(el("span", { class: "tag", text: "moves with time" }));
+      else if (f.mutability === "increase" && f.kind !== "capability") label.appendChild(el("span", { class: "tag", text: "can only increase" }));
       if (f.mutability === "decrease") label.appendChild(el("span", { class: "tag", text: "can only decrease" }));
       var help = f.input === "number" && f.minimum !== null ?
-        fmtNumber(f.minimum) + " to " + fmtNumber(f.maximum) + (f.step === 1 ? ", whole numbers" : "") : "";
+        fmtNumber(f.minimum) + " to " + amount(f.maximum, f.unit) + (f.step === 1 ? ", whole numbers" : "") : "";
       var wrap = el("div", { class: "field" + (f.input === "checkbox" ? " checkbox" : ""), id: "field-" + i,
                              "data-name": f.name }, f.input === "checkbox" ? [control, label] : [label, control]);
       wrap.appendChild(el("small", { id: "help-" + i, text: help, title: f.description }));
       wrap.appendChild(el("p", { id: "err-" + i, class: "field-error" }));
       box.appendChild(wrap);
     });
+    var own = {}, listed = (form.rules || []).filter(function (r) {
+      if (r.from_schema) { own[r.text] = true; return false; }
+      if (own[r.text]) return false;
+      own[r.text] = true;
+      return true;
+    });
+    $("all-rules").hidden = !listed.length;
+    $("all-rules-list").textContent = "";
+    listed.forEach(function (r) { $("all-rules-list").appendChild(el("li", { "data-rule": r.name, text: r.text })); });
     if (form.max_diverse > 0) {
       $("diverse-field").hidden = false;
       $("n_diverse").setAttribute("max", String(form.max_diverse));
@@ -199,10 +266,13 @@
   // ------------------------------------------------------------------------------- the answer
   function changesTable(changes, cls) {
     var rows = changes.map(function (c) {
-      return el("tr", { "data-feature": c.feature, "data-from": JSON.stringify(c.from), "data-to": JSON.stringify(c.to) }, [
+      var t = timeOf(c);
+      return el("tr", { "data-feature": c.feature, "data-from": JSON.stringify(c.from), "data-to": JSON.stringify(c.to),
+                        class: t ? "time" : "" }, [
         el("th", { scope: "row", text: labelOf(c.feature) }),
         el("td", { class: "num", text: show(c.feature, c.from) }),
-        el("td", { class: "num", text: show(c.feature, c.to) })]);
+        el("td", { class: "num", text: t ? "in " + amount(c.to - c.from, t) + " (" + show(c.feature, c.to) + ")"
+                                         : show(c.feature, c.to) })]);
     });
     var head = el("thead", {}, [el("tr", {}, [el("th", { scope: "col", text: "Feature" }),
       el("th", { scope: "col", text: "Now" }), el("th", { scope: "col", text: "Recommended" })])]);
@@ -233,10 +303,23 @@
     box.appendChild(badge(res.verified ? "verified" : "not verified", res.verified, "verified"));
     var opt = optimalText(res);
     box.appendChild(opt ? badge(opt, true, "optimal") : el("span", { class: "badge optimal", text: "optimality not certified" }));
-    box.appendChild(el("span", { class: "badge method", text: "answered by " + res.method }));
-    var cost = costText(res);
-    if (cost) box.appendChild(el("span", { class: "badge cost", text: cost }));
     if (res.budget_exceeded) box.appendChild(badge("time budget exceeded", false));
+  }
+
+  // Who answered and the cost behind it: for the curious, folded away.
+  function details(res) {
+    var cost = costText(res);
+    return el("details", { class: "details" }, [el("summary", { text: "Details" }),
+      el("p", { class: "method", text: "Answered by " + res.method + "." }),
+      cost ? el("p", { class: "cost", text: capital(cost) + "." }) : null]);
+  }
+
+  function rulesBox(res) {
+    var found = rulesFor(res);
+    if (!found.rules.length) return null;
+    var title = found.refused ? "The rules that ruled out the changes found" : "Rules this answer keeps";
+    return el("div", { id: "rules", class: "rules" }, [el("h3", { text: title }),
+      el("ul", {}, found.rules.map(function (r) { return el("li", { "data-rule": r.name, text: r.text }); }))]);
   }
 
   function stepsList(steps) {
@@ -258,6 +341,9 @@
     badges(res);
     var box = $("result");
     box.textContent = "";
+    var info = $("answer-details");
+    info.textContent = "";
+    info.appendChild(details(res));
     if (form.kind === "capability") {
       if (res.actions.length) {
         box.appendChild(el("ol", { class: "actions" }, res.actions.map(function (a) {
@@ -271,6 +357,8 @@
         box.appendChild(el("h3", { text: "All changes together" }));
       }
       if (res.changes.length) box.appendChild(changesTable(res.changes, "changes"));
+      var rb = rulesBox(res);
+      if (rb) box.appendChild(rb);
     }
     var alts = res.alternatives || [];
     $("alternatives-wrap").hidden = !alts.length;
@@ -278,11 +366,10 @@
     alts.forEach(function (a, k) {
       $("alternatives").appendChild(el("article", { class: "card alternative" }, [
         el("h4", { text: "Alternative " + (k + 1) }),
-        el("p", { text: capital(joinWords(a.changes.map(clause))) + "." }),
+        el("p", { text: changesSentence(a.changes) }),
         changesTable(a.changes, "changes"),
-        el("p", { class: "badges" }, [badge(a.verified ? "verified" : "not verified", a.verified),
-          el("span", { class: "badge", text: "answered by " + a.method }),
-          el("span", { class: "badge", text: "cost (normalized distance) " + a.distance.toPrecision(3) })])]));
+        el("p", { class: "badges" }, [badge(a.verified ? "verified" : "not verified", a.verified)]),
+        details(a)]));
     });
     var section = $("answer");
     section.hidden = false;
@@ -364,7 +451,9 @@
     call("GET", "schema").then(function (r) {
       if (r.status !== 200) throw new Error((r.data && r.data.detail) || "status " + r.status);
       form = r.data;
-      $("subtitle").textContent = form.title + " · answers by " + form.method + ", each checked against the model.";
+      var ruled = (form.rules || []).some(function (r) { return !r.from_schema; });
+      $("subtitle").textContent = form.title + " · every answer is checked against the model" +
+        (ruled ? " and the rules below." : ".");
       buildForm();
       $("record-form").addEventListener("submit", submit);
       $("example").addEventListener("click", example);
