@@ -168,6 +168,15 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _fingerprint(world_dir: Path) -> tuple[str, str] | None:
+    """(model, encoder) SHA-256 of a run's world as last written; None before the first write."""
+    path = world_dir / "fingerprint.json"
+    if not path.exists():
+        return None
+    fp = json.loads(path.read_text())
+    return fp.get("model_sha256", ""), fp.get("encoder_sha256", "")
+
+
 def _write_world(world: TabularWorld, metrics: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     if is_black_box(world):  # no JSON of the user's model: a marker naming its stored file and SHA-256
@@ -242,7 +251,14 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
             world, data_split, metrics = built.world, built.data, built.metrics
             rules = rules_for(t.rules, dataset=t.dataset)
         world = dataclasses.replace(world, rules=rules)  # checked against the schema here (RuleError)
+        before = _fingerprint(run_dir / "world")
         _write_world(world, metrics, run_dir / "world")
+        if before is not None and before != _fingerprint(run_dir / "world") and (run_dir / "labels").exists():
+            # Labels resume by agent: a changed model or encoding (a refitted model under the same run name)
+            # must not reuse the old model's answers.
+            shutil.rmtree(run_dir / "labels")
+            if progress:
+                print(f"{run_dir.name}: the model or encoding changed since the last run: its labels are redone")
     except BaseException:
         if fresh:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -83,6 +83,9 @@ def _process_init(state_file: str) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, max(FALLBACK_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
     except (AttributeError, OSError):
         pass
+    from serving.processes import exit_with_parent
+
+    exit_with_parent()  # a server killed with SIGKILL leaves no fallback process behind
     _PROCESS_STATE.update(pickle.loads(Path(state_file).read_bytes()))
     _PROCESS_STATE["jobs"] = BackgroundCache(_SOLVER_THREAD, 1_000)  # the process's own GeCo cache
 
@@ -171,7 +174,8 @@ class TabularService:
         self._lock = threading.Lock()
         self.started = time.time()
         log.info("serving tabular run %s: %s %s, generator %s, fallback %s (model %s)", self.run_dir.name,
-                 self.tab.get("dataset"), self.tab.get("model"), self.model_name,
+                 self.tab.get("dataset") or self.tab.get("table"), self.tab.get("model_file") or self.tab.get("model"),
+                 self.model_name,
                  " -> ".join(fallback_chain(self)) or "none", self.fingerprint.get("model_sha256", "")[:16])
 
     # ------------------------------------------------------------------ loading
