@@ -4,7 +4,9 @@ MACE, GeCo, MD-PSO and the generators all answer an agent x with a list of ``Rec
 ``final_state`` is a counterfactual row; ``CounterfactualScorer`` scores that list the same way
 for all of them (PSO paper §IV-D for the set metrics, MACE §4.2 for the distance):
 
-- **validity**: share of the returned counterfactuals the world's model accepts;
+- **validity**: share of the returned counterfactuals the world's model accepts and that keep the world's
+  rules (``envs.rules``, issue 55: the shared checker, ``world.compiled_rules()``); a rule-breaking row
+  is invalid;
 - **proximity** (continuous): mean over the counterfactuals of (1/n_cont) sum |x'_j - x_j| / MAD_j
   over the numeric and ordinal features (MAD of the data; a MAD of 0 counts as 1, as DiCE does);
   **proximity_cat**: mean share of categorical and binary features changed;
@@ -14,11 +16,12 @@ for all of them (PSO paper §IV-D for the set metrics, MACE §4.2 for the distan
 - **coverage**: 1 when the method returned ``n_diverse`` valid counterfactuals, else 0 (an agent
   without that many is not covered, PSO §IV-D); **found**: at least one valid;
 - **changed**: raw features changed by the nearest valid counterfactual (and their mean);
-- **distance**: the nearest valid counterfactual's distance in MACE's normalization (norm ``norm``);
+- **distance**: the nearest valid counterfactual's distance in MACE's normalization (norm ``norm``), with
+  the world's cost weights where its rules carry them (``solvers.mace.distance``, as MACE minimises);
   **distance_accepted**: the nearest counterfactual the model accepts, constraints ignored (what a
   method that breaks constraints would claim);
-- **violations**: counterfactuals that break the schema (range, integrality, one-hot) or a PLAF
-  rule (the schema's mutability and the world's constraint program);
+- **violations**: counterfactuals that break the schema (range, integrality, one-hot), a PLAF
+  rule (the schema's mutability and the world's constraint program) or one of the world's rules;
 - **model_calls**, **seconds**, **cpu_seconds**: as the caller measured them (model calls: or as
   the method reported them); CPU seconds are the fairer clock on a shared machine.
 
@@ -38,7 +41,7 @@ import numpy as np
 
 from envs.recourse import Recourse
 from solvers.geco.plaf import CompiledPlaf, Plaf, default_program
-from solvers.mace.distance import Norm, deltas, distance_features, mix, norm_weights
+from solvers.mace.distance import Norm, deltas, directions, distance_features, mix, norm_weights
 
 
 class CounterfactualScorer:
@@ -64,7 +67,15 @@ class CounterfactualScorer:
         self.cols_ = cols
         plaf = default_program(getattr(world, "name", "")) if self.plaf is None else self.plaf
         self.program_: CompiledPlaf = plaf.compile(schema)
+        rules = world.compiled_rules() if callable(getattr(world, "compiled_rules", None)) else None
+        self.rules_ = rules  # the world's rules (the shared checker); None: none
+        self.cost_ = rules.cost if rules is not None and rules.weighted else None
         return self
+
+    def distance(self, x: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """MACE's distance of every row of ``X`` from ``x`` (norm ``norm``), with the world's cost weights."""
+        W = None if self.cost_ is None else directions(self.raws_, x, X, self.cost_)
+        return mix(deltas(self.raws_, x, X), self.weights_, W)
 
     # ------------------------------------------------------------------------------ pieces
 
@@ -78,7 +89,8 @@ class CounterfactualScorer:
         return d_cont, d_cat
 
     def violations(self, x: np.ndarray, X: np.ndarray) -> np.ndarray:
-        """(n,) bool: the row breaks the schema (range, integrality, one-hot) or a PLAF rule."""
+        """(n,) bool: the row breaks the schema (range, integrality, one-hot), a PLAF rule or one of the
+        world's rules (the shared checker)."""
         schema = self.world_.schema
         X = np.atleast_2d(np.asarray(X, float))
         lo, hi = schema.bounds()
@@ -89,7 +101,10 @@ class CounterfactualScorer:
             if r.kind == "group":
                 block = X[:, list(r.columns)]
                 bad |= (block.sum(axis=1) != 1) | ~np.isin(block, (0.0, 1.0)).all(axis=1)
-        return bad | (self.program_.ground(x).violations(X) > 0)
+        bad |= self.program_.ground(x).violations(X) > 0
+        if self.rules_ is not None and len(X):
+            bad |= ~self.rules_.holds(x, np.where(np.isfinite(X), X, 0.0))
+        return bad
 
     # ------------------------------------------------------------------------------ scoring
 
@@ -105,22 +120,25 @@ class CounterfactualScorer:
         bad = self.violations(x, X) if len(X) else np.zeros(0, bool)
         accepted = self.world_.accepts(X) if len(X) else np.zeros(0, bool)
         ok = accepted & ~bad
+        kept = accepted  # validity: accepted, and keeping the world's rules
+        if self.rules_ is not None and len(X):
+            kept = accepted & self.rules_.holds(x, np.where(np.isfinite(X), X, 0.0))
         V = X[ok]
         if model_calls is None:
             model_calls = next((r.extra.get("model_calls") for r in recourses if "model_calls" in r.extra), None)
         out: dict[str, Any] = {
-            "returned": len(X), "valid": int(ok.sum()), "validity": float(accepted.mean()) if len(X) else 0.0,
+            "returned": len(X), "valid": int(ok.sum()), "validity": float(kept.mean()) if len(X) else 0.0,
             "found": bool(ok.any()), "coverage": float(ok.sum() >= int(self.n_diverse)),
             "violations": int(bad.sum()), "seconds": seconds, "cpu_seconds": cpu_seconds, "model_calls": model_calls,
             "distance": None, "distance_accepted": None, "changed": None, "changed_mean": None, "proximity": None, "proximity_cat": None,
             "sparsity": None, "diversity": None, "norm_diversity": None,
         }
         if accepted.any():
-            out["distance_accepted"] = float(mix(deltas(self.raws_, x, X[accepted]), self.weights_).min())
+            out["distance_accepted"] = float(self.distance(x, X[accepted]).min())
         if not len(V):
             return out
         D = deltas(self.raws_, x, V)
-        dist = mix(D, self.weights_)
+        dist = self.distance(x, V)
         changed = (D > 0).sum(axis=1)
         best = int(np.argmin(dist))
         d_cont, d_cat = self._split(x, V)

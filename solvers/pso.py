@@ -22,6 +22,13 @@ particle swarm (Chowdhury et al. 2013) over the ``active_features`` mutable feat
 
 One batched ``predict_proba`` call per iteration (all particles). MD-PSO is a heuristic: it
 carries no optimality certificate (use MACE for one).
+
+The world's rules (``envs.rules``, issue 55): the box is narrowed by every rule on one column
+(``GroundRules.box``: step bounds, mutability, a forbidden category), and a particle that breaks a
+rule (the shared checker, ``CompiledRules.holds``, on the whole swarm at once) is no counterfactual:
+its objective carries the validity hinge plus one per broken rule, and it never enters the archive,
+the sparsified points or the answers. Distances take the rules' cost weights (MACE's weighted
+distance: each feature's delta and change count times the weight of the direction it moved).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import numpy as np
 from envs.recourse import Recourse
 from solvers.base import Solver
 from solvers.blackbox import CountingModel, check_agent, point_recourse
-from solvers.mace.distance import DistanceFeature, deltas, distance_features
+from solvers.mace.distance import DistanceFeature, deltas, directions, distance_features
 
 
 def information_value(values: np.ndarray, positive: np.ndarray, n_bins: int = 10) -> float:
@@ -158,8 +165,10 @@ class MDPSO(Solver):
             raise ValueError(f"world: MDPSO was fitted on {getattr(self.world_, 'name', '?')!r}; "
                              f"fit it on {getattr(world, 'name', '?')!r} first")
 
-    def active(self, world: Any, x: np.ndarray) -> list[DistanceFeature]:
-        """The h mutable raw features of highest information value (that can move for this agent)."""
+    def active(self, world: Any, x: np.ndarray, box: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> list[DistanceFeature]:
+        """The h mutable raw features of highest information value (that can move for this agent;
+        ``box``: the agent's box under the world's rules, ``_rule_box``)."""
         schema = world.schema
         lo, hi = schema.bounds()
         movable = []
@@ -168,6 +177,8 @@ class MDPSO(Solver):
             f = schema.features[r.columns[0]]
             if f.mutability == "immutable" or all(lo[c] == hi[c] for c in r.columns):
                 continue
+            if box is not None and all(box[0][c] == box[1][c] for c in r.columns):
+                continue  # a rule pins it (a one-hot group: every category but x's forbidden)
             if (f.mutability == "increase" and all(x[c] >= hi[c] for c in r.columns) and r.kind != "group") or (
                     f.mutability == "decrease" and all(x[c] <= lo[c] for c in r.columns) and r.kind != "group"):
                 continue
@@ -185,7 +196,12 @@ class MDPSO(Solver):
             return [point_recourse(schema, self.raws_, x, x, method=self.name, distance=0.0, valid=True,
                                    runtime=time.perf_counter() - t0,
                                    extra={"reason": "already_positive", "model_calls": model.calls})]
-        swarm = _Swarm(self, schema, x, self.active(world, x), model)
+        rules = world.compiled_rules() if callable(getattr(world, "compiled_rules", None)) else None
+        box, dead = _rule_box(schema, rules, x)
+        if dead is not None:
+            return [Recourse.none(self.name, status="no_recourse", runtime=time.perf_counter() - t0,
+                                  reason=f"no counterfactual keeps rule {dead!r} for this agent")]
+        swarm = _Swarm(self, schema, x, self.active(world, x, box), model, rules, box)
         if swarm.dim == 0:
             return [Recourse.none(self.name, status="no_recourse", runtime=time.perf_counter() - t0,
                                   reason="no feature can change (all immutable or at their bound)")]
@@ -201,11 +217,26 @@ class MDPSO(Solver):
                 for i in range(len(X))]
 
 
+def _rule_box(schema: Any, rules: Any, x: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray] | None, str | None]:
+    """The schema's box narrowed by the world's rules on one column (None without rules), and the name
+    of a rule no point keeps for this agent (else None)."""
+    if rules is None:
+        return None, None
+    lo, hi = (np.asarray(b, float) for b in schema.bounds())
+    g = rules.ground(x)
+    if g.unsatisfiable is not None:
+        return None, g.unsatisfiable
+    lo, hi, dead = g.box(lo, hi, np.where(hi > lo, hi - lo, 1.0))
+    return (lo, hi), dead
+
+
 class _Swarm:
     """The particles of one agent: positions over the active features' columns, scaled to [0, 1]."""
 
-    def __init__(self, pso: MDPSO, schema: Any, x: np.ndarray, active: list[DistanceFeature], model: CountingModel):
+    def __init__(self, pso: MDPSO, schema: Any, x: np.ndarray, active: list[DistanceFeature], model: CountingModel,
+                 rules: Any = None, box: tuple[np.ndarray, np.ndarray] | None = None):
         self.p, self.schema, self.x, self.raws, self.model = pso, schema, x, active, model
+        self.rules = rules  # the world's rules (envs.rules.CompiledRules); None: the schema's mutability only
         self.rng = np.random.default_rng(pso.seed)
         lower, upper = schema.bounds()
         cols = np.array([c for r in active for c in r.columns], np.int64)
@@ -224,6 +255,9 @@ class _Swarm:
         mut = np.array([f.mutability for f in feats])
         self.lo = np.where(mut == "increase", np.maximum(lo, self.z), lo)
         self.hi = np.where(mut == "decrease", np.minimum(hi, self.z), hi)
+        if box is not None:  # the rules on one column (step bounds, a forbidden category) narrow it too
+            self.lo = np.minimum(np.maximum(self.lo, (box[0][cols] - self.lower) / self.span), self.z)
+            self.hi = np.maximum(np.minimum(self.hi, (box[1][cols] - self.lower) / self.span), self.z)
         self.coord_raw = np.repeat(np.arange(len(active)), [len(r.columns) for r in active])
         start = 0
         self.one_hot = []  # coordinate indices of each one-hot group
@@ -236,6 +270,7 @@ class _Swarm:
         self.all_raws = distance_features(schema)
         self.first = np.array([r.columns[0] for r in self.all_raws])  # a raw feature's (first) column
         self.numeric = np.array([r.kind == "numeric" for r in self.all_raws])
+        self.cost = rules.cost if rules is not None and rules.weighted else None
 
     def decode(self, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions mapped to the nearest feasible corner: (positions, full encoded rows)."""
@@ -254,16 +289,46 @@ class _Swarm:
         X[:, self.cols] = V
         return (V - self.lower) / self.span, X
 
-    def objective(self, X: np.ndarray, proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(objective, Gower distance) of full rows: validity hinge + Gower + l0 / J."""
+    def score(self, X: np.ndarray) -> np.ndarray:
+        """P(accept) of full rows (one model call), capped at the threshold where a row breaks one of the
+        world's rules (the shared checker, on the accepted rows of the whole batch): such a row is no
+        counterfactual for any step of the search. Without rules: P(accept) itself."""
+        proba = self.model.predict_proba(X)
+        if self.rules is not None:
+            ok = proba > self.p.threshold
+            if ok.any():
+                ok[ok] = ~self.rules.holds(self.x, X[ok])
+                proba = np.where(ok, self.p.threshold, proba)
+        return proba
+
+    def distance(self, X: np.ndarray) -> np.ndarray:
+        """Gower (MACE's l1 normalization), with the world's cost weights where it has them."""
         D = deltas(self.all_raws, self.x, X)
+        if self.cost is not None:
+            D = D * directions(self.all_raws, self.x, X, self.cost)
+        return D.mean(axis=1)
+
+    def objective(self, X: np.ndarray, proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(objective, Gower distance) of full rows: validity hinge + Gower + l0 / J; with the world's
+        rules, a row that breaks one is no counterfactual (the hinge, plus one per broken rule), and
+        Gower and l0 weigh each feature by the cost weight of the direction it moved."""
+        D = deltas(self.all_raws, self.x, X)
+        W = None if self.cost is None else directions(self.all_raws, self.x, X, self.cost)
+        changed = (D > 0) if W is None else (D > 0) * W
+        if W is not None:
+            D = D * W
         gower = D.mean(axis=1)
         if self.p.scale_ is None:
             near = gower
         else:  # the PSO paper's Eq. 9 / 11 in place of Gower: |dx| / MAD for numbers, 1[changed] otherwise
-            near = np.where(self.numeric, np.abs(X[:, self.first] - self.x[self.first]) / self.p.scale_, D).mean(axis=1)
+            near = np.where(self.numeric, np.abs(X[:, self.first] - self.x[self.first]) / self.p.scale_, D)
+            near = (near if W is None else near * np.where(self.numeric, W, 1.0)).mean(axis=1)
         valid = proba > self.p.threshold
-        return near + (D > 0).mean(axis=1) + np.where(valid, 0.0, 2.0 + self.p.threshold - proba), gower
+        hinge = np.where(valid, 0.0, 2.0 + self.p.threshold - proba)
+        if self.rules is not None:
+            broken = self.rules.broken(self.x, X).sum(axis=1)
+            hinge = np.where(broken > 0, 2.0 + self.p.threshold - np.minimum(proba, self.p.threshold) + broken, hinge)
+        return near + changed.mean(axis=1) + hinge, gower
 
     def start(self, n: int) -> np.ndarray:
         """n fresh positions: x with a few features drawn in the box, half of them from accepted rows."""
@@ -289,7 +354,7 @@ class _Swarm:
         self.restarts = 0
         S, X = self.decode(self.start(n))
         V = np.zeros_like(S)
-        proba = self.model.predict_proba(X)
+        proba = self.score(X)
         f, _ = self.objective(X, proba)
         best_S, best_f, best_X, best_p = S.copy(), f.copy(), X.copy(), proba.copy()
         archive_X, archive_f, archive_p = [X[proba > p.threshold]], [f[proba > p.threshold]], [proba[proba > p.threshold]]
@@ -314,7 +379,7 @@ class _Swarm:
                  + p.diversity * r3 * (S - elite))
             V = np.clip(V, -vmax, vmax)
             S, X = self.decode(S + V)
-            proba = self.model.predict_proba(X)
+            proba = self.score(X)
             f, _ = self.objective(X, proba)
             better = f < best_f
             best_S[better], best_f[better], best_X[better], best_p[better] = S[better], f[better], X[better], proba[better]
@@ -359,12 +424,11 @@ class _Swarm:
             if not any(np.array_equal(X[b], X[c]) for c in pick):
                 pick.append(int(b))
         X, f, pr = X[pick], f[pick], pr[pick]
-        proba = self.model.predict_proba(X)  # re-scored: the answers' own call
+        proba = self.score(X)  # re-scored: the answers' own call (and checked against the rules)
         keep = proba > thr
         X, f, proba = X[keep], f[keep], proba[keep]
         order = np.argsort(f, kind="stable")
-        gower = deltas(self.all_raws, self.x, X[order]).mean(axis=1)
-        return X[order], proba[order], gower
+        return X[order], proba[order], self.distance(X[order])
 
     def sparsified(self, X: np.ndarray, proba: np.ndarray, f: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -398,7 +462,7 @@ class _Swarm:
             back = np.vstack(masks)[:, self.coord_raw]  # (probes, dim)
             P = X[owner_arr].copy()
             P[:, self.cols] = np.where(back, self.x[self.cols], P[:, self.cols])
-            pp = self.model.predict_proba(P)
+            pp = self.score(P)
             pf, _ = self.objective(P, pp)
             good = (pp > self.p.threshold) & (pf < f[owner_arr] - 1e-12)
             if not good.any():

@@ -68,9 +68,9 @@ class CompiledRules:
             np.add.at(self._x[:, k], list(a.x_cols), a.x_coefs)
         self._const = np.array([a.const for a in atoms])
         self._op = np.array([OP_CODES[a.op] for a in atoms], np.int64)
-        self._ant = np.zeros((m, len(self.clauses)), np.int64)  # atom -> the clause whose antecedent it is in
+        self._ant = np.zeros((m, len(self.clauses)))  # atom -> the clause whose antecedent it is in
         self._cons = np.zeros(len(self.clauses), np.int64)  # the consequent atom of each clause
-        self._rule = np.zeros((len(self.clauses), len(self.names)), np.int64)
+        self._rule = np.zeros((len(self.clauses), len(self.names)))
         k = 0
         for i, c in enumerate(self.clauses):
             self._ant[k:k + len(c.antecedent), i] = 1
@@ -100,13 +100,24 @@ class CompiledRules:
         per side over every atom, no loop over rows.
         """
         CF = np.atleast_2d(np.asarray(CF, float))
-        X = np.broadcast_to(np.asarray(X, float), CF.shape)
-        e = CF @ self._cf + X @ self._x + self._const
-        s = np.abs(CF) @ np.abs(self._cf) + np.abs(X) @ np.abs(self._x) + np.abs(self._const)
+        X = np.asarray(X, float)
+        one = X.ndim == 1  # one agent for every row: its side of each atom is computed once
+        xe = X @ self._x if one else np.broadcast_to(X, CF.shape) @ self._x
+        e = CF @ self._cf + xe + self._const
+        # the sizes s of the tolerance only where they can decide: 0 < |e| <= tol * (an upper bound of s)
+        # (at e = 0 every reading is the same whatever s: <=, >=, = hold, <, >, != do not)
+        xs = np.abs(X) @ np.abs(self._x) if one else None
+        top = np.abs(CF).max(axis=0, initial=0.0) @ np.abs(self._cf) + np.abs(self._const) + (
+            xs if one else np.abs(X).max(axis=0, initial=0.0) @ np.abs(self._x))
+        s = np.zeros_like(e)
+        near = np.flatnonzero(((np.abs(e) <= tol * top) & (e != 0)).any(axis=1))
+        if len(near):
+            xn = xs if one else np.abs(np.broadcast_to(X, CF.shape)[near]) @ np.abs(self._x)
+            s[near] = np.abs(CF[near]) @ np.abs(self._cf) + xn + np.abs(self._const)
         t = truth(self._op, e, s, tol)
-        antecedent = (~t).astype(np.int64) @ self._ant == 0
+        antecedent = (~t).astype(float) @ self._ant == 0  # counts in floats: exact, and a BLAS product
         clause_broken = antecedent & ~t[:, self._cons]
-        return clause_broken.astype(np.int64) @ self._rule > 0
+        return clause_broken.astype(float) @ self._rule > 0
 
     def holds(self, X: np.ndarray, CF: np.ndarray, tol: float = TOL) -> np.ndarray:
         """(n,) bool: the row keeps every rule."""

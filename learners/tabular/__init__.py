@@ -27,8 +27,13 @@ Methods (``TABULAR_GENERATORS``), one module each:
 Persistence follows learners/base.py: ``config.json`` + ``arrays.npz`` (+ the classifier's
 ``weights.pt``), never a pickle.
 
-Modules: ``geometry`` (projection, distance, acceptance), ``polish``, ``base`` (the shared
-recommend and persistence), one module per method (``nearest``, ``named_cfe``, ``change_value``).
+A world with rules (``envs.rules``, issue 55) is searched within them: ``rules`` narrows every agent's
+box by the one-column rules and runs the shared checker on every candidate a search accepts, and
+distances take the rules' cost weights (``WorldGeometry.gate``); no answer breaks a rule.
+
+Modules: ``geometry`` (projection, distance, acceptance), ``rules`` (the world's rules, vectorized),
+``polish``, ``base`` (the shared recommend and persistence), one module per method (``nearest``,
+``named_cfe``, ``change_value``).
 """
 
 from __future__ import annotations

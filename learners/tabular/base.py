@@ -132,7 +132,22 @@ class TabularGenerator(ABC):
         # The model calls here multiply thin matrices (rows x features by features x 10 for an MLP):
         # BLAS threads cost more to wake than they save (5x slower on 2 busy cores), so one thread.
         with _blas_controller().limit(limits=1, user_api="blas"):
-            return self._recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
+            rec = self._recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
+        geo = WorldGeometry.of(world, norm)
+        if geo.gate is not None:  # the world's rules: every answer passes the shared checker (the searches'
+            self._keep_rules(geo, np.atleast_2d(np.asarray(X, float)), rec)  # checks make this a formality)
+        return rec
+
+    @staticmethod
+    def _keep_rules(geo: WorldGeometry, X: np.ndarray, rec: Recommendations) -> None:
+        """Answers (and alternatives) that break a rule of the world dropped from ``rec``, in place."""
+        bad = rec.found & ~geo.keeps(X, np.nan_to_num(rec.CF))
+        if bad.any():
+            rec.CF[bad], rec.distance[bad], rec.found[bad] = np.nan, np.inf, False
+        if rec.alternatives is not None:
+            alt = rec.alternatives
+            real = ~np.isnan(alt).any(-1)
+            alt[real & ~geo.keeps(X[:, None, :], np.nan_to_num(alt))] = np.nan
 
     def _recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm, polish_rounds: int | None,
                    n_alternatives: int) -> Recommendations:
@@ -173,6 +188,10 @@ class TabularGenerator(ABC):
                 # a trade lands on a coarse step: shrink it again
                 traded[moved] = polish(world, geo, X[live[moved]], traded[moved], rounds=steps,
                                        probes=int(self.params.polish_probes))
+                if geo.cost is not None:  # the trades rank by the unweighted distance: keep only those nearer
+                    worse = geo.distance(X[live], traded) > geo.distance(X[live], CF[live])
+                    traded[worse] = CF[live][worse]
+                    moved = moved[~worse[moved]]
                 CF[live] = traded
                 live = live[moved]
             d[rows] = geo.distance(X[rows], CF[rows])

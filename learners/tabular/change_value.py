@@ -38,7 +38,7 @@ from learners.tabular.donor_kernels import donors_kernel
 from learners.tabular.geometry import (
     Variants,
     WorldGeometry,
-    accepts,
+    accepts_for,
     first_within,
     may_accept_within,
     nearest_accepted_variants,
@@ -277,12 +277,13 @@ class ChangeValueGenerator(TabularGenerator):
             prob, value = self._predict(x)
             subs = self.subsets(prob)
         subs = self._scan_sets(geo, prob, subs)
-        V, own = self._scan(world, geo, x, value, subs, rec.distance[rows])  # variant rows of the agents own
+        reach = geo.reach(rec.distance[rows])  # the cost weights: the unweighted distance a nearer row may have
+        V, own = self._scan(world, geo, x, value, subs, reach)  # variant rows of the agents own
         if self.params.scan_discrete:  # every one-feature change of a discrete feature too (few rows)
             Vd, od = discrete_variants(geo, x)
             V, own = Variants.concat([V, Vd]), np.concatenate([own, od])
         if int(self.params.combo_rows) > 0 and split_edges(world):  # several features' crossings at once
-            Vc, oc = combinations_within(world, geo, x, rec.distance[rows], int(self.params.combo_values),
+            Vc, oc = combinations_within(world, geo, x, reach, int(self.params.combo_values),
                                          int(self.params.combo_rows), self._combo_values(x, None if near is None else near[rows]))
             V, own = Variants.concat([V, Vc]), np.concatenate([own, oc])
         k = max(1, int(self.params.scan_starts))
@@ -322,7 +323,7 @@ class ChangeValueGenerator(TabularGenerator):
         if k:
             predicted = geo.project(x, np.where(subs[:, :k, geo.raw_of_column], value[:, None, :], x[:, None, :]))
             flat = predicted.reshape(-1, x.shape[1])
-            flat[~accepts(world, flat)] = np.nan  # the LP starts from an accepted point of the piece
+            flat[~accepts_for(world, geo, np.repeat(x, k, axis=0), flat)] = np.nan  # the LP starts from an accepted point
             starts = np.concatenate([starts, flat.reshape(len(x), k, -1)], 1)
         n, m, D = starts.shape
         R = piece_lp(world, geo, np.repeat(x, m, 0), starts.reshape(-1, D)).reshape(n, m, D)

@@ -1,6 +1,12 @@
 """The geometry of a tabular world that every tabular generator needs: per-column bounds,
 mutability, integer codes and one-hot groups (``WorldGeometry``: projection onto what an agent may
-reach, MACE's Eq. 3 distance, constraint checks), and acceptance as verified (``accepts``)."""
+reach, MACE's Eq. 3 distance, constraint checks), and acceptance as verified (``accepts``).
+
+A world with rules (``envs.rules``, issue 55) adds ``WorldGeometry.gate`` (``learners.tabular.rules``):
+the agents' boxes narrowed by the one-column rules, the shared checker on every candidate a search
+accepts (``accepts_for``, ``accepts_variants_for``, ``accepted_distances``,
+``nearest_accepted_variants``, ``violations``), and the rules' cost weights in ``distance``. Without
+rules the gate is None and every step is exactly what it was."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from envs.tabular import TabularWorld
+from learners.tabular.rules import RuleGate
 from solvers.mace.distance import Norm, distance_features, norm_weights
 
 MARGIN = 1e-6  # LR/MLP white boxes are float64 copies: an answer must clear this score to be sure
@@ -32,6 +39,7 @@ class WorldGeometry:
     raw_kinds: list[str]  # per raw feature: numeric | binary | nominal | group
     group_columns: list[np.ndarray]  # columns of each one-hot group
     weights: tuple[float, float, float]  # (alpha, beta, gamma) of Eq. 3
+    gate: RuleGate | None = None  # the world's rules (learners.tabular.rules); None: the schema's mutability only
 
     @classmethod
     def of(cls, world: TabularWorld, norm: Norm = "one") -> WorldGeometry:
@@ -64,7 +72,8 @@ class WorldGeometry:
                              or bool(getattr(f, "integer", False)) for f in schema.features])
         return cls(np.asarray(lo, float), np.asarray(hi, float), mut == "immutable", mut == "increase",
                    mut == "decrease", integral, numeric, span, of_col, [r.kind for r in raws],
-                   [np.asarray(r.columns) for r in raws if r.kind == "group"], norm_weights(norm, len(raws)))
+                   [np.asarray(r.columns) for r in raws if r.kind == "group"], norm_weights(norm, len(raws)),
+                   RuleGate.of(world))
 
     def __post_init__(self) -> None:
         in_group = np.zeros(len(self.integral), bool)
@@ -76,12 +85,28 @@ class WorldGeometry:
     def n_raw(self) -> int:
         return len(self.raw_kinds)
 
+    @property
+    def cost(self) -> np.ndarray | None:
+        """(J, 2) the world's cost weights of each raw feature's increase and decrease; None: all 1."""
+        return None if self.gate is None else self.gate.cost
+
     def box(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(N, D) reachable bounds per agent: schema bounds narrowed by mutability."""
+        """(N, D) reachable bounds per agent: schema bounds narrowed by mutability (and by the world's
+        one-column rules: ``RuleGate.box``)."""
         raise_lo, cut_hi = self.__dict__.get("_box_masks") or self.__dict__.setdefault(
             "_box_masks", (self.fixed | self.up, self.fixed | self.down))
-        return (np.where(raise_lo, np.maximum(self.lower, X), self.lower),
-                np.where(cut_hi, np.minimum(self.upper, X), self.upper))
+        lo = np.where(raise_lo, np.maximum(self.lower, X), self.lower)
+        hi = np.where(cut_hi, np.minimum(self.upper, X), self.upper)
+        if self.gate is not None:
+            lo, hi = self.gate.box(np.broadcast_to(X, lo.shape), lo, hi)
+        return lo, hi
+
+    def keeps(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """(...) bool: each row of ``C`` (..., D) keeps the world's rules for its agent in ``X`` (broadcast);
+        all True without rules."""
+        if self.gate is None:
+            return np.ones(np.shape(C)[:-1], bool)
+        return self.gate.keeps(X, C)
 
     def project(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """Candidates ``C`` (N, K, D) made reachable for the agents ``X`` (N, D): clipped into the
@@ -132,8 +157,46 @@ class WorldGeometry:
 
         a, b, g = self.weights
         X2, C2, shape = self._rows(X, C)
+        if self.cost is not None:
+            return self._weighted(X2, C2).reshape(shape)
         return distance_kernel(X2, C2, self.numeric, self.span, self.raw_of_column, self.n_raw, float(a), float(b),
                                float(g)).reshape(shape)
+
+    def plain_distance(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """Eq. 3 without the rules' cost weights (the measure the compiled searches rank by); ``distance``
+        where the world has none."""
+        if self.cost is None:
+            return self.distance(X, C)
+        from learners.tabular.geometry_kernels import distance_kernel
+
+        a, b, g = self.weights
+        X2, C2, shape = self._rows(X, C)
+        return distance_kernel(X2, C2, self.numeric, self.span, self.raw_of_column, self.n_raw, float(a), float(b),
+                               float(g)).reshape(shape)
+
+    def reach(self, d: np.ndarray) -> np.ndarray:
+        """The unweighted distance a row may have and still be nearer than ``d`` under the cost weights:
+        ``d`` / the smallest weight where it is below 1 (every weighted distance is at least that weight
+        times the unweighted one), so a search that prunes by the unweighted distance loses no nearer row;
+        ``d`` itself without weights (a weight of 0 counts as 1e-3 here, so the reach stays finite)."""
+        if self.cost is None:
+            return d
+        w = max(float(self.cost.min()), 1e-3)
+        return d if w >= 1.0 else np.asarray(d) / w
+
+    def _weighted(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+        """(R,) Eq. 3 with the world's cost weights (``solvers.mace.distance``) of rows ``C`` from ``X`` (R, D):
+        each feature's delta and change count times the weight of the direction it moved."""
+        from learners.tabular.geometry_kernels import deltas_kernel
+
+        Dl = deltas_kernel(X, C, self.numeric, self.span, self.raw_of_column, self.n_raw)
+        first = self.raw_columns()[:, 0]
+        down = (C[:, first] < X[:, first]) & ~np.isin(np.array(self.raw_kinds), ("group", "nominal"))
+        W = np.where(down, self.cost[:, 1], self.cost[:, 0])
+        a, b, g = self.weights
+        WD = Dl * W
+        top = WD.max(axis=1) if WD.shape[1] else np.zeros(len(WD))
+        return a * ((Dl > 1e-12) * W).sum(axis=1) + b * WD.sum(axis=1) + g * top
 
     def _rows(self, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
         """``X`` and ``C`` broadcast to one shape (..., D), as (R, D) float rows, and that leading shape."""
@@ -156,6 +219,8 @@ class WorldGeometry:
             bad |= np.abs(C[:, cols].sum(-1) - 1) > tol
         ints = self.integral
         bad |= (np.abs(C[:, ints] - np.round(C[:, ints])) > tol).any(-1)
+        if self.gate is not None:  # and the world's rules, by the shared checker
+            bad |= ~self.keeps(X, np.where(np.isfinite(C), C, 0.0))
         return bad
 
 
@@ -177,9 +242,36 @@ def accepted_distances(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C
 
     N, K, D = C.shape
     ok = accepts(world, C.reshape(-1, D)).reshape(N, K)
+    if geo.gate is not None and ok.any():  # and the world's rules
+        n, k = np.nonzero(ok)
+        ok[n, k] = geo.keeps(X[n], C[n, k])
     a, b, g = geo.weights
-    return accepted_distances_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(C, float), ok, geo.numeric,
-                                     geo.span, geo.raw_of_column, geo.n_raw, float(a), float(b), float(g))
+    out = accepted_distances_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(C, float), ok, geo.numeric,
+                                    geo.span, geo.raw_of_column, geo.n_raw, float(a), float(b), float(g))
+    if geo.cost is not None:  # the rules' cost weights
+        n, k = np.nonzero(np.isfinite(out))
+        out[n, k] = geo.distance(X[n], C[n, k])
+    return out
+
+
+def accepts_for(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """``accepts`` of rows ``R`` (n, D) of the agents ``X`` (n, D; broadcast), and, where the world has
+    rules, each keeps them (the shared checker, on the accepted rows only). Without rules: ``accepts``."""
+    ok = accepts(world, R)
+    if geo.gate is not None and ok.any():
+        idx = np.flatnonzero(ok)
+        ok[idx] = geo.keeps(np.broadcast_to(X, np.shape(R))[idx], np.atleast_2d(R)[idx])
+    return ok
+
+
+def accepts_variants_for(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, V: Variants) -> np.ndarray:
+    """``accepts_variants`` of ``V`` whose base row i belongs to agent ``X[i]``, and, where the world has
+    rules, each accepted row keeps them (built only for the check). Without rules: ``accepts_variants``."""
+    ok = accepts_variants(world, V)
+    if geo.gate is not None and ok.any():
+        idx = np.flatnonzero(ok)
+        ok[idx] = geo.keeps(X[V.index[idx]], V.rows(idx))
+    return ok
 
 
 def first_within(key: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -297,8 +389,33 @@ def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.nda
 
     a, b, g = geo.weights
     ok = accepts_variants(world, V)  # the one model call; the rest compiled: only kept rows are built
-    return nearest_accepted_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(V.base, float),
-                                   np.ascontiguousarray(V.index, np.int64), np.ascontiguousarray(V.cols, np.int64),
-                                   np.ascontiguousarray(V.vals, float), ok, np.ascontiguousarray(owner, np.int64),
-                                   int(k), geo.numeric, geo.span, geo.raw_of_column, geo.n_raw, float(a), float(b),
-                                   float(g))
+
+    def nearest(ok: np.ndarray, k: int = k) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return nearest_accepted_kernel(np.ascontiguousarray(X, float), np.ascontiguousarray(V.base, float),
+                                       np.ascontiguousarray(V.index, np.int64), np.ascontiguousarray(V.cols, np.int64),
+                                       np.ascontiguousarray(V.vals, float), ok, np.ascontiguousarray(owner, np.int64),
+                                       int(k), geo.numeric, geo.span, geo.raw_of_column, geo.n_raw, float(a), float(b),
+                                       float(g))
+
+    if geo.gate is not None:  # the world's rules: the nearest accepted rows checked (16k per agent at a time),
+        checked = np.zeros(len(ok), bool)  # those that break one dropped, until the nearest are all checked
+        owners = np.asarray(owner)
+        for _ in range(3):
+            pos = nearest(ok, max(4 * int(k), 8))[1]
+            todo = pos[pos >= 0]
+            todo = todo[~checked[todo]]
+            if not len(todo):
+                break
+            checked[todo] = True
+            ok[todo] = geo.keeps(X[owners[todo]], V.rows(todo))
+        else:  # many break a rule: check every accepted row left at once
+            idx = np.flatnonzero(ok & ~checked)
+            ok[idx] = geo.keeps(X[owners[idx]], V.rows(idx))
+    out = nearest(ok)
+    if geo.cost is None:
+        return out
+    d, pos, rows = out  # the kernel ranks by the unweighted distance: the k kept rows re-measured and re-ranked
+    d = np.where(np.isfinite(d), geo.distance(X[:, None, :], np.nan_to_num(rows)), np.inf)
+    order = np.argsort(d, axis=1, kind="stable")
+    return (np.take_along_axis(d, order, 1), np.take_along_axis(pos, order, 1),
+            np.take_along_axis(rows, order[..., None], 1))

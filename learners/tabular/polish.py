@@ -16,17 +16,27 @@ import numpy as np
 
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import MARGIN as MARGIN_SCORE
-from learners.tabular.geometry import Variants, WorldGeometry, accepts, accepts_variants
+from learners.tabular.geometry import (
+    Variants,
+    WorldGeometry,
+    accepts,
+    accepts_for,
+    accepts_variants,
+    accepts_variants_for,
+)
 from learners.tabular.polish_kernels import scaled_rows_kernel
 from learners.tabular.trade_kernels import trade_pick_kernel, trade_round_kernel
 
 
 def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, integral: np.ndarray, *,
-                 rounds: int, probes: int) -> np.ndarray:
+                 rounds: int, probes: int, geo: WorldGeometry | None = None, agents: np.ndarray | None = None
+                 ) -> np.ndarray:
     """Per item, the accepted value nearest to ``near`` on the segment [near, far] (``far`` is
     accepted): ``probes`` evenly spaced points per item and round, all items in one model call
-    (``make`` turns the (n, probes) values into rows), so ``rounds`` calls reach a resolution of
-    (probes + 1) ** -rounds of the segment. Integer items probe integers (rounded away from near)."""
+    (``make`` turns the (n, probes) values into rows, item by item, or variants whose base i is item
+    i's), so ``rounds`` calls reach a resolution of (probes + 1) ** -rounds of the segment. Integer
+    items probe integers (rounded away from near). Where ``geo`` has the world's rules, a probe must
+    keep them for its item's agent (``agents`` (n, D)) to count as accepted."""
     from learners.tabular.polish_kernels import probe_update_kernel, probe_values_kernel
 
     near, far = np.array(near, float), np.array(far, float)
@@ -37,7 +47,11 @@ def _line_search(world: TabularWorld, make, near: np.ndarray, far: np.ndarray, i
         if not live.any():
             break
         R = make(V)
-        ok = (accepts_variants(world, R) if isinstance(R, Variants) else accepts(world, R)).reshape(n, probes)
+        if geo is not None and geo.gate is not None:
+            ok = (accepts_variants_for(world, geo, agents, R) if isinstance(R, Variants) else
+                  accepts_for(world, geo, np.repeat(agents, probes, axis=0), R)).reshape(n, probes)
+        else:
+            ok = (accepts_variants(world, R) if isinstance(R, Variants) else accepts(world, R)).reshape(n, probes)
         near, far = probe_update_kernel(V, ok, live, near, far)
     return far
 
@@ -181,7 +195,7 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
     P, inside = cell_points_kernel(np.ascontiguousarray(leaves, np.int64), offsets, node_lo, node_hi, lo, hi,
                                    np.ascontiguousarray(x, float), np.ascontiguousarray(c, float), geo.rounded, g_cols,
                                    g_ends)
-    inside[inside] = accepts(world, P[inside])  # and the model has the last word
+    inside[inside] = accepts_for(world, geo, x[inside], P[inside])  # and the model has the last word
     P = np.where(inside[:, None], P, c)
     out = C.copy()
     out[rows] = P
@@ -212,7 +226,7 @@ def _edge_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
             own, col_of, v = edge_crossings_kernel(table, r, act, x, c, t, u, lft, n_splits, geo.rounded)
             if not len(own):
                 continue
-            ok = accepts_variants(world, Variants(c, own, col_of[:, None], v[:, None]))
+            ok = accepts_variants_for(world, geo, x, Variants(c, own, col_of[:, None], v[:, None]))
             # per (agent, column) the accepted crossing nearest the agent (ties: the first split), in place
             edge_apply_kernel(own, col_of, v, ok, x, c, moved)
         act = np.flatnonzero(moved)
@@ -268,7 +282,7 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
                                                     bool(edges), *splits)
         if not len(own):
             break
-        ok = accepts_variants(world, Variants(c, own, cols, vals))
+        ok = accepts_variants_for(world, geo, x, Variants(c, own, cols, vals))
         agents, rows = trade_pick_kernel(x, c, own, cols, vals, ok, d_now, *rule, float(a_w), float(b_w), float(g_w))
         if not len(agents):
             break
@@ -303,7 +317,7 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         # the joint scale: half the rounds, a tree ensemble one (the split sweep below is exact per column;
         # a second round changed no answer of the 4 forest cells)
         s = _line_search(world, scaled, np.zeros(len(c)), np.ones(len(c)), np.zeros(len(c), bool),
-                         rounds=1 if trees else max(1, rounds // 2), probes=P)
+                         rounds=1 if trees else max(1, rounds // 2), probes=P, geo=geo, agents=x)
         shrunk = scaled(s[:, None])
         c = np.where((s < 1.0)[:, None], shrunk, c)  # scale 1 was never probed: x + (c - x) may miss c's last bit
         # each change on its own: a line search, but on a tree ensemble the split sweep below is exact per
@@ -316,10 +330,10 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
                 return Variants(base, np.repeat(np.arange(len(a_idx)), P), np.repeat(cols, P)[:, None], V.reshape(-1, 1))
 
             far = _line_search(world, moved, x[a_idx, cols], c[a_idx, cols], geo.integral[cols], rounds=rounds,
-                               probes=P)
+                               probes=P, geo=geo, agents=x[a_idx])
             combined = c.copy()
             combined[a_idx, cols] = far
-            c = np.where(accepts(world, combined)[:, None], combined, c)
+            c = np.where(accepts_for(world, geo, x, combined)[:, None], combined, c)
         if trees:  # a tree ensemble: each change scanned exactly over its splits
             c = _edge_sweep(world, geo, x, c)
     # each changed raw feature back at the agent's value, all tried in one call
@@ -331,10 +345,10 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         # a tree ensemble scores variants exactly; a smooth model's variant scores may differ in the last
         # bits, so its trials are scored as rows (the decision at the margin is the rows')
         exact = getattr(world.model, "exact", False)
-        ok = accepts_variants(world, trials) if exact else accepts(world, trials.rows())
+        ok = accepts_variants_for(world, geo, x, trials) if exact else accepts_for(world, geo, x[a_idx], trials.rows())
         # one drop per agent (trials were made from the undropped row): its nearest accepted one, if nearer
         a_w, b_w, g_w = geo.weights
-        agents, dropped = trade_pick_kernel(x, c, a_idx, cols, vals, ok, geo.distance(x, c), geo.numeric, geo.span,
+        agents, dropped = trade_pick_kernel(x, c, a_idx, cols, vals, ok, geo.plain_distance(x, c), geo.numeric, geo.span,
                                             geo.raw_of_column, geo.n_raw, float(a_w), float(b_w), float(g_w))
         c[agents] = dropped
     C[rows] = c
@@ -439,7 +453,7 @@ def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.nd
         flat = cand.reshape(n * len(factors), -1)
         live = ~np.isnan(flat).any(1)
         ok = np.zeros(len(flat), bool)
-        ok[live] = accepts(world, flat[live])
+        ok[live] = accepts_for(world, geo, np.repeat(x, len(factors), axis=0)[live], flat[live])
         d = np.where(ok, geo.distance(np.repeat(x, len(factors), 0), np.nan_to_num(flat)), np.inf).reshape(n, -1)
         best = d.argmin(1)
         better = d[np.arange(n), best] < geo.distance(x, c) - 1e-12
@@ -498,6 +512,6 @@ def piece_lp(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarr
                                           hi[rows[chunk]][:, cols])
     nearer = geo.distance(X[rows], Y) < geo.distance(X[rows], C[rows]) - 1e-12
     if nearer.any():
-        ok = accepts(world, Y[nearer])
+        ok = accepts_for(world, geo, X[rows][nearer], Y[nearer])
         C[rows[np.flatnonzero(nearer)[ok]]] = Y[nearer][ok]
     return C

@@ -25,6 +25,7 @@ The schema's mutability (immutable, increase-only, decrease-only) is added as un
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from envs.rules.plaf_syntax import OPS, Atom, Parser, PlafError, Rule, group_nam
 from envs.schema import FeatureSchema
 
 __all__ = ["ADULT", "CREDIT", "DEFAULTS", "Atom", "CompiledPlaf", "GroundRule", "GroundedPlaf", "Plaf", "PlafError",
-           "Rule", "default_program"]
+           "Rule", "default_program", "loop_checker", "with_rules"]
 
 # ------------------------------------------------------------------------------------------ program
 
@@ -90,6 +91,55 @@ DEFAULTS: dict[str, Plaf] = {"adult": ADULT, "credit": CREDIT}
 def default_program(world_name: str) -> Plaf:
     """The Appendix A.1 program of a world named ``"<dataset>/<model>"``; empty for other data sets."""
     return DEFAULTS.get(world_name.split("/", 1)[0], Plaf())
+
+
+def with_rules(plaf: Plaf, schema: FeatureSchema, rules: Any = None) -> tuple[CompiledPlaf, tuple[str, ...]]:
+    """``plaf`` compiled with a world's rules (``envs.rules.CompiledRules`` or None; issue 55): its
+    statements (``plaf_statements()``: step bounds, forbidden transitions and links as PLAF, the user's
+    PLAF statements) and its ``GROUP`` statements join the program, so GeCo's feasible space and action
+    cascade respect them. A statement GeCo's PLAF cannot order (a rule over several groups that defines
+    none, or one closing a cycle of definitions) is left out of the program and returned: the search
+    then enforces it by the shared checker alone (``AgentSpace.keeps``), dropping the candidates that
+    break it. Returns the compiled program and those statements."""
+    if rules is None:
+        return plaf.compile(schema), ()
+    groups = tuple(s for s in rules.rules.plaf if s.split(None, 1)[0].upper() == "GROUP")
+    base = Plaf(plaf.statements + groups)
+    program = base.compile(schema)
+    taken: list[str] = []
+    left: list[str] = []
+    for statement in rules.plaf_statements():
+        try:
+            trial = Plaf(base.statements + tuple(taken) + (statement,)).compile(schema)
+        except PlafError:
+            left.append(statement)
+            continue
+        taken.append(statement)
+        program = trial
+    return program, tuple(left)
+
+
+def loop_checker(rules: Any, left: tuple[str, ...], schema: FeatureSchema) -> Any:
+    """The shared checker a GeCo search runs on its candidates beside the program (``with_rules``): None
+    where the program enforces every rule at least as strictly as the checker; the leftover statements
+    compiled (``envs.rules.compile_rules``) where some are left out of the program; the whole rule set
+    where the program's exact reading of some atom is looser than the checker's (a condition
+    ``<=``, ``>=``, ``=`` or a strict consequence on real values, where the checker's tolerance decides).
+    The answers are always checked by the whole rule set."""
+    if rules is None:
+        return None
+    for clause in rules.clauses:
+        for atom, condition in [*((a, True) for a in clause.antecedent), (clause.consequent, False)]:
+            strict = atom.op in ("<", ">", "!=")
+            whole = all(bool(rules.integral[c]) for c in (*atom.cf_cols, *atom.x_cols)) and all(
+                float(v).is_integer() for v in (*atom.cf_coefs, *atom.x_coefs, atom.const))
+            if not whole and strict != condition:
+                return rules
+    if not left:
+        return None
+    from envs.rules import RuleSet, compile_rules
+
+    return compile_rules(RuleSet(plaf=left), schema, mutability=False)
 
 
 # ---------------------------------------------------------------------------------- grounded rules

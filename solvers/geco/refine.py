@@ -19,7 +19,7 @@ import numpy as np
 
 from solvers.geco.population import row_ids
 from solvers.geco.space import AgentSpace
-from solvers.mace.distance import deltas, mix
+from solvers.mace.distance import deltas, directions, mix
 
 
 class Refinement:
@@ -35,7 +35,9 @@ class Refinement:
 
     def distance(self, X: np.ndarray) -> np.ndarray:
         a = self.agent
-        return mix(deltas(a.space.program.raws, a.x, X), a.weights)
+        raws = a.space.program.raws
+        W = None if a.cost is None else directions(raws, a.x, X, a.cost)  # the world's cost weights
+        return mix(deltas(raws, a.x, X), a.weights, W)
 
     def changed_groups(self, X: np.ndarray) -> np.ndarray:
         """(n, G) bool: the groups each full row changes."""
@@ -64,9 +66,10 @@ class Refinement:
         cols = [int(prog.group_cols[g][0]) for g in self.groups if self._ordered(g)]
         if not cols or best <= 0:
             return np.zeros((0, len(a.x)))
-        lo, hi = schema.bounds()
+        lo, hi = a.bounds()
         integer = {c: bool(schema.features[c].integer or schema.features[c].kind == "ordinal") for c in cols}
         w = a.weights[1] + a.weights[2]  # cost per unit normalized change of one feature (l1 and linf terms)
+        raw_of = {int(r.columns[0]): j for j, r in enumerate(prog.raws)}
         dirs = []  # (column, sign, room): allowed directions and the raw change the best distance affords
         for c in cols:
             f, span = schema.features[c], float(hi[c] - lo[c])
@@ -76,7 +79,8 @@ class Refinement:
                 if (f.mutability == "increase" and sgn < 0) or (f.mutability == "decrease" and sgn > 0):
                     continue
                 room = (hi[c] - a.x[c]) if sgn > 0 else (a.x[c] - lo[c])
-                room = min(room, best / w * span) if w > 0 else room
+                wc = w * (1.0 if a.cost is None else a.cost[raw_of[c], 0 if sgn > 0 else 1])  # cost weight of the move
+                room = min(room, best / wc * span) if wc > 0 else room
                 if room > 0:
                     dirs.append((c, sgn, float(room)))
         if not dirs:
@@ -118,7 +122,7 @@ class Refinement:
             return P
 
         def valid(P: np.ndarray) -> np.ndarray:
-            ok = a.rules.violations(P) == 0
+            ok = a.keeps(P)
             if ok.any():
                 ok[ok] = self.model.predict_proba(P[ok]) > self.p.threshold
             return ok
@@ -189,7 +193,7 @@ class Refinement:
             T = np.vstack(blocks)
             _, first = row_ids(T)
             T = T[np.sort(first)]
-            T = T[a.rules.violations(T) == 0]
+            T = T[a.keeps(T)]
             if not len(T):
                 break
             p = self.model.predict_proba(T)
@@ -265,7 +269,7 @@ class Refinement:
             T, L = T[cheap], L[cheap]
             if not len(T):
                 break
-            ok = a.rules.violations(T) == 0
+            ok = a.keeps(T)
             valid = np.zeros(len(T), bool)
             valid[ok] = self.model.predict_proba(T[ok]) > self.p.threshold
             self.refine_rounds += 1
@@ -297,7 +301,7 @@ class Refinement:
             self.refine_rounds += 1
             P = np.vstack(blocks)
             who, col, val = (np.concatenate(o) for o in zip(*owner, strict=True))
-            ok = a.rules.violations(P) == 0
+            ok = a.keeps(P)
             valid = np.zeros(len(P), bool)
             valid[ok] = self.model.predict_proba(P[ok]) > self.p.threshold
             dist, base = self.distance(P), self.distance(X)
@@ -396,7 +400,7 @@ class Refinement:
                 c = ordered[h]
                 f = schema.features[c]
                 if h in changed:
-                    vals = self._ladder(f, a.x[c], row[c], m)
+                    vals = self._ladder(f, a.x[c], row[c], m, a.bounds()[0][c], a.bounds()[1][c])
                 else:
                     vals = np.concatenate([self._local(h, side) for side in (-1.0, 1.0)])
                 moves[h] = (cols, vals[:, None])
@@ -441,7 +445,7 @@ class Refinement:
         """
         a, sp = self.agent, self.agent.space
         schema = sp.program.schema
-        lo, hi = schema.bounds()
+        lo, hi = a.bounds()
         record = base is None
         base = a.x if base is None else np.asarray(base, float)
         lines = []  # (group, column, values sorted away from x)
@@ -474,7 +478,9 @@ class Refinement:
         at = np.cumsum([0] + [len(w) for *_, w in lines])
         for (_g, c, _side, w), s0 in zip(lines, at[:-1], strict=True):
             rows[s0:s0 + len(w), c] = w
-        ok = a.rules.violations(rows) == 0
+        # the model's edges, not answers: under the world's rules every row of the lines (within the agent's
+        # box) is scored, as a move that breaks a rule alone (a link) may be one of a combination that keeps it
+        ok = a.keeps(rows) if a.box is None else np.ones(len(rows), bool)
         p = np.full(len(rows), np.nan)
         p[ok] = self.model.predict_proba(rows[ok])
         self.refine_rounds += 1
@@ -548,10 +554,11 @@ class Refinement:
         return np.unique(inner[(inner - lo) * (v - inner) > 0])
 
     @staticmethod
-    def _ladder(f: Any, x: float, v: float, m: int) -> np.ndarray:
-        """Up to m values beyond ``v`` away from ``x``: steps of |v - x| times 2^-8 ... 2^4, within range."""
+    def _ladder(f: Any, x: float, v: float, m: int, lo: float | None = None, hi: float | None = None) -> np.ndarray:
+        """Up to m values beyond ``v`` away from ``x``: steps of |v - x| times 2^-8 ... 2^4, within range
+        (``lo``, ``hi``: the column's bounds in the agent's box, ``AgentSpace.bounds``; default the schema's)."""
         out = v + np.sign(v - x) * abs(v - x) * np.exp2(np.linspace(-8.0, 4.0, m))
-        out = np.clip(out, f.lower, f.upper)
+        out = np.clip(out, f.lower if lo is None else lo, f.upper if hi is None else hi)
         if f.integer or f.kind == "ordinal":
             out = np.round(out)
         return np.unique(out[out != v])

@@ -21,6 +21,14 @@ with ``refine``; issue 34) then searches the plane of every pair of numeric feat
 of levels, the other bisected to the decision boundary, which meets the optima that trade two
 features (an MLP's boundary, integer steps). ``refine=False`` is the paper's algorithm. Those
 searches are :mod:`solvers.geco.refine`; this module is the genetic search.
+
+A world with rules (``envs.rules``, issue 55; ``world.compiled_rules()``): ``fit`` adds them to the PLAF
+program (``plaf.with_rules``: their PLAF statements, so the feasible space and the action cascade respect
+them; a statement GeCo's PLAF cannot order is enforced by the shared checker on the candidates), the
+refinement stays in the box the one-column rules leave the agent and checks every probe
+(``AgentSpace.keeps``), distances take the rules' cost weights, and every answer passes the shared
+checker. Under rules a last step fills the numeric features by their log-odds slopes
+(``solvers.geco.fill``; ``fill=True`` turns it on for any world).
 """
 
 from __future__ import annotations
@@ -34,8 +42,9 @@ import numpy as np
 from envs.recourse import Recourse
 from solvers.base import Solver
 from solvers.blackbox import CountingModel, check_agent, point_recourse
+from solvers.geco.fill import filled
 from solvers.geco.partial_eval import BlackBox, Evaluator, model_code
-from solvers.geco.plaf import Plaf, default_program
+from solvers.geco.plaf import Plaf, default_program, loop_checker, with_rules
 from solvers.geco.population import REPRESENTATIONS, Population, row_ids
 from solvers.geco.refine import Refinement
 from solvers.geco.space import PAD, AgentSpace, FeasibleSpace
@@ -67,7 +76,8 @@ class GeCo(Solver):
                  representation: Representation = "delta", partial_eval: bool = True,
                  refine: bool = True, refine_deltas: int = 20, refine_samples: int = 16, refine_rounds: int = 40,
                  threshold: float = 0.5, polish: bool = True, polish_splits: int = 16, polish_rounds: int = 24,
-                 combine_depth: int = 4, combine_cap: int = 60000, max_cells: int = 1 << 24, seed: int = 0) -> None:
+                 combine_depth: int = 4, combine_cap: int = 60000, max_cells: int = 1 << 24, seed: int = 0,
+                 fill: bool | None = None) -> None:
         self.plaf = plaf  # PLAF program; None: the world's Appendix A.1 program (Adult, Credit), else none
         self.n_diverse = n_diverse  # k: counterfactuals returned, and the stopping rule's top-k
         self.population_size = population_size  # q: candidates kept per generation
@@ -92,6 +102,7 @@ class GeCo(Solver):
         self.combine_cap = combine_cap  # combinations scored per number of moves at most (the cheapest)
         self.max_cells = max_cells  # rows x columns per black-box call at most (memory bound)
         self.seed = seed  # random seed of the search
+        self.fill = fill  # the knapsack on the numeric features (``solvers.geco.fill``); None: on under the world's rules
 
     # ----------------------------------------------------------------------------------- fitting
 
@@ -116,10 +127,15 @@ class GeCo(Solver):
             raise ValueError(f"alpha, beta, gamma: must be >= 0 and sum to 1 (Eq. 2), got {w}")
 
     def fit(self, world: Any, data: np.ndarray) -> GeCo:
-        """Compile the PLAF program on the world's schema and compute the active domains of ``data`` (D)."""
+        """Compile the PLAF program on the world's schema, with the world's rules (``world.compiled_rules()``,
+        ``with_rules``), and compute the active domains of ``data`` (D)."""
         self._check_params()
         plaf = default_program(getattr(world, "name", "")) if self.plaf is None else self.plaf
-        self.program_ = plaf.compile(world.schema)
+        rules = world.compiled_rules() if callable(getattr(world, "compiled_rules", None)) else None
+        self.program_, self.checked_only_ = with_rules(plaf, world.schema, rules)
+        self.checker_ = rules  # every answer passes it
+        self.loop_checker_ = loop_checker(rules, self.checked_only_, world.schema)  # the candidates: what the program misses
+        self.cost_ = rules.cost if rules is not None and rules.weighted else None
         self.space_ = FeasibleSpace.build(self.program_, data)
         self.world_ = world
         self.code_ = model_code(world.model)
@@ -140,12 +156,21 @@ class GeCo(Solver):
         t0 = time.perf_counter()
         x = check_agent(world.schema, x)
         model = CountingModel(world.model, self.threshold)
-        agent = self.space_.ground(x, (self.alpha, self.beta, self.gamma))
+        agent = self.space_.ground(x, (self.alpha, self.beta, self.gamma), self.loop_checker_, self.cost_)
         method = self.name
         if model.predict_proba(x[None])[0] > self.threshold:
             return [point_recourse(world.schema, self.program_.raws, x, x, method=method, distance=0.0, valid=True,
                                    runtime=time.perf_counter() - t0,
                                    extra={"reason": "already_positive", "model_calls": model.calls})]
+        if self.checker_ is not None:  # the box the world's one-column rules leave this agent (the refinement's)
+            lo, hi = (np.asarray(b, float) for b in world.schema.bounds())
+            ground = self.checker_.ground(x)
+            lo, hi, dead = ground.box(lo, hi, np.where(hi > lo, hi - lo, 1.0))
+            dead = ground.unsatisfiable or dead
+            if dead is not None:
+                return [Recourse.none(method, status="no_recourse", runtime=time.perf_counter() - t0,
+                                      reason=f"no counterfactual keeps rule {dead!r} for this agent")]
+            agent.box = (lo, hi)
         specialised = self.code_.specialize(agent) if (self.partial_eval and self.code_ is not None) else None
         run = _Run(self, agent, specialised or BlackBox(model, self.max_cells), model)
         answers, status = run.search()
@@ -175,7 +200,7 @@ class _Run(Refinement):
         self.groups = agent.mutable_groups()
         self.generations = self.explored = self.refine_rounds = 0
         self.seconds = {"mutate": 0.0, "crossover": 0.0, "cascade": 0.0, "select": 0.0, "refine": 0.0, "polish": 0.0,
-                        "combine": 0.0}
+                        "fill": 0.0, "combine": 0.0}
 
     def _timed(self, part: str, t0: float) -> None:
         self.seconds[part] += time.perf_counter() - t0
@@ -304,7 +329,8 @@ class _Run(Refinement):
         return pop.take(np.flatnonzero(fixable)).with_group(target, choice[fixable], int(pop.born.max(initial=0)))
 
     def feasible(self, pop: Population) -> Population:
-        """Drop candidates that break a rule (a safeguard: sampling and the cascade already respect them)."""
+        """Drop candidates that break a rule (a safeguard: sampling and the cascade already respect the
+        program's; the world's rules, ``envs.rules``, by the shared checker on the candidates' rows)."""
         a = self.agent
         ok = pop.sizes() > 0
         for g in np.flatnonzero(~a.own_ok):  # x's own value of g breaks g's unary rules: g must change
@@ -312,6 +338,9 @@ class _Run(Refinement):
         for i in (*a.space.program.cascade, *a.space.program.constant):
             r = a.rules.rules[i]
             ok &= r.holds(pop.column_values(r.cols))
+        if a.checker is not None and ok.any():
+            idx = np.flatnonzero(ok)
+            ok[idx] = a.checker.holds(a.x, pop.take(idx).rows())
         return pop.take(np.flatnonzero(ok))
 
     def select(self, pop: Population) -> Population:
@@ -393,6 +422,13 @@ class _Run(Refinement):
             if len(P):
                 X = np.vstack([self.refined(P), X])
             self._timed("polish", t0)
+        fill = self.p.fill if self.p.fill is not None else self.p.checker_ is not None
+        if self.p.refine and self.p.polish and fill and len(X):
+            t0 = time.perf_counter()
+            F = filled(self, X)  # a knapsack on the numeric features' log-odds slopes (``solvers.geco.fill``)
+            if len(F):
+                X = np.vstack([self.refined(F), X])
+            self._timed("fill", t0)
         if self.p.refine and self.p.polish and self.p.combine_depth > 0 and len(X):
             t0 = time.perf_counter()
             C = self.combinations(float(self.distance(X).min()), int(self.p.combine_depth), int(self.p.combine_cap))
@@ -409,5 +445,7 @@ class _Run(Refinement):
         bad = self.agent.rules.violations(X)
         if bad.any():
             raise AssertionError(f"GeCo produced a counterfactual breaking {self.agent.rules.broken(X[bad > 0][:1])}")
-        keep = np.flatnonzero(proba > self.p.threshold)  # a specialised model may round the other way
+        # the world's rules by the shared checker (the search kept them: this is the answers' own check)
+        kept = np.ones(len(X), bool) if self.p.checker_ is None else self.p.checker_.holds(self.agent.x, X)
+        keep = np.flatnonzero((proba > self.p.threshold) & kept)  # a specialised model may round the other way
         return X[keep], proba[keep], self.distance(X)[keep]

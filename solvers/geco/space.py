@@ -5,13 +5,16 @@ group the distinct value combinations found in D (``Π_G(D)``) with their freque
 one table of *entries* (an entry is one value of one group). ``ground(x)`` specialises it to an
 agent (``feasibleSpace(D, Γ, C_x)``): which entries satisfy the group's unary rules and differ from
 the agent's own value (the sample space ``DG_i``), their sampling weights (frequency in D), and
-each entry's share of the distance (MACE's normalized deltas of the raw features it changes), so a
-candidate's distance is a sum over the groups it changes.
+each entry's share of the distance (MACE's normalized deltas of the raw features it changes, times
+the world's cost weight of the direction it moves them: ``envs.rules``), so a candidate's distance is
+a sum over the groups it changes. ``AgentSpace.keeps`` is the check every candidate row passes: the
+grounded program, and the world's rules by the shared checker (``CompiledRules.holds``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -68,9 +71,11 @@ class FeasibleSpace:
         """Entry ids of group ``g``."""
         return np.arange(self.start[g], self.start[g + 1])
 
-    def ground(self, x: np.ndarray, norm: tuple[float, float, float]) -> AgentSpace:
-        """The sample spaces and distance terms of one agent (``norm``: Eq. 2's alpha, beta, gamma)."""
-        return AgentSpace.build(self, x, norm)
+    def ground(self, x: np.ndarray, norm: tuple[float, float, float], checker: Any = None,
+               cost: np.ndarray | None = None) -> AgentSpace:
+        """The sample spaces and distance terms of one agent (``norm``: Eq. 2's alpha, beta, gamma;
+        ``checker``: the world's ``CompiledRules`` or None; ``cost``: its (J, 2) weights or None)."""
+        return AgentSpace.build(self, x, norm, checker, cost)
 
 
 @dataclass
@@ -89,9 +94,13 @@ class AgentSpace:
     sinf: np.ndarray  # (E+1,) largest normalized delta
     weights: tuple[float, float, float]  # MACE's (alpha, beta, gamma) for the raw-feature count J
     cache: dict = field(default_factory=dict)  # per-agent tables of the evaluators
+    checker: Any = None  # the world's rules (envs.rules.CompiledRules), checked on every candidate row; None: none
+    cost: np.ndarray | None = None  # (J, 2) cost weights of each raw feature's increase and decrease; None: all 1
+    box: tuple[np.ndarray, np.ndarray] | None = None  # the schema's range narrowed by the rules; None: the schema's
 
     @classmethod
-    def build(cls, space: FeasibleSpace, x: np.ndarray, norm: tuple[float, float, float]) -> AgentSpace:
+    def build(cls, space: FeasibleSpace, x: np.ndarray, norm: tuple[float, float, float], checker: Any = None,
+              cost: np.ndarray | None = None) -> AgentSpace:
         prog = space.program
         rules = prog.ground(x)
         E, G = len(space.count), space.n_groups
@@ -114,7 +123,13 @@ class AgentSpace:
                     dj = np.abs(vals[:, pos[0]] - x[r.columns[0]]) / r.span if r.span > 0 else np.zeros(len(ids))
                 else:
                     dj = np.any(vals[:, pos] != x[list(r.columns)], axis=1).astype(float)
-                s0[ids] += dj > 0
+                if cost is not None:  # the weight of the direction the entry moves the feature
+                    down = vals[:, pos[0]] < x[r.columns[0]] if r.kind not in ("group", "nominal") else False
+                    w = np.where(down, cost[j, 1], cost[j, 0])
+                    s0[ids] += w * (dj > 0)
+                    dj = w * dj
+                else:
+                    s0[ids] += dj > 0
                 s1[ids] += dj
                 sinf[ids] = np.maximum(sinf[ids], dj)
         if not rules.feasible:
@@ -125,7 +140,19 @@ class AgentSpace:
         J = len(prog.raws)
         weights = norm_weights((a / J, b / J, gam), J)
         return cls(space, rules, np.asarray(x, float), np.append(x, 0.0), allowed, own, own_ok, s0, s1, sinf,
-                   weights)
+                   weights, checker=checker, cost=cost)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) per column: the schema's range, narrowed by the world's one-column rules for this agent
+        (``box``, set by ``GeCo.solve``)."""
+        return self.box if self.box is not None else self.space.program.schema.bounds()
+
+    def keeps(self, X: np.ndarray) -> np.ndarray:
+        """(n,) bool: each full row keeps every rule of the program and, by the shared checker, the world's."""
+        ok = self.rules.violations(X) == 0
+        if self.checker is not None and ok.any():
+            ok[ok] = self.checker.holds(self.x, np.atleast_2d(X)[ok])
+        return ok
 
     def options(self, g: int) -> np.ndarray:
         """Entry ids of ``DG_g`` (the values a mutation of group g may take)."""
