@@ -18,10 +18,10 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from evaluation.tabular_experiment import load_tabular_config, load_tabular_run, train_tabular
+from evaluation.tabular_experiment import load_tabular_run
 from serving.jobs import JobStore
 from serving.tabular import TabularService
-from tests.test_user_model import make_table
+from tests.test_user_model import train_tiny_run
 
 ROOT = Path(__file__).resolve().parents[1]
 N_RECORDS = 4_000  # per job: 16 chunks of 250
@@ -29,14 +29,7 @@ N_RECORDS = 4_000  # per job: 16 chunks of 250
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("jobs_restart")
-    make_table(400, seed=2).to_csv(root / "t.csv", index=False)
-    cfg = {"name": "t", "output_dir": str(root / "runs"),
-           "tabular": {"table": str(root / "t.csv"), "target": "y", "favourable": "good", "model": "lr",
-                       "agents": 30, "geco_agents": 0, "compute": {"backend": "local", "n_workers": 1}},
-           "generators": [{"method": "nearest_cfe"}]}
-    (root / "t.yaml").write_text(yaml.safe_dump(cfg))
-    return train_tabular(load_tabular_config(root / "t.yaml"), progress=False)
+    return train_tiny_run(tmp_path_factory.mktemp("jobs_restart"))
 
 
 def _records(run_dir: Path) -> list[list[dict]]:

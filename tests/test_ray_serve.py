@@ -19,7 +19,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import yaml
 
 pytest.importorskip("ray.serve", reason="the ray extra (ray[serve]) is not installed")
 
@@ -35,10 +34,10 @@ from benchmarks.ray_serve_load import (  # noqa: E402
     stop_ray_server,
 )
 from benchmarks.server_harness import free_port, start_server, stop_server  # noqa: E402
-from evaluation.tabular_experiment import load_tabular_config, load_tabular_run, train_tabular  # noqa: E402
+from evaluation.tabular_experiment import load_tabular_run  # noqa: E402
 from serving.ray_serve import parse_autoscale  # noqa: E402
 from serving.tabular import TabularService  # noqa: E402
-from tests.test_user_model import make_table  # noqa: E402
+from tests.test_user_model import train_tiny_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAGS = ["--fallback-budget-ms", "0"]  # no answer depends on time: a fallback's record answers "unknown" at once
@@ -46,14 +45,7 @@ FLAGS = ["--fallback-budget-ms", "0"]  # no answer depends on time: a fallback's
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ray_serve")
-    make_table(400, seed=2).to_csv(root / "t.csv", index=False)
-    cfg = {"name": "t", "output_dir": str(root / "runs"),
-           "tabular": {"table": str(root / "t.csv"), "target": "y", "favourable": "good", "model": "lr",
-                       "agents": 30, "geco_agents": 0, "compute": {"backend": "local", "n_workers": 1}},
-           "generators": [{"method": "nearest_cfe"}]}
-    (root / "t.yaml").write_text(yaml.safe_dump(cfg))
-    return train_tabular(load_tabular_config(root / "t.yaml"), progress=False)
+    return train_tiny_run(tmp_path_factory.mktemp("ray_serve"))
 
 
 def _records(run_dir: Path, n: int = 50) -> list[dict]:

@@ -461,3 +461,19 @@ def test_mace_answers_on_a_user_world_are_accepted_by_the_users_model():
         assert answer.valid and answer.optimal and bundle.oracle(answer.final_state[None])[0]
         age = world.schema.index["age"]
         assert answer.final_state[age] >= x[age]  # increase-only, as the user's spec says
+
+
+def train_tiny_run(root, name: str = "t"):
+    """A tabular run on ``make_table`` (LR, 30 agents, nearest_cfe) trained under ``root``: the serving tests'
+    run directory (tests/test_jobs_restart.py, tests/test_ray_serve.py)."""
+    import yaml
+
+    from evaluation.tabular_experiment import load_tabular_config, train_tabular
+
+    make_table(400, seed=2).to_csv(root / f"{name}.csv", index=False)
+    cfg = {"name": name, "output_dir": str(root / "runs"),
+           "tabular": {"table": str(root / f"{name}.csv"), "target": "y", "favourable": "good", "model": "lr",
+                       "agents": 30, "geco_agents": 0, "compute": {"backend": "local", "n_workers": 1}},
+           "generators": [{"method": "nearest_cfe"}]}
+    (root / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    return train_tabular(load_tabular_config(root / f"{name}.yaml"), progress=False)
