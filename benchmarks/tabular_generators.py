@@ -8,6 +8,8 @@
     python benchmarks/tabular_generators.py --sizes 250,1000,2000 --fresh-agents 60
     # a further point on some cells only (their 2,000 labels are reused; the others keep --sizes):
     python benchmarks/tabular_generators.py --sizes 250,1000,2000 --fresh-agents 60 --keep-online --sizes-for german/forest=250,1000,2000,8000
+    # under the default rules of Adult and German (issue 55): labels, generators, GeCo and scores under them
+    python benchmarks/tabular_generators.py --rules --cells adult/forest,adult/mlp,german/forest,german/mlp
 
 Per cell (data set x model, seed 0):
 
@@ -52,7 +54,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,8 @@ from benchmarks.blackbox import sample, save  # noqa: E402
 from benchmarks.tabular_generators_report import FRESH_METHODS, METHODS, ONLINE, plot, plot_frontier, report  # noqa: E402
 from benchmarks.warmup import warming_up  # noqa: E402
 from data_gen.classifiers import build, negatives  # noqa: E402
+from data_gen.default_rules import DEFAULT_RULES  # noqa: E402
+from envs.rules import RuleSet  # noqa: E402
 from data_gen.mace_labels import MaceLabelSet, label_tabular  # noqa: E402
 from data_gen.perturbed_agents import PerturbParams, perturb_agents  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
@@ -180,7 +184,7 @@ def training_labels(world: TabularWorld, X_train: np.ndarray, n: int, seed: int,
 
 def _counted_world(world: TabularWorld) -> tuple[TabularWorld, Counted]:
     counted = Counted(world.model)
-    return TabularWorld(world.name, world.schema, counted, world.encoder), counted
+    return replace(world, model=counted), counted  # the same world (rules included) behind a counted model
 
 
 def _quantiles(calls: list[int]) -> dict[str, float]:
@@ -297,7 +301,13 @@ class Cell:
         sizes = cell_sizes(cell, args)
         perturb = PerturbParams(args.numeric_scale, args.resample_prob)
         b = build(dataset, model, seed=args.seed)
-        cache = Path(args.cache) / (f"{dataset}-{model}-" + _key(
+        rules = None
+        if args.rules:  # the data set's default rules (issue 55): the labels, the generators and the scores under them
+            if dataset not in DEFAULT_RULES:
+                raise SystemExit(f"--rules: {dataset!r} has no default rules (have {sorted(DEFAULT_RULES)})")
+            rules = DEFAULT_RULES[dataset]
+            b = replace(b, world=replace(b.world, rules=RuleSet.from_dict(rules)))
+        cache = Path(args.cache) / (f"{dataset}-{model}-" + _key(**({"rules": rules} if rules else {}),
             # past BASE_POOL the labels of the pool of BASE_POOL agents are extended in place (``training_labels``)
             seed=args.seed, max_n=min(sizes[-1], BASE_POOL), perturb=perturb, train_mace=TRAIN_MACE, test_mace=TEST_MACE,
             test_agents=args.test_agents, world=b.world.model.to_dict()))
@@ -480,6 +490,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--force", action="store_true", help="recompute cells whose JSON exists")
     p.add_argument("--keep-online", action="store_true", help="with --force: keep the GeCo / MD-PSO results of the cell")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--rules", action="store_true",
+                   help="the worlds with their default rules (Adult, German; issue 55): tabular_generators_rules.{md,json}")
     p.add_argument("--labels-only", action="store_true",
                    help="only compute the cells' MACE labels into --cache (e.g. on a machine with more cores)")
     args = p.parse_args(argv)
@@ -491,7 +503,8 @@ def main(argv: list[str] | None = None) -> None:
             label_cell(cell, args)
         return
     out = Path(args.out)
-    cell_dir = out / "tabular_generators"
+    stem = "tabular_generators_rules" if args.rules else "tabular_generators"
+    cell_dir = out / stem
     cell_dir.mkdir(parents=True, exist_ok=True)
     cells = []
     for cell in args.cells.split(","):
@@ -519,8 +532,8 @@ def main(argv: list[str] | None = None) -> None:
             result = run_cell(cell, args)
         cells.append(save(result, path))
     command = "python benchmarks/tabular_generators.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
-    (out / "tabular_generators.md").write_text(report(cells, command))
-    (out / "tabular_generators.json").write_text(json.dumps(cells, indent=1, default=float))
+    (out / f"{stem}.md").write_text(report(cells, command))
+    (out / f"{stem}.json").write_text(json.dumps(cells, indent=1, default=float))
     plot(cells, cell_dir / "learning_curve.png")
     plot_frontier(cells, cell_dir / "frontier.png")
     print(report(cells, command))

@@ -6,7 +6,7 @@ them together. Per model (tree, forest, LR, MLP), norm and agent: the enumerated
 rules (``tests/rules_reference.py``, a row-by-row reading independent of ``envs.rules``) lies in
 [delta_min, d] with d within the certificate's tolerance, the answer is flagged optimal and passes
 both the shared checker and the reference. The proof route (``minimize(cut=...)``) closes at the
-optimum and not above it; the z3 backend refuses rules; an agent no rule-keeping point exists for
+optimum and not above it; the z3 backend (the SMT route) certifies the same optimum; an agent no rule-keeping point exists for
 gets "no recourse" naming the rule; a continuous world with a continuous link and a strict rule
 takes the robust reading and is still certified.
 """
@@ -135,11 +135,28 @@ def test_plausible_off_keeps_the_rules(models):
         assert not broken(world.schema, world.rules, x, np.asarray(r.final_state), PLAF, mutability=False)
 
 
-def test_z3_refuses_rules(models):
-    model, X = models["tree"]
-    world = TabularWorld("rules/tree", _schema(), model, rules=RuleSet.from_dict(KINDS["steps"]))
-    with pytest.raises(ValueError, match="backend='milp'"):
-        MACE(backend="z3").solve(world, _negatives(world, X, 1)[0])
+@pytest.mark.parametrize("rules", list(KINDS))
+@pytest.mark.parametrize("kind", ["tree", "forest", "lr"])
+def test_z3_backend_certifies_the_same_optimum(models, kind, rules):
+    """The SMT route (z3, Algorithm 1) encodes the same grounded rules and cost weights: its certified
+    answer is the enumerated optimum under the rules, as the MILP's is."""
+    pytest.importorskip("z3")
+    model, X = models[kind]
+    world = TabularWorld(f"rules/{kind}", _schema(), model, rules=RuleSet.from_dict(KINDS[rules]))
+    S = _all_states(world.schema)
+    checker = world.compiled_rules()
+    for x in _negatives(world, X, 2):
+        ok = holds(world.schema, world.rules, x, S, PLAF)
+        for norm in NORMS:
+            best = _optimum(world, x, norm, ok, S)
+            (r,) = MACE(backend="z3", norm=norm, time_limit=60.0).solve(world, x)
+            if not np.isfinite(best):
+                assert r.status == "no_recourse", (norm, r.extra)
+                continue
+            cf = np.asarray(r.final_state)
+            assert r.status == "ok" and r.optimal, (norm, r.extra.get("reason"))
+            assert checker.violations(x, cf[None])[0] is None and not broken(world.schema, world.rules, x, cf, PLAF)
+            assert r.extra["delta_min"] <= best <= r.cost <= best + _tol(best), (norm, best, r.extra)
 
 
 def test_no_recourse_names_the_rule(models):
@@ -171,3 +188,18 @@ def test_continuous_rules_are_kept_and_certified(kind):
         assert checker.violations(x, cf[None])[0] is None and world.model.predict(cf[None])[0]
         assert r.optimal, r.extra.get("reason")
         assert r.extra["delta_min"] <= r.cost
+
+
+def test_weighted_l0_bound_rounds_to_the_weights_unit(models):
+    """Under l0 every distance is alpha times a sum of cost weights: a dual bound rounds up to the next
+    multiple of alpha·gcd(weights) (0.25 for the weights of KINDS['weights']: 2, 0.5, 0.25, 3, 1.5, 1), and
+    never where a weight is no small fraction."""
+    model, X = models["tree"]
+    world = TabularWorld("rules/tree", _schema(), model, rules=RuleSet.from_dict(KINDS["weights"]))
+    inst = MACE(norm="zero")._instance(world, _negatives(world, X, 1)[0])
+    a = inst.weights[0]
+    assert inst.weight_unit() == 0.25
+    assert inst.round_bound(a * 0.26) == pytest.approx(a * 0.5)
+    assert inst.round_bound(a * 0.5) == pytest.approx(a * 0.5)
+    inst.cost = inst.cost * np.sqrt(2)
+    assert inst.weight_unit() is None and inst.round_bound(a * 0.26) == a * 0.26

@@ -98,14 +98,33 @@ class Instance:
     def round_bound(self, lb: float) -> float:
         """A lower bound raised to the next attainable distance where distances are discrete.
 
-        With only the l0 term (beta = gamma = 0) and no cost weights every distance is alpha·n for an
-        integer n, so d >= lb implies d >= alpha·ceil(lb / alpha); the 1e-9 keeps float noise from
-        jumping a level.
+        With only the l0 term (beta = gamma = 0) every distance is alpha times a sum of cost weights (1
+        without rules' weights); where every weight is a whole multiple of a unit u (the gcd of the weights
+        as fractions: 0.5 for weights 0.5, 1, 1.5, 2), every distance is alpha·u·n for an integer n, so
+        d >= lb implies d >= alpha·u·ceil(lb / (alpha·u)); the 1e-9 keeps float noise from jumping a level.
         """
         a, b, g = self.weights
-        if b == 0 and g == 0 and a > 0 and np.isfinite(lb) and self.cost is None:
-            return a * math.ceil(lb / a - 1e-9)
+        if b == 0 and g == 0 and a > 0 and np.isfinite(lb):
+            unit = self.weight_unit()
+            if unit is not None:
+                step = a * unit
+                return step * math.ceil(lb / step - 1e-9)
         return lb
+
+    def weight_unit(self) -> float | None:
+        """The gcd of the cost weights as exact fractions (1 without weights), or None where a weight is not
+        a fraction with a denominator of at most 1000 (then no rounding)."""
+        if self.cost is None:
+            return 1.0
+        fracs = []
+        for w in np.unique(np.asarray(self.cost, float)):
+            f = Fraction(float(w)).limit_denominator(1000)
+            if w <= 0 or abs(float(f) - w) > 1e-12 * max(1.0, w):
+                return None
+            fracs.append(f)
+        num = math.gcd(*(f.numerator for f in fracs))
+        den = math.lcm(*(f.denominator for f in fracs))
+        return float(Fraction(num, den))
 
     def certified(self, d: float, delta_min: float) -> bool:
         return d - delta_min <= self.tolerance(d)
@@ -284,8 +303,12 @@ def _white_box_accepts(inst: Instance, X: np.ndarray) -> np.ndarray:
 
 
 def _valid_rows(inst: Instance, X: np.ndarray) -> np.ndarray:
-    """Per row: inside the plausibility box and accepted by the white box, and unlike earlier answers."""
+    """Per row: inside the plausibility box, keeping the world's rules, accepted by the white box, and unlike
+    earlier answers."""
     ok = np.all((X >= inst.lower) & (X <= inst.upper), axis=1) & _white_box_accepts(inst, X)
+    if inst.rules is not None and ok.any():
+        idx = np.flatnonzero(ok)
+        ok[idx] = inst.rules.compiled.holds(inst.x_hat, X[idx])
     for prev in inst.previous:
         ok &= deltas(inst.raws, prev, X).any(axis=1)
     return ok

@@ -117,9 +117,6 @@ class MACE(Solver):
                         seed=int(self.seed))
         compiled = world.compiled_rules(mutability=self.plausible) if isinstance(world, TabularWorld) else None
         if compiled is not None:  # the world's rules (envs.rules): the box narrowed by them, the rest in the MILP
-            if self.backend == "z3":
-                raise ValueError("backend: the world's rules need backend='milp' (the z3 backend encodes only the "
-                                 "schema's mutability)")
             inst.rules = compiled.ground(x)
             inst.cost = compiled.cost if compiled.weighted else None
             inst.lower, inst.upper, inst.blocked = inst.rules.box(lo, hi, inst.scales())

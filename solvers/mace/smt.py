@@ -55,6 +55,8 @@ class Z3Backend:
         self.xr = [z3.ToReal(v) if z3.is_int(v) else v for v in self.v]
         self.splits: dict[tuple[int, float], z3.BoolRef] = {}
         self._domain()
+        if inst.rules is not None:
+            self._rules()
         self.score, self.robust = self._score()
         self.s.add(self.score >= (1 if inst.single_tree() else 0))
         self.dist = self._distance()
@@ -71,6 +73,21 @@ class Z3Backend:
         for r in inst.raws:
             if r.kind == "group":
                 self.s.add(z3.Sum([self.xr[c] for c in r.columns]) == 1)
+
+    def _rules(self) -> None:
+        """The world's rules grounded on the agent (``envs.rules``), in their relaxed reading (every point the
+        shared checker accepts satisfies it, so an UNSAT threshold stays a lower bound): each clause an Or
+        of Ands of ``a·x <= r``; a rule no point of the box keeps makes the formula UNSAT."""
+        inst = self.inst
+        lo, hi, scale = inst.lower, inst.upper, inst.scales()
+        clauses, dead = inst.rules.prune(lo, hi, scale, None)
+        if dead is not None:
+            self.s.add(z3.BoolVal(False))
+            return
+        for cl in clauses:
+            self.s.add(z3.Or([z3.And([z3.Sum([_q(a) * self.xr[c] for c, a in zip(q.cols, q.coefs, strict=True)])
+                                      <= _q(q.rhs_for(lo, hi, scale, None)) for q in dj])
+                              for dj in cl.disjuncts]))
 
     # -- model formulae
     def _left(self, c: int, limits: tuple[float, float]) -> z3.BoolRef:
@@ -122,24 +139,27 @@ class Z3Backend:
     def _distance(self) -> z3.ArithRef:
         inst = self.inst
         a, b, g = inst.weights
+        W = np.ones((len(inst.raws), 2)) if inst.cost is None else inst.cost  # rules' cost weights (up, down)
         d0, d1 = [], []
         m = z3.Real("dist_inf") if g > 0 else None
-        for r in inst.raws:
+        for j, r in enumerate(inst.raws):
+            wu, wd = (_q(v) for v in W[j])
             cols = list(r.columns)
-            if r.kind == "group":
+            if r.kind == "group":  # any change of a categorical feature costs its "up" weight
                 k = cols[int(np.argmax(inst.x_hat[cols]))]
-                delta = 1 - self.xr[k]
+                delta = wu * (1 - self.xr[k])
                 changed = delta
             elif r.kind == "numeric" and r.span > 0:
                 c = cols[0]
                 diff = self.xr[c] - _q(inst.x_hat[c])
-                delta = z3.If(diff >= 0, diff, -diff) / _q(r.span)
-                changed = z3.If(diff == 0, z3.RealVal(0), z3.RealVal(1))
+                delta = z3.If(diff >= 0, wu * diff, -wd * diff) / _q(r.span)
+                changed = z3.If(diff == 0, z3.RealVal(0), z3.If(diff > 0, wu, wd))
             elif r.kind == "numeric":
                 continue
-            else:  # binary, nominal: 1[changed]
+            else:  # binary (0 -> 1 is up), nominal (any change: up): w·1[changed]
                 c = cols[0]
-                changed = z3.If(self.xr[c] == _q(inst.x_hat[c]), z3.RealVal(0), z3.RealVal(1))
+                w = wu if r.kind == "nominal" or inst.x_hat[c] == 0 else wd
+                changed = z3.If(self.xr[c] == _q(inst.x_hat[c]), z3.RealVal(0), w)
                 delta = changed
             d0.append(changed)
             d1.append(delta)
