@@ -61,7 +61,7 @@ class RuledDicePeer(DicePeer):
     def permitted(self, r: np.ndarray) -> dict[str, list]:
         lo, hi = self.box
         out: dict[str, list] = {}
-        for j, raw in enumerate(self.space.raws):
+        for raw in self.space.raws:
             cols = list(raw.columns)
             if raw.kind == "group":  # the categories the box leaves open
                 out[raw.name] = [str(k) for k, c in enumerate(cols) if hi[c] > 0]

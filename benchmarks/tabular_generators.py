@@ -67,9 +67,9 @@ from benchmarks.tabular_generators_report import FRESH_METHODS, METHODS, ONLINE,
 from benchmarks.warmup import warming_up  # noqa: E402
 from data_gen.classifiers import build, negatives  # noqa: E402
 from data_gen.default_rules import DEFAULT_RULES  # noqa: E402
-from envs.rules import RuleSet  # noqa: E402
 from data_gen.mace_labels import MaceLabelSet, label_tabular  # noqa: E402
 from data_gen.perturbed_agents import PerturbParams, perturb_agents  # noqa: E402
+from envs.rules import RuleSet  # noqa: E402
 from envs.tabular import TabularWorld  # noqa: E402
 from evaluation.counterfactual_metrics import Counted  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
