@@ -34,6 +34,7 @@ from serving.preflight import PreflightError, check_files
 
 SERVER_BUDGET_MS = 50.0
 GRACE_S = 2  # seconds a shutdown waits for open requests
+WORKER_WARMUP_S = 900.0  # the longest wait for the batch worker's warm-up before the server turns ready
 
 
 def main(argv=None) -> int:
@@ -253,13 +254,20 @@ def _tabular_builder(args: argparse.Namespace, budget_s: float):
         set_phase("compiling the run's search kernels (first start on this machine only; cached after)")
         svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse, run=run,
                              fallback_process=True)
+        # Batches and jobs in a process of their own, so a single request never waits for a batch's GIL;
+        # it loads and warms up beside this process's warm-up, and the server is ready when both are.
+        svc.batch_worker = BatchWorker(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse)
+        worker_ready = svc.batch_worker.start()
         set_phase("warming up the generator on the run's records")
         warm_up_tabular(svc)
+        set_phase("warming up the batch worker")
+        try:
+            worker_ready.result(timeout=WORKER_WARMUP_S)
+        except Exception as err:  # noqa: BLE001 (a worker that cannot start: chunks are answered here)
+            logging.getLogger("recourse_gym.serve").warning("batch worker not ready (%s); batches answered in "
+                                                            "the server's process until it is", err)
         app = create_tabular_app(args.run_dir, service=svc, jobs_dir=_jobs_dir(args), keys=args.keys,
                                  rate_limit=args.rate_limit)
-        # Batches and jobs in a process of their own, so a single request never waits for a batch's GIL.
-        svc.batch_worker = BatchWorker(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse)
-        svc.batch_worker.start()
         # The app closes only a service it made: this one (its fallback process) and the worker are ours.
         shutdown(app, svc.batch_worker, svc)
         return app

@@ -238,21 +238,32 @@ def alibi_python(venv: Path, make: bool) -> Path | None:
 
 
 def run_cfrl(py: Path, world: TabularWorld, space: RawSpace, data: Any, model: str, seed: int,
-             agents: np.ndarray, steps: int) -> dict[str, Any]:
-    """Train alibi's CounterfactualRLTabular in its venv and read its answers (JSON)."""
+             agents: np.ndarray, steps: int, checkpoints: tuple[int, ...] = (), log: Path | None = None
+             ) -> dict[str, Any]:
+    """Train alibi's CounterfactualRLTabular in its venv and read its answers (JSON); ``checkpoints``: the
+    steps at which every agent is also explained (the learning curve, ``curve``)."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         np.savez(tmp / "inputs.npz", X_train=data.X_train, y_train=data.y_train, X_test=data.X_test,
                  pred_train=world.accepts(data.X_train).astype(int), pred_test=world.accepts(data.X_test).astype(int),
                  R_train=space.to_raw(data.X_train), R_agents=space.to_raw(agents))
-        spec = {"space": space.spec(), "model": model, "params": model_params(model), "seed": seed, "steps": steps}
+        spec = {"space": space.spec(), "model": model, "params": model_params(model), "seed": seed, "steps": steps,
+                "checkpoints": list(checkpoints)}
         (tmp / "spec.json").write_text(json.dumps(spec, default=list))
-        proc = subprocess.run([str(py), str(HERE / "peers" / "alibi_cfrl.py"), str(tmp)], capture_output=True,
-                              text=True)
+        cmd = [str(py), str(HERE / "peers" / "alibi_cfrl.py"), str(tmp)]
+        if log is not None:  # a long run: its progress lines go to a file as they come
+            with open(log, "w") as err:
+                proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+            tail = Path(log).read_text()[-2000:]
+        else:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            tail = proc.stderr[-2000:]
         if proc.returncode != 0:
-            return {"error": proc.stderr[-2000:]}
+            return {"error": tail}
         out = json.loads((tmp / "answers.json").read_text())
     out["CF"] = space.from_raw(np.array(out.pop("R_cf"), float)).tolist() if out.get("R_cf") else []
+    for point in out.get("curve", []):
+        point["CF"] = space.from_raw(np.array(point.pop("R_cf"), float)).tolist()
     return out
 
 

@@ -39,9 +39,14 @@ def _init(args: tuple, kwargs: dict[str, Any]) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, max(BATCH_NICE, os.getpriority(os.PRIO_PROCESS, 0)))
     except (AttributeError, OSError):
         pass
+    from serving.startup import warm_up_tabular
     from serving.tabular import TabularService
 
     _CHILD["svc"] = TabularService(*args, **kwargs)
+    try:  # the child's kernels compiled (or loaded from numba's cache) before its first chunk, not in it
+        warm_up_tabular(_CHILD["svc"])
+    except Exception as err:  # noqa: BLE001 (a failed warm-up only makes the first chunk slower)
+        log.warning("batch worker: warm-up failed (%s); the first chunk compiles", err)
 
 
 def _recommend(X: np.ndarray, n_diverse: int) -> list[Any]:
@@ -70,9 +75,11 @@ class BatchWorker:
                                                  initializer=_init, initargs=(self._args, {}))
             return self._pool
 
-    def start(self) -> None:
-        """Start the child and let it load the run (and its kernels) now, in the background."""
-        self._ensure().submit(os.getpid)
+    def start(self) -> Any:
+        """Start the child and let it load the run and warm up its kernels now, in the background; the
+        returned future completes when it has (the server is ready only then: a batch's first chunk
+        would otherwise compile them, 10 s and more on a busy machine)."""
+        return self._ensure().submit(os.getpid)
 
     def recommend(self, X: np.ndarray, n_diverse: int = 0, fallback: Any = None) -> list[Any]:
         """The run's answers for ``X`` from the child; ``fallback(X, n_diverse)`` answers in this process

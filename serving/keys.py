@@ -143,6 +143,7 @@ def protect(app: FastAPI, keys: KeyStore, *, rate: float = 50.0, burst: float | 
     """Require a key on ``app`` (see the module); ``rate``: requests a second per key (0: no limit).
     The OpenAPI schema declares the bearer scheme, so ``/docs``'s "Authorize" button takes the key."""
     app.add_middleware(_KeyGuard, keys=keys, limiter=RateLimiter(rate, burst) if rate > 0 else None)
+    limited = rate > 0
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -151,6 +152,19 @@ def protect(app: FastAPI, keys: KeyStore, *, rate: float = 50.0, burst: float | 
             schema.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
                 "type": "http", "scheme": "bearer", "description": "an API key of this server"}
             schema["security"] = [{"bearer": []}]
+            error = {"$ref": "#/components/schemas/ErrorResponse"} if "ErrorResponse" in schema.get(
+                "components", {}).get("schemas", {}) else {"type": "object"}
+            for path, ops in schema.get("paths", {}).items():
+                for op in ops.values():
+                    if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
+                        op["security"] = []  # open: the page, the docs and the probes
+                        continue
+                    op.setdefault("responses", {})
+                    op["responses"].setdefault("401", {"description": "no valid API key (WWW-Authenticate: Bearer)",
+                                                       "content": {"application/json": {"schema": error}}})
+                    if limited:
+                        op["responses"].setdefault("429", {"description": "past the key's request rate (Retry-After)",
+                                                           "content": {"application/json": {"schema": error}}})
             app.openapi_schema = schema
         return app.openapi_schema
 

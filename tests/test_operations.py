@@ -74,7 +74,14 @@ def test_keys_guard_every_route_but_the_page_docs_and_probes(svc, tmp_path):
     c = TestClient(create_tabular_app("unused", service=s, keys=keys, rate_limit=0))
     for path in ("/", "/docs", "/openapi.json", "/schema", "/health"):
         assert c.get(path).status_code == 200, path
-    assert "bearer" in c.get("/openapi.json").json()["components"]["securitySchemes"]
+    spec = c.get("/openapi.json").json()
+    assert "bearer" in spec["components"]["securitySchemes"]
+    for path, ops in spec["paths"].items():  # the contract says who needs a key (schemathesis reads it)
+        for method, op in ops.items():
+            if path in ("/health", "/schema", "/readyz", "/livez"):
+                assert op["security"] == [], (method, path)
+            else:
+                assert "401" in op["responses"] and "security" not in op, (method, path)
     for method, path, body in (("post", "/recommend", records[0]), ("post", "/recommend/batch", {"records": records}),
                                ("post", "/jobs", {"records": records}), ("get", "/model", None),
                                ("get", "/metrics", None), ("get", "/example", None), ("get", "/jobs/abc", None)):
@@ -87,6 +94,13 @@ def test_keys_guard_every_route_but_the_page_docs_and_probes(svc, tmp_path):
     ok = c.post("/recommend", json=records[0], headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 200
     assert c.get("/model", headers={"Authorization": "bearer other"}).status_code == 200
+
+
+def test_rate_limit_is_documented_where_it_applies(svc):
+    s, _ = svc
+    c = TestClient(create_tabular_app("unused", service=s, keys=KeyStore.from_keys(["k"]), rate_limit=5))
+    ops = c.get("/openapi.json").json()["paths"]
+    assert "429" in ops["/recommend"]["post"]["responses"] and "429" not in ops["/health"]["get"]["responses"]
 
 
 def test_rate_limit_per_key(svc):

@@ -131,8 +131,29 @@ def main(work: Path) -> None:
                                         num_workers=0, backend="pytorch", seed=seed)
     calls0 = counter["calls"]
     t1 = time.perf_counter()
+    curve = []  # the learning curve: every agent explained at each checkpoint (spec "checkpoints")
+    paused = [0.0]  # seconds spent explaining at checkpoints (not training)
+    marks = sorted(int(c) for c in spec.get("checkpoints", []) if 0 < int(c) < int(spec["steps"]))
+    if marks:
+        from alibi.explainers.cfrl_base import Callback
+
+        class Checkpoint(Callback):
+            def __call__(self, step, update, model, sample, losses):
+                if not marks or step < marks[0] or update != model.params["update_every"] - 1:
+                    return
+                marks.pop(0)
+                c0, t = counter["calls"], time.perf_counter()
+                cond = model.params["conditional_func"](np.zeros((1, len(names)))) is not None
+                expl = model.explain(z["R_agents"], np.ones(len(z["R_agents"]), int), C=[] if cond else None)
+                counter["calls"] = c0  # explaining here is not training
+                curve.append({"steps": int(step), "train_seconds": t - t1 - paused[0], "train_model_calls": c0 - calls0,
+                              "R_cf": np.asarray(expl.data["cf"]["X"], float).reshape(-1, len(names)).tolist()})
+                paused[0] += time.perf_counter() - t
+                print(f"CFRL checkpoint {step} steps, {curve[-1]['train_seconds']:.0f} s", file=sys.stderr, flush=True)
+
+        explainer.params["callbacks"] = [Checkpoint()]  # a new list: alibi's default one is shared
     explainer.fit(X=R_train)
-    rl_s = time.perf_counter() - t1
+    rl_s = time.perf_counter() - t1 - paused[0]
     train_calls = counter["calls"] - calls0
 
     # 4. one agent per call
@@ -155,7 +176,7 @@ def main(work: Path) -> None:
     (work / "answers.json").write_text(json.dumps({
         "R_cf": R_cf, "seconds": secs, "cpu_seconds": cpus, "model_calls": calls, "steps": int(spec["steps"]),
         "ae_seconds": ae_s, "rl_seconds": rl_s, "train_seconds": ae_s + rl_s, "train_model_calls": train_calls,
-        "disagreements": disagree, "checked_rows": checked, "ae_epochs": epochs,
+        "disagreements": disagree, "checked_rows": checked, "ae_epochs": epochs, "curve": curve,
         "versions": {"alibi": alibi.__version__, "torch": torch.__version__, "numpy": np.__version__,
                      "sklearn": sklearn.__version__}}))
 

@@ -23,6 +23,8 @@ Methods (``TABULAR_GENERATORS``), one module each:
 - ``named_cfe``: a named-CFE classifier (learners.named_cfe, the learning-CFE paper's MC model)
   over the set of raw features MACE changed; for each of its top classes, the nearest training
   agent with that class lends its values as above.
+- ``proposer``: K proposals per agent from one forward pass (imitation of MACE, then improvement on
+  the model's own reward), searched within a query budget through ``predict_proba`` only (issue 56).
 
 Persistence follows learners/base.py: ``config.json`` + ``arrays.npz`` (+ the classifier's
 ``weights.pt``), never a pickle.
@@ -46,9 +48,10 @@ from learners.tabular.geometry import WorldGeometry, accepted_distances, accepts
 from learners.tabular.named_cfe import NamedCfeTabularGenerator
 from learners.tabular.nearest import NearestCfeGenerator
 from learners.tabular.polish import cell_clip, polish, split_edges, trade_sweep
+from learners.tabular.proposer import ProposerGenerator
 
 TABULAR_GENERATORS: dict[str, type[TabularGenerator]] = {
-    g.method: g for g in (NearestCfeGenerator, NamedCfeTabularGenerator, ChangeValueGenerator)}
+    g.method: g for g in (NearestCfeGenerator, NamedCfeTabularGenerator, ChangeValueGenerator, ProposerGenerator)}
 
 
 def build_tabular_generator(method: str, params: dict[str, Any] | None = None) -> TabularGenerator:
@@ -58,6 +61,6 @@ def build_tabular_generator(method: str, params: dict[str, Any] | None = None) -
     return TABULAR_GENERATORS[method](**(params or {}))
 
 
-__all__ = ["TABULAR_GENERATORS", "ChangeValueGenerator", "NamedCfeTabularGenerator", "NearestCfeGenerator",
+__all__ = ["TABULAR_GENERATORS", "ChangeValueGenerator", "NamedCfeTabularGenerator", "NearestCfeGenerator", "ProposerGenerator",
            "Recommendations", "TabularGenerator", "TabularLabels", "WorldGeometry", "accepted_distances", "accepts",
            "build_tabular_generator", "cell_clip", "polish", "split_edges", "trade_sweep"]

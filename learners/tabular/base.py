@@ -258,6 +258,8 @@ class Recommendations:
     found: np.ndarray  # (N,) bool
     alternatives: np.ndarray | None = None  # (N, n, D) further accepted candidates (NaN padded), unpolished
     seconds: float = 0.0  # wall time of the whole batch
+    calls: int | None = None  # round trips to the model the batch took (a budgeted search reports them)
+    rows: np.ndarray | None = None  # (N,) rows scored per agent (likewise)
 
     def __iter__(self):  # CF, distance = gen.recommend(...)
         return iter((self.CF, self.distance))

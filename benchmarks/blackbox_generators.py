@@ -1,0 +1,280 @@
+"""Learning that carries the answer where the model is a black box (issue 56).
+
+    python benchmarks/blackbox_generators.py                     # 8 cells, 500 labels, 100 held-out agents
+    python benchmarks/blackbox_generators.py --cells german/forest --budgets 1x64,2x256,8x2000 --latency-ms 20
+
+Per cell (data set x model, seed 0; labels from ``benchmarks/tabular_generators.py``'s cache, the same
+``Cell``: held-out rejected *test* rows labelled by MACE with a certificate, training agents labelled at
+rel_tol 1e-2):
+
+- the model is wrapped in ``envs.black_box.BlackBoxModel``: ``predict_proba`` only, every call and row
+  counted, and a per-answer ``Budget`` (R round trips, N rows) enforced: a search cannot read a split;
+- methods, all through that wrapper and each at every budget of ``--budgets`` (RxN):
+  ``proposer`` (the network, imitation of MACE), ``proposer_expert`` (then improved on the model's own
+  reward: expert iteration, its training calls counted), ``search_no_net`` (the same search, the
+  proposals the labels' change centroids: no network, the baseline the issue names), ``search_knn`` (the
+  same search, the nearest training agents' changes); and GeCo (``partial_eval=False``: the black-box
+  route; no budget: its calls and rows reported);
+- **optimal**: share of MACE-solved held-out agents answered within 1% of MACE's certified distance;
+  **valid**: accepted by the real model, no constraint broken; rows per answer (median, max) and calls;
+- ``--latency-ms``: the model behind a fixed wait per call (a remote scoring API); the first
+  ``--remote-agents`` agents answered one request at a time, end-to-end p50/p99 per answer for the
+  proposer and the no-network search at the first budget with 2 calls or fewer, and GeCo.
+
+Writes ``benchmarks/results/blackbox_generators.{md,json}``, one JSON per cell under
+``benchmarks/results/blackbox_generators/`` (reused unless ``--force``), and ``frontier.png`` there
+(optimal share against rows scored per answer, per method, per cell). CFRL is not rerun here: the
+2,000-step CFRL figures of ``docs/peers.md`` are 2,000 steps (alibi's default is 100,000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.blackbox import save  # noqa: E402
+from benchmarks.tabular_generators import CELLS, Cell  # noqa: E402
+from benchmarks.warmup import warming_up  # noqa: E402
+from envs.black_box import BlackBoxModel, Budget  # noqa: E402
+from evaluation.tabular_experiment import score_answers  # noqa: E402
+from learners.tabular import TabularLabels, build_tabular_generator  # noqa: E402
+
+OUT = Path("benchmarks/results")
+METHODS = {"proposer": {"proposals": "network"}, "proposer_expert": {"proposals": "network", "expert_rounds": 1},
+           "search_no_net": {"proposals": "averages"}, "search_knn": {"proposals": "neighbours"}}
+NAMES = {"proposer": "proposer (network, imitation)", "proposer_expert": "proposer + model reward (expert iteration)",
+         "search_no_net": "same search, no network (label averages)", "search_knn": "same search, k-NN proposals",
+         "geco": "GeCo (black box, no budget)"}
+
+
+def parse_budgets(text: str) -> list[Budget]:
+    out = []
+    for part in text.split(","):
+        calls, sep, rows = part.partition("x")
+        if not sep:
+            raise SystemExit(f"--budgets: expected RxN items such as 2x256, got {part!r}")
+        out.append(Budget(int(calls), int(rows)))
+    return out
+
+
+def run_budget(gen: Any, world: Any, X: np.ndarray, budget: Budget, mace_d: np.ndarray, mace_ok: np.ndarray
+               ) -> dict[str, Any]:
+    bb = BlackBoxModel(world.model)
+    bworld = replace(world, model=bb)
+    t = time.perf_counter()
+    with bb.budget(budget, agents=len(X)):
+        rec = gen.recommend_within(bworld, X, budget)
+    sec = time.perf_counter() - t
+    m = score_answers(world, X, rec.CF, rec.found, mace_d, mace_ok, "one")
+    m.update(budget={"calls": budget.calls, "rows": budget.rows}, calls=int(rec.calls),
+             rows_median=float(np.median(rec.rows)), rows_max=int(np.max(rec.rows)), ms_per_agent=1e3 * sec / len(X))
+    return m
+
+
+def run_geco(world: Any, domain: np.ndarray, X: np.ndarray, mace_d: np.ndarray, mace_ok: np.ndarray) -> dict[str, Any]:
+    from solvers.geco import GeCo, Plaf
+
+    bb = BlackBoxModel(world.model)
+    bworld = replace(world, model=bb)
+    geco = GeCo(plaf=Plaf(), partial_eval=False).fit(bworld, domain)
+    with warming_up("GeCo (black box) on one agent"):
+        geco.solve(bworld, X[0])
+    CF = np.full(X.shape, np.nan)
+    calls, rows, secs = [], [], []
+    for i, x in enumerate(X):
+        c0, r0, t = bb.calls, bb.rows, time.perf_counter()
+        found = geco.solve(bworld, x)
+        secs.append(time.perf_counter() - t)
+        calls.append(bb.calls - c0)
+        rows.append(bb.rows - r0)
+        ok = [r for r in found if r.status == "ok" and r.valid]
+        if ok:
+            CF[i] = np.asarray(min(ok, key=lambda r: float(r.extra.get("distance", np.inf))).extra["counterfactual"])
+    m = score_answers(world, X, CF, ~np.isnan(CF).any(1), mace_d, mace_ok, "one")
+    m.update(calls=float(np.median(calls)), rows_median=float(np.median(rows)), rows_max=int(np.max(rows)),
+             ms_per_agent=1e3 * float(np.mean(secs)))
+    return m
+
+
+def remote(gens: dict[str, Any], world: Any, domain: np.ndarray, X: np.ndarray, budget: Budget, latency: float
+           ) -> dict[str, Any]:
+    """End-to-end ms per answer, one agent per request, the model behind ``latency`` seconds per call."""
+    from solvers.geco import GeCo, Plaf
+
+    out = {}
+    bb = BlackBoxModel(world.model, latency_s=latency)
+    bworld = replace(world, model=bb)
+    for name, gen in gens.items():
+        gen.recommend_within(bworld, X[:1], budget)  # warm
+        ms = []
+        for x in X:
+            t = time.perf_counter()
+            with bb.budget(budget):
+                gen.recommend_within(bworld, x[None], budget)
+            ms.append(1e3 * (time.perf_counter() - t))
+        out[name] = {"p50_ms": float(np.median(ms)), "p99_ms": float(np.quantile(ms, 0.99)), "agents": len(ms)}
+    geco = GeCo(plaf=Plaf(), partial_eval=False).fit(bworld, domain)
+    ms = []
+    for x in X:
+        t = time.perf_counter()
+        geco.solve(bworld, x)
+        ms.append(1e3 * (time.perf_counter() - t))
+    out["geco"] = {"p50_ms": float(np.median(ms)), "p99_ms": float(np.quantile(ms, 0.99)), "agents": len(ms)}
+    return out
+
+
+def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    c = Cell.of(cell, args)
+    world, test = c.build.world, c.test
+    tl = c.test_labels(args)
+    train, _, _ = c.train_labels(args)
+    rows = np.flatnonzero(train.ok[: c.sizes[-1]])
+    labels = TabularLabels(train.X[rows], train.cf[rows], train.distance[rows])
+    mace_d, mace_ok = tl.distance, tl.ok
+    out: dict[str, Any] = {"cell": cell, "labels": int(len(rows)), "test_agents": int(len(test)),
+                           "mace_solved": int(mace_ok.sum()), "methods": {}, "training": {}}
+    budgets = parse_budgets(args.budgets)
+    gens = {}
+    for name, params in METHODS.items():
+        t = time.perf_counter()
+        bb = BlackBoxModel(world.model)  # the improvement rounds' calls go through the black box too
+        gens[name] = build_tabular_generator("proposer", params).fit(replace(world, model=bb), labels, seed=args.seed)
+        out["training"][name] = {"seconds": time.perf_counter() - t, "model_calls": bb.calls, "model_rows": bb.rows}
+        out["methods"][name] = []
+        for b in budgets:
+            m = run_budget(gens[name], world, test, b, mace_d, mace_ok)
+            out["methods"][name].append(m)
+            print(f"[{cell}] {name} {b.calls}x{b.rows}: optimal {m['optimal_share']:.3f}, valid {m['validity']}, "
+                  f"rows median {m['rows_median']:.0f}", flush=True)
+    out["geco"] = run_geco(world, c.build.data.X_train, test, mace_d, mace_ok)
+    print(f"[{cell}] geco: optimal {out['geco']['optimal_share']:.3f}, rows median {out['geco']['rows_median']:.0f}",
+          flush=True)
+    if args.latency_ms > 0:
+        small = next((b for b in budgets if b.calls <= 2), budgets[0])
+        out["remote"] = {"latency_ms": args.latency_ms, "budget": {"calls": small.calls, "rows": small.rows},
+                         **remote({k: gens[k] for k in ("proposer", "search_no_net")}, world, c.build.data.X_train,
+                                  test[: args.remote_agents], small, args.latency_ms / 1e3)}
+        print(f"[{cell}] remote {args.latency_ms} ms/call: " + ", ".join(
+            f"{k} p50 {v['p50_ms']:.0f} ms" for k, v in out["remote"].items() if isinstance(v, dict) and "p50_ms" in v),
+            flush=True)
+    out["load_average"] = os.getloadavg()[0]
+    return out
+
+
+def report(cells: list[dict[str, Any]], command: str) -> str:
+    lines = ["# Black-box generators: learning against the same search without it (`benchmarks/blackbox_generators.py`)",
+             "", f"Command: `{command}`. The model seen only through `predict_proba` (`envs.black_box.BlackBoxModel`), "
+             "every call and row counted and the budget enforced per answer. **optimal**: share of the MACE-solved "
+             "held-out rejected test agents answered within 1% of MACE's certified l1 distance; **valid**: accepted "
+             "by the real model, nothing broken. **rows**: rows scored per answer, median / max; **calls**: round "
+             "trips (the batch shares each). GeCo has no budget. CFRL is not in this table: the only CFRL figures "
+             "this project has are alibi's CounterfactualRLTabular at 2,000 steps (`docs/peers.md`; alibi's default "
+             "is 100,000).", "",
+             "| data | model | agents | method | budget R x N | optimal | valid | rows med / max | calls | ms / agent |",
+             "|---|---|---:|---|---|---:|---:|---|---:|---:|"]
+    for c in cells:
+        d, m = c["cell"].split("/")
+        for name, runs in c["methods"].items():
+            for r in runs:
+                lines.append(f"| {d} | {m} | {c['mace_solved']} | {NAMES[name]} | {r['budget']['calls']} x "
+                             f"{r['budget']['rows']} | {r['optimal_share']:.3f} | {_f(r['validity'])} | "
+                             f"{r['rows_median']:.0f} / {r['rows_max']} | {r['calls']} | {r['ms_per_agent']:.2f} |")
+        g = c["geco"]
+        lines.append(f"| {d} | {m} | {c['mace_solved']} | {NAMES['geco']} | - | {g['optimal_share']:.3f} | "
+                     f"{_f(g['validity'])} | {g['rows_median']:.0f} / {g['rows_max']} | {g['calls']:.0f} | "
+                     f"{g['ms_per_agent']:.1f} |")
+    if any("remote" in c for c in cells):
+        lines += ["", "## A remote model (a fixed wait per call), one agent per request", "",
+                  "| data | model | latency per call | budget | method | p50 ms | p99 ms | agents |", "|---|---|---|---|---|---:|---:|---:|"]
+        for c in cells:
+            r = c.get("remote")
+            if not r:
+                continue
+            d, m = c["cell"].split("/")
+            for k, v in r.items():
+                if isinstance(v, dict) and "p50_ms" in v:
+                    lines.append(f"| {d} | {m} | {r['latency_ms']} ms | {r['budget']['calls']} x {r['budget']['rows']} | "
+                                 f"{NAMES.get(k, k)} | {v['p50_ms']:.1f} | {v['p99_ms']:.1f} | {v['agents']} |")
+    lines += ["", "Training: " + "; ".join(
+        f"{c['cell']} expert iteration {c['training']['proposer_expert']['model_calls']} calls, "
+        f"{c['training']['proposer_expert']['model_rows']:,} rows, {c['training']['proposer_expert']['seconds']:.0f} s"
+        for c in cells if "proposer_expert" in c["training"]) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _f(v: Any) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def plot_frontier(cells: list[dict[str, Any]], path: Path) -> None:
+    """Per cell: optimal share against rows scored per answer (median, log), one line per method over the
+    budgets, GeCo as a point."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(cells)
+    cols = min(4, n)
+    fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(4 * cols, 3.2 * ((n + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, c in zip(axes.flat, cells, strict=False):
+        for name, runs in c["methods"].items():
+            ax.plot([r["rows_median"] for r in runs], [r["optimal_share"] for r in runs], marker="o", label=NAMES[name])
+        ax.scatter([c["geco"]["rows_median"]], [c["geco"]["optimal_share"]], marker="s", color="black", label=NAMES["geco"])
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(c["cell"])
+        ax.set_xlabel("rows scored per answer (median)")
+        ax.set_ylabel("within 1% of MACE")
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", default=",".join(CELLS), help="comma-separated dataset/model cells")
+    p.add_argument("--sizes", default="500", help="training labels (the tabular_generators cache of that budget)")
+    p.add_argument("--test-agents", type=int, default=100, help="held-out rejected test rows per cell (at most)")
+    p.add_argument("--budgets", default="1x64,1x128,2x256,4x1000,8x2000", help="R x N budgets per answer")
+    p.add_argument("--latency-ms", type=float, default=20.0, help="remote model: ms per call (0: skip)")
+    p.add_argument("--remote-agents", type=int, default=30, help="agents answered one by one against the remote model")
+    p.add_argument("--seed", type=int, default=0, help="world, split, sample and training seed")
+    p.add_argument("--jobs", type=int, default=2, help="MACE labelling processes (labels missing from the cache)")
+    p.add_argument("--cache", default="data_cache/tabular_generators", help="label chunks (resumable)")
+    p.add_argument("--out", default=str(OUT), help="results directory")
+    p.add_argument("--force", action="store_true", help="recompute cells whose JSON exists")
+    args = p.parse_args(argv)
+    # what Cell.of reads of tabular_generators' arguments
+    args.sizes_for, args.numeric_scale, args.resample_prob, args.rules, args.quiet = [], 0.05, 0.15, False, True
+    out = Path(args.out)
+    cell_dir = out / "blackbox_generators"
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    cells = []
+    for cell in args.cells.split(","):
+        if cell not in CELLS:
+            raise SystemExit(f"--cells: unknown cell {cell!r}; known: {', '.join(CELLS)}")
+        path = cell_dir / f"{cell.replace('/', '_')}.json"
+        cells.append(json.loads(path.read_text()) if path.exists() and not args.force else save(run_cell(cell, args), path))
+    command = "python benchmarks/blackbox_generators.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
+    (out / "blackbox_generators.md").write_text(report(cells, command))
+    (out / "blackbox_generators.json").write_text(json.dumps(cells, indent=1, default=float))
+    plot_frontier(cells, cell_dir / "frontier.png")
+    print(report(cells, command))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""alibi's CounterfactualRL at its own budget, with its learning curve (issue 56).
+
+    python benchmarks/cfrl_budget.py --cells german/forest,german/mlp --steps 100000 \\
+        [--checkpoints 2000,10000,25000,50000] [--agents 50] [--seed 0]
+
+Per cell: the agents, model, constraints and alibi venv of ``benchmarks/peers.py`` (the same seeded
+sample of rejected test rows; CFRL in its own venv with a scikit-learn model retrained there and
+checked against ours), trained for ``--steps`` steps (alibi's default is 100,000; its tabular
+example 300,000) with every agent explained at each checkpoint. Each point is scored like every other
+method: **valid** (the real model accepts it, no constraint of the schema broken: ``CounterfactualScorer``),
+the median ratio of its distance to MACE's certified one (l1, MACE with rel_tol 1e-4) over the agents
+it answered validly, the share within 1% of MACE, and the model calls per answer (one forward pass:
+one call). The training's seconds and model calls are reported at each checkpoint.
+
+Writes ``benchmarks/results/cfrl_budget.{md,json}`` and ``benchmarks/results/cfrl_budget/curve.png``;
+each cell's JSON under ``benchmarks/results/cfrl_budget/`` as it finishes (a rerun skips it), the
+venv's progress in ``benchmarks/results/cfrl_budget/<cell>.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.blackbox import sample, save  # noqa: E402
+from benchmarks.peers import HERE, RawSpace, alibi_python, run_cfrl  # noqa: E402
+from data_gen.classifiers import build  # noqa: E402
+from evaluation.counterfactual_metrics import CounterfactualScorer  # noqa: E402
+from solvers.geco import Plaf  # noqa: E402
+from solvers.mace import MACE  # noqa: E402
+from solvers.mace.distance import distance  # noqa: E402
+
+OUT = Path("benchmarks/results")
+
+
+def score(world: Any, scorer: CounterfactualScorer, agents: np.ndarray, CF: np.ndarray, mace_d: np.ndarray
+          ) -> dict[str, Any]:
+    """Validity, distance ratio to MACE and the share within 1% of a batch of CFRL answers."""
+    CF = np.asarray(CF, float)
+    ok = np.isfinite(CF).all(1)
+    valid = np.zeros(len(agents), bool)
+    for i in np.flatnonzero(ok):  # the scorer checks one agent's rows at a time (50 agents)
+        valid[i] = bool(world.accepts(CF[i][None])[0]) and not bool(scorer.violations(agents[i], CF[i][None])[0])
+    d = np.array([float(distance(world.schema, x, c[None], "one")[0]) if v else np.inf
+                  for x, c, v in zip(agents, np.nan_to_num(CF), valid, strict=True)])
+    both = valid & np.isfinite(mace_d) & (mace_d > 0)
+    ratio = d[both] / mace_d[both]
+    return {"valid": float(valid.mean()), "answered": int(ok.sum()),
+            "ratio_median": float(np.median(ratio)) if len(ratio) else None,
+            "within_1pct": float((ratio <= 1.01).sum() / max(1, np.isfinite(mace_d).sum()))}
+
+
+def run_cell(cell: str, args: argparse.Namespace, py: Path) -> dict[str, Any]:
+    dataset, model = cell.split("/")
+    b = build(dataset, model, seed=args.seed)
+    world, data = b.world, b.data
+    agents = sample(world, data.X_test, args.agents, args.seed)
+    space = RawSpace(world)
+    scorer = CounterfactualScorer(n_diverse=1, plaf=Plaf()).fit(world, data.X_train)
+    mace = MACE(norm="one", rel_tol=1e-4, epsilon=1e-7)
+    mace_d = np.array([r.cost if r.found and r.optimal else np.inf for r in (mace.solve(world, x)[0] for x in agents)])
+    marks = tuple(int(c) for c in args.checkpoints.split(",") if c)
+    t = time.perf_counter()
+    log = Path(args.out) / "cfrl_budget" / f"{cell.replace('/', '_')}.log"
+    res = run_cfrl(py, world, space, data, model, args.seed, agents, args.steps, marks, log=log)
+    if "error" in res:
+        raise SystemExit(f"[{cell}] CFRL failed: {res['error']}")
+    curve = []
+    for point in [*res.get("curve", []), {"steps": res["steps"], "train_seconds": res["rl_seconds"],
+                                          "train_model_calls": res["train_model_calls"], "CF": res["CF"]}]:
+        m = score(world, scorer, agents, np.array(point["CF"], float), mace_d)
+        curve.append({"steps": point["steps"], "train_seconds": point["train_seconds"],
+                      "train_model_calls": point["train_model_calls"], **m})
+        print(f"[{cell}] {point['steps']:,} steps: valid {m['valid']:.2f}, ratio {m['ratio_median']}, "
+              f"within 1% {m['within_1pct']:.2f}", flush=True)
+    return {"cell": cell, "agents": int(len(agents)), "mace_certified": int(np.isfinite(mace_d).sum()),
+            "steps": args.steps, "curve": curve, "seconds_per_answer": float(np.median(res["seconds"])),
+            "calls_per_answer": float(np.median(res["model_calls"])), "disagreements": res["disagreements"],
+            "wall_seconds": time.perf_counter() - t, "versions": res.get("versions"),
+            "load_average": os.getloadavg()[0]}
+
+
+def report(cells: list[dict[str, Any]]) -> str:
+    lines = ["# CFRL at its own budget (`benchmarks/cfrl_budget.py`)", "",
+             "alibi's CounterfactualRLTabular, the agents, model and constraints of `benchmarks/peers.py`; every agent "
+             "explained at each checkpoint. valid: accepted by the real model, no constraint broken; ratio: median "
+             "distance / MACE's certified l1 optimum over the validly answered agents; within 1%: share of the "
+             "MACE-certified agents answered within 1% of it. One forward pass per answer: 1 model call.", "",
+             "| data | model | agents | steps | train s | train model calls | valid | ratio to MACE | within 1% |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in cells:
+        d, m = c["cell"].split("/")
+        for p in c["curve"]:
+            r = "-" if p["ratio_median"] is None else f"{p['ratio_median']:.2f}"
+            lines.append(f"| {d} | {m} | {c['agents']} | {p['steps']:,} | {p['train_seconds']:.0f} | "
+                         f"{p['train_model_calls']:,} | {p['valid']:.2f} | {r} | {p['within_1pct']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(cells: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for c in cells:
+        s = [p["steps"] for p in c["curve"]]
+        a.plot(s, [p["valid"] for p in c["curve"]], marker="o", label=c["cell"])
+        b.plot(s, [p["ratio_median"] or np.nan for p in c["curve"]], marker="o", label=c["cell"])
+    for ax, label in ((a, "valid"), (b, "median distance / MACE")):
+        ax.set_xscale("log")
+        ax.set_xlabel("CFRL training steps")
+        ax.set_ylabel(label)
+    a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", default="german/forest,german/mlp", help="comma-separated dataset/model cells")
+    p.add_argument("--steps", type=int, default=100_000, help="CFRL training steps (alibi's default: 100,000)")
+    p.add_argument("--checkpoints", default="2000,10000,25000,50000", help="steps at which every agent is explained")
+    p.add_argument("--agents", type=int, default=50, help="rejected test agents per cell")
+    p.add_argument("--seed", type=int, default=0, help="world and sample seed")
+    p.add_argument("--alibi-venv", default=str(HERE / "peers" / ".alibi-venv"), help="the venv with alibi")
+    p.add_argument("--out", default=str(OUT), help="results directory")
+    args = p.parse_args(argv)
+    py = alibi_python(Path(args.alibi_venv), make=True)
+    out = Path(args.out)
+    (out / "cfrl_budget").mkdir(parents=True, exist_ok=True)
+    cells = []
+    for cell in args.cells.split(","):
+        path = out / "cfrl_budget" / f"{cell.replace('/', '_')}-{args.steps}.json"
+        cells.append(json.loads(path.read_text()) if path.exists() else save(run_cell(cell, args, py), path))
+    (out / "cfrl_budget.md").write_text(report(cells))
+    (out / "cfrl_budget.json").write_text(json.dumps(cells, indent=1, default=float))
+    plot(cells, out / "cfrl_budget" / "curve.png")
+    print(report(cells))
+
+
+if __name__ == "__main__":
+    main()

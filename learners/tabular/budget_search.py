@@ -1,0 +1,264 @@
+"""A search that sees the model only through ``predict_proba``, within R round trips and N rows per answer
+(issue 56). A heuristic: its answers carry no certificate.
+
+Given K proposed counterfactuals per agent (a network's heads, or the labels' averages: the caller's
+idea), ``budget_search`` spends its budget in rounds, every agent of the batch in the same call:
+
+1. **proposals**: each proposal on a ray from the agent (its numeric changes times ``scales``; its
+   discrete changes as proposed) and, where a value vocabulary is given (the values MACE's answers move
+   each numeric column to, learned from the labels: on a forest they sit just past its splits, which a
+   black box does not show), the proposal with each numeric change snapped to the nearest vocabulary
+   value at least as far. Rows are projected onto the agent's box and rows that break a rule of the
+   world (known, no model call) are dropped. One call; the nearest accepted row per agent is its answer.
+2. **refinement rounds** (while the budget lasts): from each agent's answer, every move that shortens it
+   (a changed feature back to the agent's value; a numeric change shrunk to fractions of itself and to
+   the vocabulary values between; the whole numeric change scaled toward the agent), the nearest
+   ``rows`` of them first, in one call; the nearest accepted replaces the answer.
+
+Every answer was itself accepted by a model call (no value is recomputed after its check) and lies in the
+agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent rows between rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from envs.black_box import Budget
+from learners.tabular.geometry import WorldGeometry
+
+SCALES = (0.45, 0.7, 0.85, 1.0, 1.2, 1.5, 2.2)  # ray multiples of a proposal's numeric change in round 1
+FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # and in a later round, for an agent none of whose rows was accepted
+# a numeric change shrunk to these fractions of itself (coarse far from the answer, fine near it)
+FRACTIONS = tuple(np.round(np.concatenate([np.linspace(0.05, 0.75, 8), 1 - np.geomspace(0.2, 0.004, 12)]), 6))
+RAY = tuple(np.round(1 - np.geomspace(0.6, 0.002, 20), 6))  # the whole numeric change scaled toward the agent
+PAIR_FRACTIONS = (0.0, 0.3, 0.6, 0.8, 0.9, 1.0)  # the grid of a pair of numeric changes (1.0: as it is)
+EXTRA_SHARE = 1 / 16  # of the first round's rows, at most this share for the fallback rows (coverage)
+STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest first)
+VOCAB_STEPS = 8  # vocabulary values between the agent and the answer tried per numeric column
+
+
+@dataclass
+class SearchResult:
+    """The answers of ``budget_search`` and what they cost."""
+
+    CF: np.ndarray  # (N, D) NaN rows where no row was accepted
+    distance: np.ndarray  # (N,) inf where none
+    found: np.ndarray  # (N,) bool
+    calls: int  # round trips made (one per round, for the whole batch)
+    rows: np.ndarray  # (N,) rows scored per agent
+    alternatives: np.ndarray | None = None  # (N, STARTS - 1, D) the next distinct accepted rows (NaN padded)
+
+
+def value_vocabulary(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, cap: int = 256) -> list[np.ndarray]:
+    """Per column, the sorted values the labels' answers moved a numeric column to (at most ``cap``, by
+    frequency); empty for other columns."""
+    out = []
+    for c in range(X.shape[1]):
+        if not geo.numeric[c]:
+            out.append(np.zeros(0))
+            continue
+        moved = CF[:, c][np.abs(CF[:, c] - X[:, c]) > 1e-12]
+        vals, counts = np.unique(moved, return_counts=True)
+        if len(vals) > cap:
+            vals = vals[np.argsort(-counts, kind="stable")[:cap]]
+        out.append(np.sort(vals))
+    return out
+
+
+def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """(N, Q) acceptance of the finite rows of ``C`` (N, Q, D) in one call, and rows scored per agent."""
+    N, Q, D = C.shape
+    live = ~np.isnan(C).any(-1)
+    ok = np.zeros((N, Q), bool)
+    if live.any():
+        ok[live] = model.predict_proba(C[live]) > threshold
+    return ok, live.sum(1)
+
+
+def _snap(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray]) -> np.ndarray:
+    """``P`` (N, K, D) with each numeric change moved to the nearest vocabulary value at least as far from
+    the agent in its direction (unchanged where the vocabulary has none)."""
+    S = P.copy()
+    for c in np.flatnonzero(geo.numeric):
+        v = vocab[c]
+        if not len(v):
+            continue
+        x, p = np.broadcast_to(X[:, None, c], P.shape[:2]), P[:, :, c]
+        up, down = p > x + 1e-12, p < x - 1e-12
+        i_up = np.clip(np.searchsorted(v, p, "left"), 0, len(v) - 1)  # first value >= p
+        i_dn = np.clip(np.searchsorted(v, p, "right") - 1, 0, len(v) - 1)  # last value <= p
+        S[:, :, c] = np.where(up & (v[i_up] >= p), v[i_up], np.where(down & (v[i_dn] <= p), v[i_dn], p))
+    return S
+
+
+def _round_one(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
+               scales: tuple[float, ...] = SCALES, extra: np.ndarray | None = None) -> np.ndarray:
+    """(N, Q, D) the first round's rows: proposals on rays and snapped, projected, at most ``rows`` per agent;
+    ``extra`` (N, E, D) rows first, as they are (a share ``EXTRA_SHARE`` of the rows at most)."""
+    num = geo.numeric
+    scales = np.asarray(scales)
+    if extra is not None and extra.shape[1]:
+        e = min(extra.shape[1], int(rows * EXTRA_SHARE))
+        if e:
+            head = geo.project(X, np.asarray(extra[:, :e], float))
+            return np.concatenate([head, _round_one(geo, X, P, vocab, rows - e, tuple(scales))], axis=1)
+    K = P.shape[1]
+    per = len(scales) + (1 if vocab is not None else 0)
+    k = max(1, min(K, rows // per))  # proposals kept (the first k: the caller orders them)
+    P = P[:, :k]
+    ray = np.repeat(P[:, :, None, :], len(scales), axis=2)
+    ray[..., num] = X[:, None, None, num] + scales[None, None, :, None] * (P[:, :, None, num] - X[:, None, None, num])
+    parts = [ray.reshape(len(X), k * len(scales), -1)]
+    if vocab is not None:
+        parts.append(_snap(geo, X, P, vocab))
+    C = geo.project(X, np.concatenate(parts, axis=1))
+    return C[:, :rows]
+
+
+def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None) -> np.ndarray:
+    """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows)."""
+    return np.concatenate([_moves_one(geo, X, S[:, t], vocab) for t in range(S.shape[1])], axis=1)
+
+
+def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None) -> np.ndarray:
+    """(N, Q, D) rows that shorten each agent's answer ``B`` (N, D) by one move (NaN rows where B is NaN)."""
+    N, D = X.shape
+    parts = []
+    cols = geo.raw_columns()
+    for j in range(geo.n_raw):  # each raw feature back to the agent's value
+        m = cols[j][cols[j] >= 0]
+        R = B.copy()
+        R[:, m] = X[:, m]
+        parts.append(R[:, None])
+    num = np.flatnonzero(geo.numeric)
+    f = np.asarray(FRACTIONS)
+    for c in num:  # each numeric change shrunk
+        R = np.repeat(B[:, None], len(f), axis=1)
+        R[:, :, c] = X[:, None, c] + f[None, :] * (B[:, None, c] - X[:, None, c])
+        parts.append(R)
+        v = vocab[c] if vocab is not None else np.zeros(0)
+        if len(v):  # the vocabulary values between the agent and the answer, nearest to the agent first
+            x, b = X[:, c], B[:, c]
+            up = b > x
+            start = np.where(up, np.searchsorted(v, x, "right"), np.searchsorted(v, x, "left") - 1)
+            step = np.where(up, 1, -1)
+            idx = start[:, None] + step[:, None] * np.arange(VOCAB_STEPS)[None, :]
+            ok = (idx >= 0) & (idx < len(v))
+            vals = v[np.clip(idx, 0, len(v) - 1)]
+            inside = ok & np.where(up[:, None], vals < b[:, None], vals > b[:, None])
+            R = np.repeat(B[:, None], VOCAB_STEPS, axis=1)
+            R[:, :, c] = np.where(inside, vals, np.nan)
+            parts.append(R)
+    g = np.asarray(PAIR_FRACTIONS)  # two numeric changes shrunk together, on a grid (an optimum trading them)
+    changed = np.abs(np.nan_to_num(B) - X) > 1e-12
+    for i, c1 in enumerate(num):
+        for c2 in num[i + 1:]:
+            both = changed[:, c1] & changed[:, c2]
+            if not both.any():
+                continue
+            R = np.repeat(B[:, None], len(g) ** 2, axis=1)
+            f1, f2 = np.repeat(g, len(g)), np.tile(g, len(g))
+            R[:, :, c1] = X[:, None, c1] + f1[None, :] * (B[:, None, c1] - X[:, None, c1])
+            R[:, :, c2] = X[:, None, c2] + f2[None, :] * (B[:, None, c2] - X[:, None, c2])
+            R[~both] = np.nan
+            parts.append(R)
+    t = np.asarray(RAY)
+    R = np.repeat(B[:, None], len(t), axis=1)
+    R[:, :, num] = X[:, None, num] + t[None, :, None] * (B[:, None, num] - X[:, None, num])
+    parts.append(R)
+    C = np.concatenate(parts, axis=1)
+    bad = np.isnan(C).any(-1)
+    C = geo.project(X, np.nan_to_num(C))
+    C[bad] = np.nan
+    return C
+
+
+def _nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, below: np.ndarray) -> np.ndarray:
+    """``C`` (N, Q, D) cut to its ``rows`` nearest distinct rows per agent that are nearer than ``below``
+    (N,) and keep the world's rules, nearest first; the rest NaN."""
+    N, Q, D = C.shape
+    d = np.where(np.isnan(C).any(-1), np.inf, geo.distance(X[:, None, :], np.nan_to_num(C)))
+    d[d >= below[:, None] - 1e-15] = np.inf
+    if geo.gate is not None:
+        d[~geo.keeps(X[:, None, :], np.nan_to_num(C))] = np.inf
+    order = np.argsort(d, axis=1, kind="stable")
+    d = np.take_along_axis(d, order, 1)
+    C = np.take_along_axis(C, order[:, :, None], 1)
+    same = np.zeros_like(d, bool)  # a row equal to the previous one (same distance first) is not scored twice
+    same[:, 1:] = (np.abs(C[:, 1:] - C[:, :-1]).max(-1) == 0) & np.isfinite(d[:, 1:])
+    d[same] = np.inf
+    order = np.argsort(d, axis=1, kind="stable")[:, :rows]
+    out = np.take_along_axis(C, order[:, :, None], 1)
+    out[~np.isfinite(np.take_along_axis(d, order, 1))] = np.nan
+    return out
+
+
+def _starts(C: np.ndarray, d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(N, k, D) each agent's ``k`` nearest distinct accepted rows of ``C`` (N, Q, D) and (N, k) their
+    distances (inf, rows NaN, where there are fewer)."""
+    order = np.argsort(d, axis=1, kind="stable")
+    d = np.take_along_axis(d, order, 1)
+    C = np.take_along_axis(C, order[:, :, None], 1)
+    dup = np.zeros_like(d, bool)
+    dup[:, 1:] = (d[:, 1:] == d[:, :-1]) & np.isfinite(d[:, 1:])  # equal distance: most likely the same row
+    d = np.where(dup, np.inf, d)
+    order = np.argsort(d, axis=1, kind="stable")[:, :k]
+    d = np.take_along_axis(d, order, 1)
+    S = np.take_along_axis(C, order[:, :, None], 1)
+    S[~np.isfinite(d)] = np.nan
+    if S.shape[1] < k:
+        S = np.pad(S, ((0, 0), (0, k - S.shape[1]), (0, 0)), constant_values=np.nan)
+        d = np.pad(d, ((0, 0), (0, k - d.shape[1])), constant_values=np.inf)
+    return S, d
+
+
+def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
+                  vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
+                  first_share: float = 0.5, fallback: np.ndarray | None = None) -> SearchResult:
+    """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
+
+    ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
+    the share of the rows the proposals' round takes when there are further rounds; ``fallback`` (N, F, D):
+    rows tried, with the proposals pushed further, for the agents none of whose first rows was accepted."""
+    X = np.atleast_2d(np.asarray(X, float))
+    N, D = X.shape
+    rows_left = np.full(N, int(budget.rows))
+    first = int(budget.rows) if int(budget.calls) == 1 else max(1, int(round(first_share * int(budget.rows))))
+    C = _round_one(geo, X, np.asarray(P, float), vocab, first, extra=fallback)
+    C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
+    ok, used = _accept(model, geo, X, C, threshold)
+    calls, rows_left = 1, rows_left - used
+    pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(C)), np.inf)  # every accepted row
+    rounds_left = int(budget.calls) - 1
+    tried_far = False
+    while True:
+        S, dS = _starts(pool_C, pool_d, STARTS)
+        found = np.isfinite(dS[:, 0])
+        if rounds_left <= 0 or rows_left.max() <= 0:
+            break
+        cap = rows_left // rounds_left  # this round's rows per agent
+        per = int(cap.max())
+        M = _moves(geo, X, np.where(np.isfinite(dS)[..., None], S, np.nan), vocab)
+        M = _nearest_first(geo, X, M, per, np.where(found, dS[:, 0], -np.inf))
+        if not found.all() and not tried_far:  # agents with no answer yet: the proposals pushed further
+            F = _round_one(geo, X, np.asarray(P, float), None, per, FAR)
+            if fallback is not None:  # those not tried in the first round
+                e = min(fallback.shape[1], int(first * EXTRA_SHARE))
+                F = np.concatenate([geo.project(X, np.asarray(fallback[:, e:], float)), F], axis=1)[:, :per]
+            F[~geo.keeps(X[:, None, :], F)] = np.nan
+            F = np.pad(F, ((0, 0), (0, max(0, per - F.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
+            M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
+            M = np.where(found[:, None, None], M, F)
+            tried_far = True
+        M[np.arange(M.shape[1])[None, :] >= cap[:, None]] = np.nan
+        if np.isnan(M).all():
+            break
+        ok, used = _accept(model, geo, X, M, threshold)
+        calls, rows_left, rounds_left = calls + 1, rows_left - used, rounds_left - 1
+        dm = np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(M)), np.inf)
+        pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
+    B = np.where(found[:, None], S[:, 0], np.nan)
+    dB = dS[:, 0]
+    return SearchResult(B, dB, found, calls, int(budget.rows) - rows_left, S[:, 1:])

@@ -1,0 +1,342 @@
+"""``proposer``: a network whose first batch of proposals already holds the answer, for models that can only
+be called (issue 56).
+
+The network maps an agent to K counterfactuals at once (K heads, one forward pass). It learns in two
+stages:
+
+1. **imitation** of MACE's certified answers: each head predicts which raw features change (a logit
+   each, cross-entropy against the label's changed set) and by how much (the change in spans of each
+   column, squared error where the label changed it; a proposal changes only the features its logits
+   name, so it stays sparse), and the loss of the *nearest* head (winner takes all, plus ``spread`` times the mean, so that
+   no head dies): the heads split the labels' modes (raise capital gain; more hours and a better job;
+   ...) instead of averaging them into a point no model accepts;
+2. **improvement on the model's own reward** (``expert_rounds``; expert iteration): agents drawn around
+   the training agents (no MACE label: only model calls) are answered by the budgeted search below with
+   the current network at a wide budget; every accepted answer (the reward: valid, and nearer is better:
+   the search keeps the nearest) becomes a target, and the network is trained again on labels and targets.
+   The calls and rows this costs are counted (``fit_info_``).
+
+Answering (``recommend``) is ``budget_search`` (``learners/tabular/budget_search.py``): the proposals on
+rays and snapped to the labels' value vocabulary in the first call, then moves that shorten the answer,
+within ``calls`` round trips and ``rows`` rows per agent, through ``predict_proba`` only. White-box reading
+of the model is never used (wrap it in ``envs.black_box.BlackBoxModel`` to have that enforced and counted).
+
+``proposals`` chooses where the first batch comes from: ``network`` (the method), ``averages`` (no network:
+the K centroids of the training labels' changes, the same for every agent: the same search without the
+learned part, the baseline of every table) or ``neighbours`` (no network: the K nearest training agents'
+changes, the k-NN idea under the same budget).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from envs.black_box import Budget
+from envs.tabular import TabularWorld
+from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
+from learners.tabular.budget_search import budget_search, value_vocabulary
+from learners.tabular.geometry import WorldGeometry
+from solvers.mace.distance import Norm
+
+Proposals = Literal["network", "averages", "neighbours"]
+FALLBACK_DONORS = 16  # training agents whose answers are transplanted for an agent none of whose first rows was accepted
+
+
+@dataclass
+class ProposerParams:
+    """Hyperparameters of the proposer and of its budgeted black-box search."""
+
+    heads: int = 12  # K: proposals per agent from one forward pass
+    neighbours: int = 8  # and this many nearest training agents' changes after them (0: none; "neighbours": heads; the network first)
+    proposals: Proposals = "network"  # network (the method) | averages | neighbours (the baselines, no network)
+    calls: int = 2  # round trips to the model per answer (the budget's R)
+    rows: int = 256  # rows scored per answer (the budget's N)
+    vocabulary: bool = True  # snap numeric changes to the values the labels move each column to
+    hidden: tuple[int, ...] = (256, 256)  # network MLP widths
+    max_epochs: int = 150  # imitation epochs
+    batch_size: int = 128  # training batch size
+    lr: float = 3e-3  # peak learning rate (one-cycle)
+    dropout: float = 0.0  # dropout after each hidden layer
+    spread: float = 0.05  # weight of the mean head loss beside the winner's (keeps every head learning)
+    min_change: float = 0.02  # a predicted change below this share of the column's span is read as none
+    expert_rounds: int = 0  # rounds of improvement on the model's reward (0: imitation only)
+    expert_agents: int = 1000  # agents drawn around the training agents per round (answered with model calls only)
+    expert_calls: int = 6  # the search's round trips per agent while improving
+    expert_rows: int = 2000  # and its rows per agent
+    expert_epochs: int = 60  # training epochs after each round
+
+    def __post_init__(self) -> None:
+        for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
+                     "expert_rows", "expert_epochs"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
+        if int(self.expert_rounds) < 0:
+            raise ValueError(f"expert_rounds: must be >= 0, got {self.expert_rounds!r}")
+        if self.proposals not in ("network", "averages", "neighbours"):
+            raise ValueError(f"proposals: expected network, averages or neighbours, got {self.proposals!r}")
+        self.hidden = tuple(int(h) for h in self.hidden)
+
+
+class ProposerGenerator(TabularGenerator):
+    """K proposals per agent from one forward pass, then a search within a query budget (black box)."""
+
+    method = "proposer"
+    Params = ProposerParams
+
+    # ------------------------------------------------------------------------------------- fitting
+    def fit(self, world: TabularWorld, labels: TabularLabels, *, seed: int = 0, progress: bool = False
+            ) -> ProposerGenerator:
+        self._store(world, labels)
+        p = self.params
+        geo = WorldGeometry.of(world)
+        self.raw_of_column_ = np.asarray(geo.raw_of_column, np.int64)
+        self.vocab_ = value_vocabulary(geo, self.X_, self.CF_) if p.vocabulary else None
+        self.fit_info_: dict[str, Any] = {"labels": int(len(self.X_)), "expert": []}
+        if p.proposals == "averages":
+            self._fit_averages(seed)
+        elif p.proposals == "network":
+            t = time.perf_counter()
+            self._train(self._scaled(self.X_), self._delta(self.X_, self.CF_), int(p.max_epochs), seed, progress, fresh=True)
+            self.fit_info_["imitation_seconds"] = time.perf_counter() - t
+            for r in range(int(p.expert_rounds)):
+                self._expert_round(world, seed + 1 + r, progress)
+        return self
+
+    def _fit_averages(self, seed: int) -> None:
+        """The K centroids of the labels' scaled changes (k-means; fewer where there are fewer labels)."""
+        from sklearn.cluster import KMeans
+
+        delta = (self.CF_ - self.X_) / self.scale_span_
+        k = min(int(self.params.heads), len(np.unique(delta, axis=0)))
+        km = KMeans(n_clusters=k, n_init=4, random_state=seed).fit(delta)
+        sizes = np.bincount(km.labels_, minlength=k)
+        self.centroids_ = km.cluster_centers_[np.argsort(-sizes, kind="stable")]  # most common change first
+
+    def _train(self, Xs: np.ndarray, Ys: np.ndarray, epochs: int, seed: int, progress: bool, fresh: bool) -> None:
+        import torch
+
+        from learners.base import FitContext
+        from learners.torch_training import TorchParams, fit_lightning, mlp, seed_everything
+
+        p = self.params
+        K, D, J = int(p.heads), Xs.shape[1], self.changed_.shape[1]
+        spread = float(p.spread)
+        of_col = torch.as_tensor(self.raw_of_column_)
+
+        def loss_fn(model, batch):
+            xb, yb = batch
+            out = model(xb).view(len(xb), K, J + D)
+            gate, delta = out[..., :J], out[..., J:]
+            moved = (yb.abs() > 1e-9).float()  # (B, D) columns the label changes
+            changed = torch.zeros(len(xb), J).index_add_(1, of_col, moved).clamp_max(1.0)  # (B, J) raw features
+            bce = torch.nn.functional.binary_cross_entropy_with_logits(
+                gate, changed[:, None, :].expand_as(gate), reduction="none").mean(-1)
+            mask = changed[:, of_col][:, None, :]  # the value loss where the label's feature changed
+            mse = (((delta - yb[:, None, :]) ** 2) * mask).sum(-1) / mask.sum(-1).clamp_min(1.0)
+            err = bce + 5.0 * mse  # (B, K)
+            return err.min(1).values.mean() + spread * err.mean()
+
+        if fresh or getattr(self, "net_", None) is None:
+            seed_everything(seed)
+            self.net_ = _ProposerNet(mlp(D, p.hidden, K * (J + D), batch_norm=True, dropout=float(p.dropout)), K, D)
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(Xs))
+        n_val = max(1, int(round(0.1 * len(Xs)))) if len(Xs) >= 20 else 0
+        val, tr = (order[:n_val], order[n_val:]) if n_val else (order, order)
+        tensors = [torch.as_tensor(a.astype(np.float32)) for a in (Xs, Ys)]
+        tp = TorchParams(hidden=p.hidden, dropout=float(p.dropout), lr=float(p.lr), batch_size=int(p.batch_size),
+                         max_epochs=int(epochs), patience=max(10, int(epochs) // 4), batch_norm=True)
+        ctx = FitContext(n_features=D, n_actions=K, max_len=K, seed=seed, progress=progress)
+        self.fit_info_.setdefault("training", []).append(
+            fit_lightning(self.net_, loss_fn, [t[tr] for t in tensors], [t[val] for t in tensors], tp, ctx))
+        self.__dict__.pop("_numpy_cache", None)
+
+    def _delta(self, X: np.ndarray, CF: np.ndarray) -> np.ndarray:
+        """The change, in spans of each column (what the heads predict)."""
+        return ((CF - X) / self.scale_span_).astype(np.float32)
+
+    def _expert_round(self, world: TabularWorld, seed: int, progress: bool) -> None:
+        """Agents drawn around the training agents, answered by the search at a wide budget with the current
+        network through the model alone; the accepted answers join the labels as targets; train again."""
+        p = self.params
+        geo = WorldGeometry.of(world)
+        t0 = time.perf_counter()
+        model = _Counter(world.model)
+        rng = np.random.default_rng(seed)
+        base = self.X_[rng.integers(0, len(self.X_), int(p.expert_agents))]
+        noise = rng.normal(0.0, 0.05, base.shape) * self.scale_span_ * geo.numeric
+        A = geo.project(base, (base + noise)[:, None, :])[:, 0]
+        A = A[~(model.predict_proba(A) > 0.5)]  # rejected ones only (one call)
+        res = budget_search(model, geo, A, self.candidates(world, A), Budget(int(p.expert_calls), int(p.expert_rows)),
+                            vocab=self.vocab_)
+        ok = res.found
+        Xs = np.concatenate([self._scaled(self.X_), self._scaled(A[ok])])
+        Ys = np.concatenate([self._delta(self.X_, self.CF_), self._delta(A[ok], res.CF[ok])])
+        self._train(Xs, Ys, int(p.expert_epochs), seed, progress, fresh=False)
+        self.fit_info_["expert"].append({"agents": int(len(A)), "answered": int(ok.sum()), "calls": model.calls,
+                                         "rows": model.rows, "seconds": time.perf_counter() - t0})
+
+    # ------------------------------------------------------------------------------------ proposing
+    def candidates(self, world: TabularWorld, X: np.ndarray) -> np.ndarray:
+        """(N, K, D) the first batch of proposals (not yet projected)."""
+        X = np.atleast_2d(np.asarray(X, float))
+        p = self.params
+        if p.proposals == "averages":
+            return X[:, None, :] + self.centroids_[None, :, :] * self.scale_span_
+        if p.proposals == "neighbours":
+            return self._lent(X, int(p.heads))
+        J = self.changed_.shape[1]
+        out = _numpy_forward(self._numpy_net(), self._scaled(X)).reshape(len(X), int(p.heads), -1).astype(float)
+        gate, delta = out[..., :J] > 0.0, out[..., J:]  # a raw feature changes where its logit is positive
+        delta = np.where(gate[..., self.raw_of_column_] & (np.abs(delta) >= float(p.min_change)), delta, 0.0)
+        P = X[:, None, :] + delta * self.scale_span_
+        if int(p.neighbours) > 0:  # the labels' own answers beside the heads' (the search takes them in this order)
+            P = np.concatenate([P, self._lent(X, int(p.neighbours))], axis=1)
+        return P
+
+    def _transplants(self, X: np.ndarray, k: int) -> np.ndarray:
+        """(N, k, D) each agent with the features its k nearest training agents changed set to their new
+        values (absolute: where a relative change does not reach the boundary)."""
+        idx = self._neighbours(X, min(k, len(self.X_)))
+        moved = np.abs(self.CF_ - self.X_) > 1e-12
+        return np.where(moved[idx], self.CF_[idx], X[:, None, :])
+
+    def _lent(self, X: np.ndarray, k: int) -> np.ndarray:
+        """(N, k, D) the changes of the k nearest training agents, added to each agent."""
+        idx = self._neighbours(X, min(k, len(self.X_)))
+        return X[:, None, :] + (self.CF_[idx] - self.X_[idx])
+
+    def _numpy_net(self) -> list[tuple[str, Any, Any]]:
+        hit = self.__dict__.get("_numpy_cache")
+        if hit is None:
+            hit = _numpy_layers(self.net_.body)
+            self.__dict__["_numpy_cache"] = hit
+        return hit
+
+    # ------------------------------------------------------------------------------------- answering
+    def _recommend(self, world: TabularWorld, X: np.ndarray, *, norm: Norm, polish_rounds: int | None,
+                   n_alternatives: int) -> Recommendations:
+        rec = self.recommend_within(world, X, Budget(int(self.params.calls), int(self.params.rows)), norm=norm,
+                                    n_alternatives=n_alternatives)
+        return rec
+
+    def recommend_within(self, world: TabularWorld, X: np.ndarray, budget: Budget, *, norm: Norm = "one",
+                         n_alternatives: int = 0) -> Recommendations:
+        """The nearest accepted counterfactual per agent found within ``budget`` (per agent), through
+        ``world.model.predict_proba`` only."""
+        t0 = time.perf_counter()
+        X = np.atleast_2d(np.asarray(X, float))
+        if X.shape[1] != self.n_columns_:
+            raise ValueError(f"X: expected {self.n_columns_} encoded columns, got {X.shape[1]}")
+        geo = WorldGeometry.of(world, norm)
+        res = budget_search(world.model, geo, X, self.candidates(world, X), budget, vocab=self.vocab_,
+                            fallback=self._transplants(X, FALLBACK_DONORS))
+        alts = None
+        if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
+            alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)
+            k = min(n_alternatives, res.alternatives.shape[1])
+            alts[:, :k] = res.alternatives[:, :k]
+        return Recommendations(res.CF, res.distance, res.found, alts, time.perf_counter() - t0, calls=res.calls,
+                               rows=res.rows)
+
+    # ----------------------------------------------------------------------------------- persistence
+    def _arrays(self) -> dict[str, np.ndarray]:
+        out = super()._arrays()
+        out["raw_of_column"] = self.raw_of_column_
+        if self.vocab_ is not None:
+            out["vocab_sizes"] = np.array([len(v) for v in self.vocab_], np.int64)
+            out["vocab"] = np.concatenate(self.vocab_) if self.vocab_ else np.zeros(0)
+        if self.params.proposals == "averages":
+            out["centroids"] = self.centroids_
+        return out
+
+    def _set_arrays(self, z: dict[str, np.ndarray]) -> None:
+        super()._set_arrays(z)
+        self.raw_of_column_ = z["raw_of_column"].astype(np.int64)
+        self.vocab_ = None
+        if "vocab_sizes" in z:
+            self.vocab_ = np.split(z["vocab"], np.cumsum(z["vocab_sizes"])[:-1])
+        if "centroids" in z:
+            self.centroids_ = z["centroids"]
+
+    def _save_extra(self, path: Path) -> dict[str, Any]:
+        if self.params.proposals == "network":
+            import torch
+
+            torch.save(self.net_.state_dict(), path / "weights.pt")
+        return {"fit_info": getattr(self, "fit_info_", {})}
+
+    def _load_extra(self, path: Path, meta: dict[str, Any]) -> None:
+        self.fit_info_ = meta.get("fit_info", {})
+        if self.params.proposals == "network":
+            import torch
+
+            from learners.torch_training import mlp
+
+            p = self.params
+            K, D, J = int(p.heads), self.n_columns_, self.changed_.shape[1]
+            self.net_ = _ProposerNet(mlp(D, p.hidden, K * (J + D), batch_norm=True, dropout=float(p.dropout)), K, D)
+            self.net_.load_state_dict(torch.load(path / "weights.pt", weights_only=True))
+            self.net_.eval()
+
+
+def _ProposerNet(body: Any, heads: int, columns: int) -> Any:
+    """The torch module: the MLP body, its output read as (heads, columns) scaled rows."""
+    from torch import nn
+
+    class ProposerNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = body
+            self.heads, self.columns = heads, columns
+
+        def forward(self, x):
+            return self.body(x)
+
+    return ProposerNet()
+
+
+def _numpy_layers(seq: Any) -> list[tuple[str, Any, Any]]:
+    """An ``mlp`` (Linear, BatchNorm1d, ReLU, Dropout) as float32 numpy layers (batch norm folded to an affine)."""
+    import torch
+
+    layers: list[tuple[str, Any, Any]] = []
+    with torch.no_grad():
+        for m in seq:
+            if isinstance(m, torch.nn.Linear):
+                layers.append(("linear", m.weight.T.numpy().copy(), m.bias.numpy().copy()))
+            elif isinstance(m, torch.nn.BatchNorm1d):
+                scale = m.weight / torch.sqrt(m.running_var + m.eps)
+                layers.append(("affine", scale.numpy().copy(), (m.bias - m.running_mean * scale).numpy().copy()))
+            elif isinstance(m, torch.nn.ReLU):
+                layers.append(("relu", None, None))
+    return layers
+
+
+def _numpy_forward(layers: list[tuple[str, Any, Any]], h: np.ndarray) -> np.ndarray:
+    for kind, a, b in layers:
+        if kind == "linear":
+            h = h @ a + b
+        elif kind == "affine":
+            h = h * a + b
+        else:
+            h = np.maximum(h, 0.0)
+    return h
+
+
+class _Counter:
+    """``predict_proba`` of a model with its calls and rows counted (the improvement rounds' cost)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.calls, self.rows = model, 0, 0
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        self.rows += len(X)
+        p = np.asarray(self.model.predict_proba(X), float)
+        return p[:, 1] if p.ndim == 2 and p.shape[1] == 2 else p.reshape(-1)
