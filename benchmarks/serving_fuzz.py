@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -144,7 +145,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--per-route", type=int, default=300, help="malformed requests per route and key mode")
     p.add_argument("--max-examples", type=int, default=40, help="schemathesis examples per operation and phase")
     p.add_argument("--out", default=str(OUT), help="results directory")
+    p.add_argument("--report-only", action="store_true", help="rewrite the Markdown from the JSON")
     args = p.parse_args(argv)
+    if args.report_only:
+        r = json.loads((Path(args.out) / "serving_fuzz.json").read_text())
+        (Path(args.out) / "serving_fuzz.md").write_text(report(r))
+        print(report(r))
+        return
     results: dict[str, Any] = {"run": args.run_dir, "per_route": args.per_route, "modes": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -190,12 +197,15 @@ def report(r: dict[str, Any]) -> str:
              f"Run `{r['run']}`, a real `serve.py` on loopback per mode. schemathesis: every check, every phase "
              "(stateful included). Hand fuzz: malformed requests per route on one keep-alive connection, a "
              "`GET /health` on the same connection after each.", "",
-             "| keys | schemathesis operations | failures | errors | exit | route | requests | 2xx | 4xx | 5xx | connection broken |",
+             "| keys | schemathesis cases (stateful scenarios) | failures | errors | exit | route | requests | 2xx | 4xx | 5xx | connection broken |",
              "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for mode, m in r["modes"].items():
         st = m["schemathesis"]
+        cases = re.search(r"(\d+) generated", st["summary"])
+        scen = re.search(r"Scenarios:\s+(\d+)", st["summary"])
+        count = f"{cases.group(1) if cases else '?'} ({scen.group(1) if scen else '?'})"
         for i, (route, f) in enumerate(m["hand_fuzz"].items()):
-            head = (f"| {mode} | {st['operations']} | {st['failures']} | {st['errors']} | {st['exit_code']} "
+            head = (f"| {mode} | {count} | {st['failures']} | {st['errors']} | {st['exit_code']} "
                     if i == 0 else "| | | | | ")
             lines.append(f"{head}| {route} | {f['requests']} | {f['2xx']} | {f['4xx']} | **{f['5xx']}** | "
                          f"{f['connection_broken']} |")
