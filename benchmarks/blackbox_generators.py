@@ -19,7 +19,7 @@ rel_tol 1e-2):
   **valid**: accepted by the real model, no constraint broken; rows per answer (median, max) and calls;
 - ``--latency-ms``: the model behind a fixed wait per call (a remote scoring API); the first
   ``--remote-agents`` agents answered one request at a time, end-to-end p50/p99 per answer for the
-  proposer and the no-network search at the first budget with 2 calls or fewer, and GeCo.
+  proposer and the no-network search at the largest budget with 2 calls or fewer, and GeCo.
 
 Writes ``benchmarks/results/blackbox_generators.{md,json}``, one JSON per cell under
 ``benchmarks/results/blackbox_generators/`` (reused unless ``--force``), and ``frontier.png`` there
@@ -160,7 +160,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     print(f"[{cell}] geco: optimal {out['geco']['optimal_share']:.3f}, rows median {out['geco']['rows_median']:.0f}",
           flush=True)
     if args.latency_ms > 0:
-        small = next((b for b in budgets if b.calls <= 2), budgets[0])
+        small = max((b for b in budgets if b.calls <= 2), key=lambda b: (b.calls, b.rows), default=budgets[0])
         out["remote"] = {"latency_ms": args.latency_ms, "budget": {"calls": small.calls, "rows": small.rows},
                          **remote({k: gens[k] for k in ("proposer", "search_no_net")}, world, c.build.data.X_train,
                                   test[: args.remote_agents], small, args.latency_ms / 1e3)}

@@ -46,6 +46,14 @@ NAMES = {"mace": "MACE (certified)", "geco": "GeCo", "md_pso": "MD-PSO", "genera
 SHORT = {"mace": "MACE", "geco": "GeCo", "md_pso": "MD-PSO", "generator": "generator", "served": "served"}
 
 
+def _name(name: str, cell: dict) -> str:
+    """The display name; CFRL's says its training steps beside alibi's default (issue 56)."""
+    if name == "cfrl":
+        steps = cell.get("training", {}).get("cfrl", {}).get("steps")
+        return f"alibi CFRL ({steps:,} steps; alibi's default 100,000)" if steps else NAMES[name]
+    return NAMES[name]
+
+
 def report(cells: list[dict], command: str) -> str:
     out = ["# Peers side by side: DiCE and alibi's CounterfactualRL (`benchmarks/peers.py`)", "",
            f"Command: `{command}`. Seed 0; the same rejected test agents, the same model and the same "
@@ -73,7 +81,7 @@ def report(cells: list[dict], command: str) -> str:
             dom = c["dominance"].get(name)
             who = "" if dom is None else (", ".join(SHORT[o] + ("" if o in dom.get("strictly_closer", ()) else " (=)")
                                                      for o in dom["dominated_by"]) or "**none**")
-            out.append(f"| {c['dataset']} | {c['model']} | {c['agents']} | {NAMES[name]} | {s['valid_count']}/"
+            out.append(f"| {c['dataset']} | {c['model']} | {c['agents']} | {_name(name, c)} | {s['valid_count']}/"
                        f"{s['agents']} | {s['violations']} | {fmt(s['ratio_median'], '.2f')} | "
                        f"{fmt(s['seconds'], '.4f')} | {fmt(s['model_calls'], '.1f')} | {who} |")
     out.append("")
