@@ -180,6 +180,7 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
              "trips (the batch shares each). GeCo has no budget. CFRL is not in this table: the only CFRL figures "
              "this project has are alibi's CounterfactualRLTabular at 2,000 steps (`docs/peers.md`; alibi's default "
              "is 100,000).", "",
+             *summary(cells), "## Every budget", "",
              "| data | model | agents | method | budget R x N | optimal | valid | rows med / max | calls | ms / agent |",
              "|---|---|---:|---|---|---:|---:|---|---:|---:|"]
     for c in cells:
@@ -210,6 +211,27 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
         f"{c['training']['proposer_expert']['model_rows']:,} rows, {c['training']['proposer_expert']['seconds']:.0f} s"
         for c in cells if "proposer_expert" in c["training"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+def summary(cells: list[dict[str, Any]]) -> list[str]:
+    """The optimal share at the issue's two budgets (2 x 256 and 8 x 2000) per cell and method."""
+    cols = [("proposer", "proposer"), ("proposer_expert", "+ expert iteration"), ("search_no_net", "no network"),
+            ("search_knn", "k-NN proposals")]
+    out = ["## At the issue's budgets: optimal share", "",
+           "| data | model | agents | " + " | ".join(f"{n} 2x256" for _, n in cols) + " | " +
+           " | ".join(f"{n} 8x2000" for _, n in cols) + " | GeCo (rows) |",
+           "|---|---|---:|" + "---:|" * (2 * len(cols)) + "---:|"]
+    for c in cells:
+        d, m = c["cell"].split("/")
+
+        def at(key: str, calls: int, rows: int) -> str:
+            r = next((r for r in c["methods"].get(key, []) if r["budget"] == {"calls": calls, "rows": rows}), None)
+            return "-" if r is None else f"{r['optimal_share']:.2f}"
+
+        out.append(f"| {d} | {m} | {c['mace_solved']} | " + " | ".join(at(k, 2, 256) for k, _ in cols) + " | " +
+                   " | ".join(at(k, 8, 2000) for k, _ in cols) +
+                   f" | {c['geco']['optimal_share']:.2f} ({c['geco']['rows_median']:,.0f}) |")
+    return out + [""]
 
 
 def _f(v: Any) -> str:

@@ -185,3 +185,21 @@ def markdown(r: dict[str, Any], command: str) -> str:
             lines.append(f"| {k.replace('_', ' ')} | {b.get('seconds')} | {b.get('records_per_s')} "
                          f"| {f(v['single_generator'])} | {f(v['single'])} | {f(v['readyz'])} | {v['n_errors']} |")
     return "\n".join(lines) + "\n"
+
+
+def repeat_summary(results: dict[str, dict[str, Any]]) -> str:
+    """One line per run and phase: the p99s against the targets, and whether every run met them."""
+    lines = ["| run | phase | single (generator) p99 ms | single (all) p99 ms | /readyz p99 ms | errors | targets met |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    every = True
+    for name, r in results.items():
+        for k, v in r.items():
+            if not k.startswith("under_"):
+                continue
+            met = all(v["targets_met"].values())
+            every &= met
+            lines.append(f"| {name} | {k.replace('_', ' ')} | {v['single_generator']['p99_ms']} | {v['single']['p99_ms']} | "
+                         f"{v['readyz']['p99_ms']} | {v['n_errors']} | {'yes' if met else '**no**'} |")
+    lines += ["", f"Every run within the targets (single p99 <= {TARGETS['single_p99_ms']:g} ms, /readyz p99 <= "
+                  f"{TARGETS['readyz_p99_ms']:g} ms): **{'yes' if every else 'no'}**.", ""]
+    return "\n".join(lines)
