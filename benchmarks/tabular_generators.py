@@ -302,7 +302,7 @@ class Cell:
         perturb = PerturbParams(args.numeric_scale, args.resample_prob)
         b = build(dataset, model, seed=args.seed)
         rules = None
-        if args.rules:  # the data set's default rules (issue 55): the labels, the generators and the scores under them
+        if getattr(args, "rules", False):  # the data set's default rules (issue 55): the labels, the generators and the scores under them
             if dataset not in DEFAULT_RULES:
                 raise SystemExit(f"--rules: {dataset!r} has no default rules (have {sorted(DEFAULT_RULES)})")
             rules = DEFAULT_RULES[dataset]

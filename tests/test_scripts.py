@@ -91,27 +91,38 @@ def test_help_is_complete(tmp_path):
         assert "Exit status" in _run(str(ROOT / script), "--help", cwd=tmp_path).stdout
 
 
+def _run_all(calls: list[tuple], cwd) -> list:
+    """The scripts of ``calls`` (argument tuples) run two at a time (each pays its imports: ~5 s)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda args: _run(*args, cwd=cwd), calls))
+
+
 def test_scripts_fail_politely(tmp_path):
     """A missing run directory, a config typo and an untrained run: one line and exit status 2."""
     nowhere = str(tmp_path / "nowhere")
-    _one_line_error(_run(str(ROOT / "train.py"), str(tmp_path / "missing.yaml"), cwd=tmp_path),
-                    "train.py", "missing.yaml", "does not exist")
-    _one_line_error(_run(str(ROOT / "evaluate.py"), nowhere, cwd=tmp_path), "evaluate.py", "not a run directory")
-    _one_line_error(_run(str(ROOT / "serve.py"), nowhere, cwd=tmp_path), "serve.py", "not a trained run directory")
     typo = tmp_path / "typo.yaml"
     typo.write_text("name: t\ngenerators:\n  - method: named_cfee\n")
-    out = _run(str(ROOT / "train.py"), str(typo), cwd=tmp_path)
-    assert out.returncode == 2 and "named_cfee" in out.stderr and "Traceback" not in out.stderr
     cfg = _config(tmp_path)
-    assert _run(str(ROOT / "train.py"), str(cfg), "--no-eval", "--quiet", cwd=tmp_path).returncode == 0
+    missing, ev, sv, typo_out, trained = _run_all([
+        (str(ROOT / "train.py"), str(tmp_path / "missing.yaml")), (str(ROOT / "evaluate.py"), nowhere),
+        (str(ROOT / "serve.py"), nowhere), (str(ROOT / "train.py"), str(typo)),
+        (str(ROOT / "train.py"), str(cfg), "--no-eval", "--quiet")], tmp_path)
+    _one_line_error(missing, "train.py", "missing.yaml", "does not exist")
+    _one_line_error(ev, "evaluate.py", "not a run directory")
+    _one_line_error(sv, "serve.py", "not a trained run directory")
+    assert typo_out.returncode == 2 and "named_cfee" in typo_out.stderr and "Traceback" not in typo_out.stderr
+    assert trained.returncode == 0, trained.stderr
     run = tmp_path / "runs" / "tiny"
     shutil.rmtree(run / "models")  # an interrupted or untrained run
-    _one_line_error(_run(str(ROOT / "evaluate.py"), str(run), cwd=tmp_path), "evaluate.py", "missing",
-                    "run train.py")
-    _one_line_error(_run(str(ROOT / "serve.py"), str(run), cwd=tmp_path), "serve.py", "not trained")
+    calls, expect = [(str(ROOT / "evaluate.py"), str(run)), (str(ROOT / "serve.py"), str(run))], \
+        [("evaluate.py", "missing", "run train.py"), ("serve.py", "not trained")]
     for kind in ("sequential_german", "german_forest"):  # unfinished runs of the other two families
         d = tmp_path / kind
         d.mkdir()
         shutil.copy(ROOT / "configs" / f"{kind}.yaml", d / "config.yaml")
-        _one_line_error(_run(str(ROOT / "evaluate.py"), str(d), cwd=tmp_path), "evaluate.py", "missing")
-        _one_line_error(_run(str(ROOT / "serve.py"), str(d), cwd=tmp_path), "serve.py", "missing")
+        calls += [(str(ROOT / "evaluate.py"), str(d)), (str(ROOT / "serve.py"), str(d))]
+        expect += [("evaluate.py", "missing"), ("serve.py", "missing")]
+    for out, (script, *needles) in zip(_run_all(calls, tmp_path), expect, strict=True):
+        _one_line_error(out, script, *needles)
