@@ -224,7 +224,7 @@ def summary(cells: list[dict[str, Any]]) -> list[str]:
     for c in cells:
         d, m = c["cell"].split("/")
 
-        def at(key: str, calls: int, rows: int) -> str:
+        def at(key: str, calls: int, rows: int, c: dict[str, Any] = c) -> str:
             r = next((r for r in c["methods"].get(key, []) if r["budget"] == {"calls": calls, "rows": rows}), None)
             return "-" if r is None else f"{r['optimal_share']:.2f}"
 
