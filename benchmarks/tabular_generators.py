@@ -207,6 +207,19 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+def best_of(fn: Any, repeats: int = 5, min_seconds: float = 0.25) -> tuple[float, Any]:
+    """(the best wall seconds of ``fn()``, its last result) over at least ``repeats`` runs and ``min_seconds``
+    of runs, the garbage collector off: timeit's convention on a shared machine."""
+    best, out, runs, spent = np.inf, None, 0, 0.0
+    with _no_gc():
+        while runs < repeats or spent < min_seconds:
+            t = time.perf_counter()
+            out = fn()
+            took = time.perf_counter() - t
+            best, runs, spent = min(best, took), runs + 1, spent + took
+    return best, out
+
+
 def evaluate_generator(gen: Any, world: TabularWorld, X: np.ndarray, mace_d: np.ndarray, mace_ok: np.ndarray,
                        repeats: int = 5, min_seconds: float = 0.25) -> dict[str, Any]:
     """Batched time (the best of at least ``repeats`` runs and ``min_seconds`` of runs, timeit's
@@ -216,13 +229,7 @@ def evaluate_generator(gen: Any, world: TabularWorld, X: np.ndarray, mace_d: np.
     with warming_up(f"{getattr(gen, 'method', type(gen).__name__)} on {len(X)} agents and on one"):
         gen.recommend(world, X)  # every compiled path this batch takes
         gen.recommend(cworld, X[:1])  # and one agent alone through the counted model, as timed below
-    best, rec, runs, spent = np.inf, None, 0, 0.0
-    with _no_gc():
-        while runs < repeats or spent < min_seconds:
-            t = time.perf_counter()
-            rec = gen.recommend(world, X)
-            took = time.perf_counter() - t
-            best, runs, spent = min(best, took), runs + 1, spent + took
+    best, rec = best_of(lambda: gen.recommend(world, X), repeats, min_seconds)
     m = score_answers(world, X, rec.CF, rec.found, mace_d, mace_ok, "one")
     calls, single = [], []
     for x in X:

@@ -66,7 +66,7 @@ if __name__ == "__main__":  # DiCE's progress bars, off in a run of the script
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox import sample, save  # noqa: E402
-from benchmarks.tabular_generators import TRAIN_MACE, _no_gc, training_labels  # noqa: E402
+from benchmarks.tabular_generators import TRAIN_MACE, best_of, training_labels  # noqa: E402
 from benchmarks.warmup import warming_up  # noqa: E402
 from benchmarks.your_data_report import report  # noqa: E402
 from data_gen.mace_labels import label_tabular  # noqa: E402
@@ -240,13 +240,7 @@ def evaluate_generator(gen: Any, world: Any, X: np.ndarray, mace_d: np.ndarray, 
     with warming_up(f"{gen.method} on {len(X)} agents and on one"):
         gen.recommend(world, X)
         gen.recommend(world, X[:1])
-    best, rec, runs, spent = np.inf, None, 0, 0.0
-    with _no_gc():
-        while runs < repeats or spent < min_seconds:
-            t = time.perf_counter()
-            rec = gen.recommend(world, X)
-            took = time.perf_counter() - t
-            best, runs, spent = min(best, took), runs + 1, spent + took
+    best, rec = best_of(lambda: gen.recommend(world, X), repeats, min_seconds)
     m = score_answers(world, X, rec.CF, rec.found, mace_d, mace_ok, "one")
     single, failed = [], {}
     for i, x in enumerate(X):
