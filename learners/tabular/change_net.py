@@ -30,28 +30,26 @@ def change_value_net(n_columns: int, n_raw: int, hidden: tuple[int, ...], dropou
     return ChangeValueNet()
 
 
-def numpy_layers(net: Any) -> tuple[list[tuple[str, Any, Any]], np.ndarray, np.ndarray]:
-    """The trained network as float32 numpy layers (trunk: linear, affine batch norm, ReLU; the
-    two heads as one matrix)."""
+def sequential_layers(modules: Any) -> list[tuple[str, Any, Any]]:
+    """An ``mlp`` (Linear, BatchNorm1d, ReLU; Dropout skipped) as float32 numpy layers, batch norm folded
+    into an affine (its eval-mode form)."""
     import torch
 
     layers: list[tuple[str, Any, Any]] = []
     with torch.no_grad():
-        for m in net.trunk:
+        for m in modules:
             if isinstance(m, torch.nn.Linear):
                 layers.append(("linear", m.weight.T.numpy().copy(), m.bias.numpy().copy()))
             elif isinstance(m, torch.nn.BatchNorm1d):
-                scale = (m.weight / torch.sqrt(m.running_var + m.eps)).numpy()
-                layers.append(("affine", scale.copy(), (m.bias - m.running_mean * scale).numpy().copy()))
+                scale = m.weight / torch.sqrt(m.running_var + m.eps)
+                layers.append(("affine", scale.numpy().copy(), (m.bias - m.running_mean * scale).numpy().copy()))
             elif isinstance(m, torch.nn.ReLU):
                 layers.append(("relu", None, None))
-        W = torch.cat([net.change.weight, net.value.weight]).T.numpy().copy()
-        b = torch.cat([net.change.bias, net.value.bias]).numpy().copy()
-    return layers, W, b
+    return layers
 
 
-def numpy_forward(layers: list[tuple[str, Any, Any]], W: np.ndarray, b: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """The network's two heads' outputs (N, J + D) on scaled rows ``h`` (N, D), from ``numpy_layers``."""
+def forward_layers(layers: list[tuple[str, Any, Any]], h: np.ndarray) -> np.ndarray:
+    """``h`` through ``sequential_layers``' layers."""
     for kind, p, q in layers:
         if kind == "linear":
             h = h @ p + q
@@ -59,4 +57,21 @@ def numpy_forward(layers: list[tuple[str, Any, Any]], W: np.ndarray, b: np.ndarr
             h = h * p + q
         else:
             h = np.maximum(h, 0.0)
-    return np.maximum(h, 0.0) @ W + b
+    return h
+
+
+def numpy_layers(net: Any) -> tuple[list[tuple[str, Any, Any]], np.ndarray, np.ndarray]:
+    """The trained network as float32 numpy layers (trunk: linear, affine batch norm, ReLU; the
+    two heads as one matrix)."""
+    import torch
+
+    layers = sequential_layers(net.trunk)
+    with torch.no_grad():
+        W = torch.cat([net.change.weight, net.value.weight]).T.numpy().copy()
+        b = torch.cat([net.change.bias, net.value.bias]).numpy().copy()
+    return layers, W, b
+
+
+def numpy_forward(layers: list[tuple[str, Any, Any]], W: np.ndarray, b: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """The network's two heads' outputs (N, J + D) on scaled rows ``h`` (N, D), from ``numpy_layers``."""
+    return np.maximum(forward_layers(layers, h), 0.0) @ W + b

@@ -36,10 +36,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from envs.black_box import Budget
+from envs.black_box import BlackBoxModel, Budget
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
 from learners.tabular.budget_search import budget_search, value_vocabulary
+from learners.tabular.change_net import forward_layers, sequential_layers
 from learners.tabular.geometry import WorldGeometry
 from solvers.mace.distance import Norm
 
@@ -166,7 +167,7 @@ class ProposerGenerator(TabularGenerator):
         p = self.params
         geo = WorldGeometry.of(world)
         t0 = time.perf_counter()
-        model = _Counter(world.model)
+        model = BlackBoxModel(world.model)  # its calls and rows: the round's cost
         rng = np.random.default_rng(seed)
         base = self.X_[rng.integers(0, len(self.X_), int(p.expert_agents))]
         noise = rng.normal(0.0, 0.05, base.shape) * self.scale_span_ * geo.numeric
@@ -191,7 +192,7 @@ class ProposerGenerator(TabularGenerator):
         if p.proposals == "neighbours":
             return self._lent(X, int(p.heads))
         J = self.changed_.shape[1]
-        out = _numpy_forward(self._numpy_net(), self._scaled(X)).reshape(len(X), int(p.heads), -1).astype(float)
+        out = forward_layers(self._numpy_net(), self._scaled(X)).reshape(len(X), int(p.heads), -1).astype(float)
         gate, delta = out[..., :J] > 0.0, out[..., J:]  # a raw feature changes where its logit is positive
         delta = np.where(gate[..., self.raw_of_column_] & (np.abs(delta) >= float(p.min_change)), delta, 0.0)
         P = X[:, None, :] + delta * self.scale_span_
@@ -214,7 +215,7 @@ class ProposerGenerator(TabularGenerator):
     def _numpy_net(self) -> list[tuple[str, Any, Any]]:
         hit = self.__dict__.get("_numpy_cache")
         if hit is None:
-            hit = _numpy_layers(self.net_.body)
+            hit = sequential_layers(self.net_.body)
             self.__dict__["_numpy_cache"] = hit
         return hit
 
@@ -299,44 +300,3 @@ def _ProposerNet(body: Any, heads: int, columns: int) -> Any:
             return self.body(x)
 
     return ProposerNet()
-
-
-def _numpy_layers(seq: Any) -> list[tuple[str, Any, Any]]:
-    """An ``mlp`` (Linear, BatchNorm1d, ReLU, Dropout) as float32 numpy layers (batch norm folded to an affine)."""
-    import torch
-
-    layers: list[tuple[str, Any, Any]] = []
-    with torch.no_grad():
-        for m in seq:
-            if isinstance(m, torch.nn.Linear):
-                layers.append(("linear", m.weight.T.numpy().copy(), m.bias.numpy().copy()))
-            elif isinstance(m, torch.nn.BatchNorm1d):
-                scale = m.weight / torch.sqrt(m.running_var + m.eps)
-                layers.append(("affine", scale.numpy().copy(), (m.bias - m.running_mean * scale).numpy().copy()))
-            elif isinstance(m, torch.nn.ReLU):
-                layers.append(("relu", None, None))
-    return layers
-
-
-def _numpy_forward(layers: list[tuple[str, Any, Any]], h: np.ndarray) -> np.ndarray:
-    for kind, a, b in layers:
-        if kind == "linear":
-            h = h @ a + b
-        elif kind == "affine":
-            h = h * a + b
-        else:
-            h = np.maximum(h, 0.0)
-    return h
-
-
-class _Counter:
-    """``predict_proba`` of a model with its calls and rows counted (the improvement rounds' cost)."""
-
-    def __init__(self, model: Any) -> None:
-        self.model, self.calls, self.rows = model, 0, 0
-
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        self.calls += 1
-        self.rows += len(X)
-        p = np.asarray(self.model.predict_proba(X), float)
-        return p[:, 1] if p.ndim == 2 and p.shape[1] == 2 else p.reshape(-1)
