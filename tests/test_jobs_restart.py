@@ -175,6 +175,33 @@ def test_a_store_reopened_on_its_directory_resumes_and_forgets_deleted_jobs(run_
         svc.close()
 
 
+def test_finished_jobs_expire_after_their_ttl_on_disk_too(run_dir, tmp_path):
+    """A finished job is kept ``ttl_s`` seconds, then it is gone: from the store (a later get fails), from
+    its directory, and from a store reopened on that directory."""
+    svc = TabularService(run_dir, fallback_budget_s=0.0)
+    dump = TypeAdapter(list[dict])
+    try:
+        X = load_tabular_run(run_dir).data().X_test[:4]
+        store = JobStore(svc, dump, directory=tmp_path, ttl_s=0.5)
+        job = store.submit(X)
+        deadline = time.time() + 30
+        while store.get(job.id).finished_at is None and time.time() < deadline:
+            time.sleep(0.01)
+        assert store.get(job.id).status == "done" and (tmp_path / job.id).exists()  # kept while young
+        time.sleep(0.6)
+        store.submit(X[:1])  # any submit expires what is past its time
+        with pytest.raises(Exception, match="no job"):
+            store.get(job.id)
+        assert not (tmp_path / job.id).exists()
+        store.close()
+        again = JobStore(svc, dump, directory=tmp_path, ttl_s=0.5)
+        with pytest.raises(Exception, match="no job"):
+            again.get(job.id)
+        again.close()
+    finally:
+        svc.close()
+
+
 def test_the_batch_worker_answers_as_the_server_and_survives_a_kill(run_dir):
     """serving/batch_worker.py: chunks answered in a child process equal the server process's answers; a
     killed child is started again and the chunk still answered."""
