@@ -159,7 +159,8 @@ def test_nearest_accepted_kernel_is_the_numpy_ranking(seed, k):
     ok = rng.random(T) < 0.6
     numeric, span, raw = rng.random(D) < 0.6, rng.random(D) + 0.5, np.arange(D)
     a, b, g = 0.2, 0.5, 0.3
-    got = nearest_accepted_kernel(X, base, np.arange(T), cols, vals, ok, owner, k, numeric, span, raw, D, a, b, g)
+    got = nearest_accepted_kernel(X, base, np.arange(T), cols, vals, ok, owner, k, numeric, span, raw, D, a, b, g,
+                                  np.zeros((0, 2)), np.zeros(0, np.int64))
     # the numpy reference
     from learners.tabular.geometry_kernels import distance_kernel
 
@@ -201,3 +202,46 @@ def test_accepted_distances_kernel_is_the_numpy_one():
     want[i[moved], k[moved]] = distance_kernel(X[i[moved]], rows[moved], numeric, span, raw, D, 0.1, 0.6, 0.3)
     assert np.isfinite(want).any() and np.isinf(want[ok]).any()
     np.testing.assert_array_equal(got, want)
+
+
+from tests.test_mace import _all_states  # noqa: E402  (modules with tests of their own: imported once, here)
+from tests.test_mace_rules import KINDS, _schema  # noqa: E402
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 4), norm=st.sampled_from(["one", "infty", "zero"]))
+def test_nearest_accepted_kernel_ranks_by_the_cost_weights(seed, k, norm):
+    """Under the rules' cost weights the kernel ranks rows by the weighted distance
+    (``WorldGeometry.distance``; issue 55): per agent its k nearest accepted rows that move it are
+    those of the numpy ranking, at the same distances up to the order of the sums."""
+    from envs.rules import RuleSet
+    from envs.tabular import TabularWorld
+    from learners.tabular.geometry import Variants, WorldGeometry
+    from learners.tabular.geometry_kernels import nearest_accepted_kernel
+
+    class Anything:  # the kernel never calls the model
+        n_features = len(_schema())
+
+    world = TabularWorld("kernels/weights", _schema(), Anything(), rules=RuleSet.from_dict(KINDS["weights"]))
+    geo = WorldGeometry.of(world, norm)
+    rng = np.random.default_rng(seed)
+    S = _all_states(world.schema)
+    N, T = 5, 150
+    X = S[rng.choice(len(S), N, replace=False)]
+    owner = np.sort(rng.integers(0, N, T))
+    R = S[rng.integers(0, len(S), T)]
+    same = rng.random(T) < 0.1
+    R[same] = X[owner[same]]  # some rows are the agent itself: no answer
+    V = Variants(R, np.arange(T), np.full((T, 1), -1), np.zeros((T, 1)))
+    ok = rng.random(T) < 0.7
+    a, b, g = geo.weights
+    d_got, pos, _ = nearest_accepted_kernel(X, R, np.arange(T), V.cols, V.vals, ok, owner, k, geo.numeric, geo.span,
+                                            geo.raw_of_column, geo.n_raw, float(a), float(b), float(g),
+                                            *geo.cost_kernel_args())
+    d_all = geo.distance(X[owner], R)
+    for i in range(N):
+        mine = np.flatnonzero(ok & (owner == i) & (np.abs(R - X[i]) > 1e-12).any(1))
+        want = np.sort(d_all[mine])[:k]
+        got = d_got[i][np.isfinite(d_got[i])]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(d_all[pos[i][pos[i] >= 0]], want, rtol=1e-12, atol=1e-15)

@@ -104,7 +104,7 @@ def test_region_step_reaches_the_l1_optimum_of_a_linear_model(seed):
 
     from envs.models import LinearModel
     from learners.tabular.geometry import MARGIN
-    from learners.tabular.polish import region_step
+    from learners.tabular.pieces import region_step
 
     rng = np.random.default_rng(seed)
     D = 4
@@ -136,13 +136,13 @@ def test_region_step_reaches_the_l1_optimum_of_a_linear_model(seed):
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000))
-def test_piece_lp_is_the_optimum_over_the_answers_piece(seed):
+def test_piece_optimum_is_the_optimum_over_the_answers_piece(seed):
     """On a random ReLU MLP the LP's answer is accepted, never farther than the start, and no point of
     the start's linear piece that the model accepts is nearer (5,000 sampled points of the box, kept
     where every unit is on the start's side: a second route). Agents solved together (block-diagonal
     LPs) get what each gets alone."""
     from learners.tabular.geometry import MARGIN
-    from learners.tabular.polish import piece_lp
+    from learners.tabular.pieces import piece_optimum
 
     rng = np.random.default_rng(seed)
     world = toy_mlp_world(rng)
@@ -158,8 +158,8 @@ def test_piece_lp_is_the_optimum_over_the_answers_piece(seed):
         return
     X, S, scores, lo, hi = X[has], S[has], scores[has], lo[has], hi[has]
     start = S[np.arange(len(X)), scores.argmax(1)]  # an accepted start far from the boundary
-    together = piece_lp(world, geo, X, start)
-    alone = np.stack([piece_lp(world, geo, X[i:i + 1], start[i:i + 1])[0] for i in range(len(X))])
+    together = piece_optimum(world, geo, X, start)
+    alone = np.stack([piece_optimum(world, geo, X[i:i + 1], start[i:i + 1])[0] for i in range(len(X))])
     np.testing.assert_allclose(together, alone, rtol=1e-6, atol=1e-6 * geo.span.max())
     assert (model.score(together) >= MARGIN).all()
     d_start, d_lp = geo.distance(X, start), geo.distance(X, together)
@@ -175,10 +175,10 @@ def test_piece_lp_is_the_optimum_over_the_answers_piece(seed):
             assert geo.distance(X[i:i + 1], P[same]).min() >= d_lp[i] - 1e-6
 
 
-def test_piece_lp_leaves_other_models_and_missing_answers_alone():
+def test_piece_optimum_leaves_other_models_and_missing_answers_alone():
     """A tree ensemble has no linear pieces: answers come back as they were; a row without an answer
     (NaN) stays NaN."""
-    from learners.tabular.polish import piece_lp
+    from learners.tabular.pieces import piece_optimum
 
     rng = np.random.default_rng(0)
     world = toy_mlp_world(rng)
@@ -186,12 +186,12 @@ def test_piece_lp_leaves_other_models_and_missing_answers_alone():
     X = rng.uniform(0, 1, (3, 3)) * geo.span
     C = X.copy()
     C[1] = np.nan
-    out = piece_lp(world, geo, X, C)
+    out = piece_optimum(world, geo, X, C)
     assert np.isnan(out[1]).all()
     tree_world = threshold_world()
     tree_geo = WorldGeometry.of(tree_world)
     T = np.array([[2.0, 3.0], [9.0, 3.0]])
-    np.testing.assert_array_equal(piece_lp(tree_world, tree_geo, np.array([[1.0, 3.0], [1.0, 3.0]]), T), T)
+    np.testing.assert_array_equal(piece_optimum(tree_world, tree_geo, np.array([[1.0, 3.0], [1.0, 3.0]]), T), T)
 
 
 def test_a_start_near_the_margin_leaves_its_chunk_solvable():
@@ -202,7 +202,7 @@ def test_a_start_near_the_margin_leaves_its_chunk_solvable():
     its own f1 - 5."""
     from envs.models import LinearModel
     from learners.tabular.geometry import MARGIN
-    from learners.tabular.polish import piece_lp
+    from learners.tabular.pieces import piece_optimum
 
     schema = FeatureSchema((Feature("f0", "numeric", 0.0, 10.0, mutability="increase"),
                             Feature("f1", "numeric", 0.0, 10.0, mutability="decrease")))
@@ -211,8 +211,8 @@ def test_a_start_near_the_margin_leaves_its_chunk_solvable():
     X = np.array([[0.0, 5.0 + 1.9 * MARGIN], [0.0, 8.0], [1.0, 9.0], [2.0, 7.5]])
     start = np.array([[10.0 - 0.4 * MARGIN, X[0, 1]], [10.0, 8.0], [10.0, 9.0], [10.0, 7.5]])
     assert MARGIN <= world.model.score(start[:1])[0] < 2 * MARGIN
-    together = piece_lp(world, geo, X, start)
-    alone = np.stack([piece_lp(world, geo, X[i:i + 1], start[i:i + 1])[0] for i in range(len(X))])
+    together = piece_optimum(world, geo, X, start)
+    alone = np.stack([piece_optimum(world, geo, X[i:i + 1], start[i:i + 1])[0] for i in range(len(X))])
     np.testing.assert_allclose(together[1:], alone[1:], rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(together[1:, 0], 15.0 - X[1:, 1], atol=1e-5)  # f0 rises just far enough
     assert world.model.score(together[:1])[0] >= MARGIN

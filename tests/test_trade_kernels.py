@@ -80,7 +80,8 @@ def test_trade_moves_are_the_numpy_ones(forest, trees):
     freed = rng.random((len(a_i), 5)) * 0.2 - 0.02  # some give-backs free nothing
     a_w, b_w, g_w = geo.weights
     got = trade_moves_kernel(a_i, ci, freed, x[:, num], c[:, num], lo[:, num], hi[:, num], num, geo.span, geo.rounded,
-                             TRADE_SHARES, float(a_w), float(b_w + g_w), trees, *all_padded_edges(world, X.shape[1]))
+                             TRADE_SHARES, float(a_w), float(b_w + g_w), trees, *all_padded_edges(world, X.shape[1]),
+                             np.ones((len(num), 2)))
     want = _trade_moves_reference(edges, x, c, num, a_i, ci, freed, lo, hi, geo, trees)
     assert len(got[0]) > 100
     for g, w in zip(got, want, strict=True):
@@ -133,7 +134,7 @@ def _trade_sweep_reference(world, geo, x, c, rounds=2):
         freed = d_now[a_i, None] - geo.distance(np.repeat(x[a_i], B, axis=0), given.reshape(E * B, -1)).reshape(E, B)
         e, b, m, v = trade_moves_kernel(a_i, ci, np.ascontiguousarray(freed), x[:, num], c[:, num], lo[:, num],
                                         hi[:, num], num, geo.span, geo.rounded, TRADE_SHARES, float(a_w),
-                                        float(b_w + g_w), bool(edges), *splits)
+                                        float(b_w + g_w), bool(edges), *splits, np.ones((len(num), 2)))
         if not len(e):
             break
         own = a_i[e]

@@ -116,7 +116,8 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
                         cap: int, common: np.ndarray | None = None) -> tuple[Variants, np.ndarray]:
     """Variants of the agents ``X`` (N, D) that change two or more mutable numeric columns at once, each
     to one of its ``values`` split crossings nearest the agent within the room of the distance
-    ``best`` (N,), and come out nearer than ``best`` (by Eq. 3 on the changed columns, exact here):
+    ``best`` (N,; the world's, cost weights included), and come out nearer than ``best`` (by Eq. 3 on
+    the changed columns, exact here; with weights and an l0 term, by the unweighted reach):
     enumerated feature by feature, a partial combination dropped as soon as it cannot win (and, where
     more than ``PARTIAL_CAP * cap`` per agent remain, all but the farthest), at most ``cap`` per agent (the
     farthest: a combination only just inside the room is the likeliest accepted). ``common`` (D, m), or
@@ -126,7 +127,8 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
     to three features misses (GeCo's combinations, batched). An agent whose box of options the
     model's score bound rules out (``may_accept_within``) gets none: none of them would be accepted."""
     a, b, g = geo.weights
-    room = best / max(b + g, 1e-12)
+    best = np.asarray(best, float)
+    room = geo.reach(best) / max(b + g, 1e-12)  # the cost weights: the unweighted change a nearer row may have
     N = len(X)
     cols = np.array([c for c in np.flatnonzero(geo.numeric & ~geo.fixed) if c in split_edges(world)], np.int64)
     if len(cols) < 2 or values < 1:
@@ -142,6 +144,11 @@ def combinations_within(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, 
             & (np.abs(cv - xc) <= (room[:, None] * geo.span[cols][None, :])[..., None] + 1e-12)
         lv = _first_of_each(np.concatenate([lv, np.where(fine, cv, np.nan)], axis=2))  # a crossing met again: once
     step = np.abs(lv - X[:, cols, None]) / geo.span[cols][None, :, None]  # normalized change of each option (NaN: none)
+    if geo.cost is not None and a == 0:  # l1 / l-inf under cost weights: each option's step weighted by its direction, exact
+        w = geo.cost[geo.raw_of_column[cols]]  # (F, 2): up, down
+        step = step * np.where(lv < X[:, cols, None], w[None, :, 1, None], w[None, :, 0, None])
+    elif geo.cost is not None:  # l0 terms count each change at its weight: prune by the unweighted reach (a superset)
+        best = geo.reach(best)
     # an agent whose box of options (its own values too) the model's score bound rules out gets none
     filled = np.where(np.isnan(lv), X[:, cols, None], lv)
     live = may_accept_within(world, X, np.broadcast_to(cols, (N, len(cols))), filled.min(-1), filled.max(-1))

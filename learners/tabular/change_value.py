@@ -38,13 +38,13 @@ from learners.tabular.donor_kernels import donors_kernel
 from learners.tabular.geometry import (
     Variants,
     WorldGeometry,
-    accepts_for,
     first_within,
     may_accept_within,
     nearest_accepted_variants,
     repeats,
 )
-from learners.tabular.polish import affine_layers, piece_lp, polish, region_step, split_edges, trade_sweep
+from learners.tabular.pieces import affine_layers, piece_optimum, region_step
+from learners.tabular.polish import polish, split_edges, trade_sweep
 from learners.tabular.scan_kernels import block_boxes, scan_rows_kernel
 from solvers.mace.distance import Norm
 
@@ -75,7 +75,7 @@ class ChangeValueParams:
     combo_neighbours: int = 8  # and the values the answers of the agent's this many nearest training agents move it to
     scan_levels: tuple[int, int] = (16, 32)  # values of the first and the second feature of a scanned pair
     region_rounds: int = 2  # a ReLU MLP or LR: rounds re-choosing the answers' numeric changes on their linear piece (0: none)
-    piece_lp: bool = True  # a ReLU MLP or LR: then the l1 optimum over each answer's linear piece, by an LP
+    piece_lp: bool = True  # a ReLU MLP or LR: then the weighted l1 optimum over each answer's linear piece (a MILP: ``pieces.piece_optimum``)
     piece_predicted: int = 1  # and over the pieces of the network's predictions for this many most probable subsets (where accepted)
     polish_rounds: int = 4  # polish search rounds per column (half as many on the joint scale; a forest: one round of the joint scale, then its exact split sweep; -1: no polish)
     polish_probes: int = 15  # points probed per column and round (resolution 16**-rounds of the change)
@@ -283,7 +283,7 @@ class ChangeValueGenerator(TabularGenerator):
             Vd, od = discrete_variants(geo, x)
             V, own = Variants.concat([V, Vd]), np.concatenate([own, od])
         if int(self.params.combo_rows) > 0 and split_edges(world):  # several features' crossings at once
-            Vc, oc = combinations_within(world, geo, x, reach, int(self.params.combo_values),
+            Vc, oc = combinations_within(world, geo, x, rec.distance[rows], int(self.params.combo_values),
                                          int(self.params.combo_rows), self._combo_values(x, None if near is None else near[rows]))
             V, own = Variants.concat([V, Vc]), np.concatenate([own, oc])
         k = max(1, int(self.params.scan_starts))
@@ -305,29 +305,30 @@ class ChangeValueGenerator(TabularGenerator):
             dr = geo.distance(x, R)
             take = np.flatnonzero(dr < rec.distance[rows] - 1e-12)
             rec.CF[rows[take]], rec.distance[rows[take]] = R[take], dr[take]
-        if self.params.piece_lp:  # and the exact optimum over the piece each answer lies on
+        if self.params.piece_lp:  # and the exact optimum over the piece each answer (or the agent) lies on
             self._piece_optima(world, geo, x, rows, subs, value, rec)
         rec.seconds += time.perf_counter() - t0
         return rec
 
     def _piece_optima(self, world: TabularWorld, geo: WorldGeometry, x: np.ndarray, rows: np.ndarray,
                       subs: np.ndarray, value: np.ndarray, rec: Recommendations) -> None:
-        """``piece_lp`` from each answer and from the network's accepted predictions for the
-        ``piece_predicted`` most probable subsets (a prediction often lands on the piece of MACE's
-        answer where the polished answer has left it for another); the nearest result wins. ``rec``
-        is updated in place."""
+        """``piece_optimum`` from each answer, from the agent itself (its own piece) and from the network's
+        predictions for the ``piece_predicted`` most probable subsets (a prediction often lands on the
+        piece of MACE's answer where the polished answer has left it for another); the nearest
+        result wins. ``rec`` is updated in place."""
         if affine_layers(world) is None:  # not a ReLU MLP or LR: no pieces
             return
         k = min(max(int(self.params.piece_predicted), 0), subs.shape[1])
-        starts = rec.CF[rows][:, None, :]
+        starts = np.stack([rec.CF[rows], x], 1)
         if k:
             predicted = geo.project(x, np.where(subs[:, :k, geo.raw_of_column], value[:, None, :], x[:, None, :]))
-            flat = predicted.reshape(-1, x.shape[1])
-            flat[~accepts_for(world, geo, np.repeat(x, k, axis=0), flat)] = np.nan  # the LP starts from an accepted point
-            starts = np.concatenate([starts, flat.reshape(len(x), k, -1)], 1)
+            starts = np.concatenate([starts, predicted], 1)
         n, m, D = starts.shape
-        R = piece_lp(world, geo, np.repeat(x, m, 0), starts.reshape(-1, D)).reshape(n, m, D)
-        dr = np.where(np.isnan(R).any(-1), np.inf, geo.distance(x[:, None, :], np.nan_to_num(R)))
+        R = piece_optimum(world, geo, np.repeat(x, m, 0), starts.reshape(-1, D),
+                          beat=np.repeat(rec.distance[rows], m)).reshape(n, m, D)
+        moved = np.ones((n, m), bool)
+        moved[:, 1:] = np.abs(R[:, 1:] - starts[:, 1:]).max(-1) > 0  # a start other than the answer counts once moved
+        dr = np.where(np.isnan(R).any(-1) | ~moved, np.inf, geo.distance(x[:, None, :], np.nan_to_num(R)))
         best = dr.argmin(1)
         take = np.flatnonzero(dr[np.arange(n), best] < rec.distance[rows] - 1e-12)
         rec.CF[rows[take]], rec.distance[rows[take]] = R[take, best[take]], dr[take, best[take]]

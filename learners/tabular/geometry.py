@@ -162,18 +162,6 @@ class WorldGeometry:
         return distance_kernel(X2, C2, self.numeric, self.span, self.raw_of_column, self.n_raw, float(a), float(b),
                                float(g)).reshape(shape)
 
-    def plain_distance(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
-        """Eq. 3 without the rules' cost weights (the measure the compiled searches rank by); ``distance``
-        where the world has none."""
-        if self.cost is None:
-            return self.distance(X, C)
-        from learners.tabular.geometry_kernels import distance_kernel
-
-        a, b, g = self.weights
-        X2, C2, shape = self._rows(X, C)
-        return distance_kernel(X2, C2, self.numeric, self.span, self.raw_of_column, self.n_raw, float(a), float(b),
-                               float(g)).reshape(shape)
-
     def reach(self, d: np.ndarray) -> np.ndarray:
         """The unweighted distance a row may have and still be nearer than ``d`` under the cost weights:
         ``d`` / the smallest weight where it is below 1 (every weighted distance is at least that weight
@@ -183,6 +171,21 @@ class WorldGeometry:
             return d
         w = max(float(self.cost.min()), 1e-3)
         return d if w >= 1.0 else np.asarray(d) / w
+
+    def cost_kernel_args(self) -> tuple[np.ndarray, np.ndarray]:
+        """The cost weights as the compiled kernels take them (``kernel_helpers._row_distance_weighted``):
+        (J, 2) up/down weights (0 rows without weights) and per raw feature the column whose move tells
+        the direction (-1 for a category: its first weight)."""
+        hit = self.__dict__.get("_cost_args")
+        if hit is None:
+            if self.cost is None:
+                hit = (np.zeros((0, 2)), np.zeros(0, np.int64))
+            else:
+                first = self.raw_columns()[:, 0].astype(np.int64)
+                cat = np.isin(np.array(self.raw_kinds), ("group", "nominal"))
+                hit = (np.ascontiguousarray(self.cost, float), np.where(cat, -1, first).astype(np.int64))
+            self.__dict__["_cost_args"] = hit
+        return hit
 
     def _weighted(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """(R,) Eq. 3 with the world's cost weights (``solvers.mace.distance``) of rows ``C`` from ``X`` (R, D):
@@ -395,7 +398,7 @@ def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.nda
                                        np.ascontiguousarray(V.index, np.int64), np.ascontiguousarray(V.cols, np.int64),
                                        np.ascontiguousarray(V.vals, float), ok, np.ascontiguousarray(owner, np.int64),
                                        int(k), geo.numeric, geo.span, geo.raw_of_column, geo.n_raw, float(a), float(b),
-                                       float(g))
+                                       float(g), *geo.cost_kernel_args())
 
     if geo.gate is not None:  # the world's rules: the nearest accepted rows checked (16k per agent at a time),
         checked = np.zeros(len(ok), bool)  # those that break one dropped, until the nearest are all checked
@@ -414,7 +417,7 @@ def nearest_accepted_variants(world: TabularWorld, geo: WorldGeometry, X: np.nda
     out = nearest(ok)
     if geo.cost is None:
         return out
-    d, pos, rows = out  # the kernel ranks by the unweighted distance: the k kept rows re-measured and re-ranked
+    d, pos, rows = out  # the kernel ranks by the weighted distance (its own order of sums): re-measured exactly
     d = np.where(np.isfinite(d), geo.distance(X[:, None, :], np.nan_to_num(rows)), np.inf)
     order = np.argsort(d, axis=1, kind="stable")
     return (np.take_along_axis(d, order, 1), np.take_along_axis(pos, order, 1),

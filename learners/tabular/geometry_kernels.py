@@ -28,6 +28,7 @@ from learners.tabular.kernel_helpers import (
     _away,
     _row_deltas,
     _row_distance,
+    _row_distance_rules,
     _variant_into,
     drop_stale_caches,
 )
@@ -114,12 +115,14 @@ def accepted_distances_kernel(X, C, ok, numeric, span, raw_of_column, n_raw, a, 
 
 
 @nb.njit(cache=True)
-def nearest_accepted_kernel(X, base, index, cols, vals, ok, owner, k, numeric, span, raw_of_column, n_raw, a, b, g):
+def nearest_accepted_kernel(X, base, index, cols, vals, ok, owner, k, numeric, span, raw_of_column, n_raw, a, b, g,
+                            cost, dir_col):
     """``geometry.nearest_accepted_variants`` after its model call: per agent of ``X`` (N, D) the ``k``
     nearest accepted variant rows (``ok``; row t is ``base[index[t]]`` with ``cols[t]`` set to
     ``vals[t]``, proposed for agent ``owner[t]``) that move it, nearest first, ties in row order (NaN
     last): their distances (N, k; inf where fewer), positions (N, k; -1) and rows (N, k, D; NaN).
-    Only the kept rows are stored."""
+    Only the kept rows are stored. ``cost`` (n_raw, 2; 0 rows: none) and ``dir_col``: the rules' cost
+    weights (``_row_distance_weighted``), by which the rows are then ranked."""
     N, D = X.shape
     best = np.full((N, k), np.inf)
     pos = np.full((N, k), -1, np.int64)
@@ -138,7 +141,7 @@ def nearest_accepted_kernel(X, base, index, cols, vals, ok, owner, k, numeric, s
                 break
         if not moved:  # the agent itself is no answer
             continue
-        v = _row_distance(X[i], row, numeric, span, raw_of_column, buf, a, b, g)
+        v = _row_distance_rules(X[i], row, numeric, span, raw_of_column, buf, a, b, g, cost, dir_col)
         m = filled[i]
         if m == k:  # full: only a strictly nearer row (a number before a NaN) gets in
             w = best[i, k - 1]

@@ -111,6 +111,32 @@ def _row_distance(x, c, numeric, span, raw_of_column, buf, a, b, g):
     return a * nnz + b * _pairwise_sum(buf) + g * top
 
 
+@nb.njit(cache=True, inline="always")
+def _row_distance_weighted(x, c, numeric, span, raw_of_column, buf, a, b, g, cost, dir_col):
+    """One row's Eq. 3 distance under the rules' cost weights (``WorldGeometry._weighted``'s, up to the
+    order of the sums): each raw feature's delta and change count times the weight of the direction
+    it moved (``cost`` (n_raw, 2): up, down; ``dir_col``: the column that tells the direction, -1 for a
+    category, which always takes the first)."""
+    _row_deltas(x, c, numeric, span, raw_of_column, buf)
+    cnt, tot, top = 0.0, 0.0, 0.0
+    for j in range(buf.shape[0]):
+        k = dir_col[j]
+        w = cost[j, 1] if k >= 0 and c[k] < x[k] else cost[j, 0]
+        wd = buf[j] * w
+        cnt += w if buf[j] > 1e-12 else 0.0
+        tot += wd
+        top = max(top, wd)
+    return a * cnt + b * tot + g * top
+
+
+@nb.njit(cache=True, inline="always")
+def _row_distance_rules(x, c, numeric, span, raw_of_column, buf, a, b, g, cost, dir_col):
+    """``_row_distance_weighted`` where the world has cost weights (``cost`` has rows), else ``_row_distance``."""
+    if cost.shape[0]:
+        return _row_distance_weighted(x, c, numeric, span, raw_of_column, buf, a, b, g, cost, dir_col)
+    return _row_distance(x, c, numeric, span, raw_of_column, buf, a, b, g)
+
+
 def drop_stale_caches(namespace: dict[str, Any]) -> None:
     """Empty the on-disk numba cache of the kernels defined in ``namespace`` (a module's ``globals()``)
     where it is older than this file: numba tracks only a kernel's own file, not the helpers above

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from envs.tabular import TabularWorld
-from learners.tabular.geometry import MARGIN as MARGIN_SCORE
 from learners.tabular.geometry import (
     Variants,
     WorldGeometry,
@@ -279,11 +278,12 @@ def trade_sweep(world: TabularWorld, geo: WorldGeometry, x: np.ndarray, c: np.nd
         x, c = X_all[act], C_all[act]
         d_now, own, cols, vals = trade_round_kernel(x, c, lo_all[act], hi_all[act], num, *rule, geo.rounded,
                                                     float(a_w), float(b_w), float(g_w), *_BACKS, TRADE_SHARES,
-                                                    bool(edges), *splits)
+                                                    bool(edges), *splits, *geo.cost_kernel_args())
         if not len(own):
             break
         ok = accepts_variants_for(world, geo, x, Variants(c, own, cols, vals))
-        agents, rows = trade_pick_kernel(x, c, own, cols, vals, ok, d_now, *rule, float(a_w), float(b_w), float(g_w))
+        agents, rows = trade_pick_kernel(x, c, own, cols, vals, ok, d_now, *rule, float(a_w), float(b_w), float(g_w),
+                                         *geo.cost_kernel_args())
         if not len(agents):
             break
         C_all[act[agents]] = rows
@@ -348,170 +348,9 @@ def polish(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray
         ok = accepts_variants_for(world, geo, x, trials) if exact else accepts_for(world, geo, x[a_idx], trials.rows())
         # one drop per agent (trials were made from the undropped row): its nearest accepted one, if nearer
         a_w, b_w, g_w = geo.weights
-        agents, dropped = trade_pick_kernel(x, c, a_idx, cols, vals, ok, geo.plain_distance(x, c), geo.numeric, geo.span,
-                                            geo.raw_of_column, geo.n_raw, float(a_w), float(b_w), float(g_w))
+        agents, dropped = trade_pick_kernel(x, c, a_idx, cols, vals, ok, geo.distance(x, c), geo.numeric, geo.span,
+                                            geo.raw_of_column, geo.n_raw, float(a_w), float(b_w), float(g_w),
+                                            *geo.cost_kernel_args())
         c[agents] = dropped
     C[rows] = c
-    return C
-
-
-# ------------------------------------------------------------------------------------ generators
-
-
-REGION_OVERSHOOT = (1.0 + 1e-6, 1.001, 1.01, 1.05)  # multiples of the score a linear piece says is missing
-
-
-def affine_layers(world: TabularWorld) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
-    """A ReLU MLP's or LR's layers (weights, biases), or None for another model."""
-    from envs.models import LinearModel, MLPModel
-
-    model = getattr(world.model, "model", world.model)  # a counting wrapper forwards to the model
-    if isinstance(model, MLPModel):
-        return model.weights, model.biases
-    if isinstance(model, LinearModel):
-        return [model.w[:, None]], [np.array([model.b])]
-    return None
-
-
-PIECE_LP_CHUNK = 64  # agents per block-diagonal LP: HiGHS's time grows faster than the block count
-
-
-def _piece_rows(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarray, cols: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """On the linear piece each row of ``C`` lies on: (N, H) every ReLU unit's pre-activation and
-    (N, H, K) its gradient in the columns ``cols``, (N, H) its side (+1 active, -1 not), and the
-    score (N,) and its gradient (N, K). Within the piece all of these are affine in ``C[:, cols]``."""
-    h, J = C, np.broadcast_to(weights[0][cols].T, (len(C),) + weights[0][cols].T.shape)
-    zs, Js, sides = [], [], []
-    for W, b in zip(weights[:-1], biases[:-1], strict=True):
-        if Js:  # the gradient through the previous layer's active units
-            J = np.einsum("ik,ni,nir->nkr", W, sides[-1] > 0, Js[-1])
-        z = h @ W + b
-        zs.append(z)
-        Js.append(J)
-        sides.append(np.where(z > 0, 1.0, -1.0))
-        h = np.maximum(z, 0.0)
-    score = (h @ weights[-1] + biases[-1])[:, 0]
-    g = np.einsum("i,ni,nir->nr", weights[-1][:, 0], sides[-1] > 0, Js[-1]) if Js else \
-        np.broadcast_to(weights[-1][cols, 0], (len(C), len(cols)))
-    if not zs:  # LR: no units
-        return (np.zeros((len(C), 0)), np.zeros((len(C), 0, len(cols))), np.zeros((len(C), 0)), score, g)
-    return np.concatenate(zs, 1), np.concatenate(Js, 1), np.concatenate(sides, 1), score, g
-
-
-def _piece_inputs(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray):
-    """What the two piece steps start from, or None where they have nothing to do (not a ReLU MLP or
-    LR, no movable real-valued column, no answer): the model's (weights, biases), the movable
-    real-valued columns (an integer one moves in whole steps, which neither step prices), the rows
-    of ``C`` that hold an answer, the agents' boxes (lo, hi) and the columns' spans."""
-    layers = affine_layers(world)
-    cols = np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)
-    rows = np.flatnonzero(~np.isnan(C).any(1))
-    if layers is None or not len(cols) or not len(rows):
-        return None
-    return layers, cols, rows, geo.box(X), geo.span[cols]
-
-
-def region_step(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, *, rounds: int = 2
-                ) -> np.ndarray:
-    """A ReLU MLP or LR: each answer's real-valued changes re-chosen on the linear piece it lies on,
-    where the score is affine: from the agent's real values (its other changes kept), the features
-    that buy the most score per unit of distance move first, each up to its bound, until the piece
-    says the decision flips (a fractional knapsack: the l1 optimum on that piece), at a few overshoots
-    of the missing score since the piece may end first. All candidates of all agents in one model
-    call per round; an answer is replaced only by an accepted, nearer one. A heuristic (the piece's
-    optimum need not be the model's). Other models: ``C`` unchanged."""
-    C = C.copy()
-    inputs = _piece_inputs(world, geo, X, C)
-    if inputs is None:
-        return C
-    (weights, biases), num, rows, (lo, hi), span = inputs
-    factors = np.asarray(REGION_OVERSHOOT)
-    for _ in range(rounds):
-        x, c = X[rows], C[rows]
-        *_, score, w = _piece_rows(weights, biases, c, num)  # the score and its gradient in num on c's piece
-        p = c.copy()
-        p[:, num] = x[:, num]  # the real changes are re-chosen; the others stay
-        missing = MARGIN_SCORE - (score + ((x[:, num] - c[:, num]) * w).sum(1))  # score to add on c's piece
-        cap = np.where(w > 0, hi[rows][:, num] - x[:, num], np.where(w < 0, x[:, num] - lo[rows][:, num], 0.0))
-        gain = np.abs(w) * np.maximum(cap, 0.0)  # score each feature adds moved to its bound
-        order = np.argsort(-np.abs(w) * span, axis=1, kind="stable")  # score per unit of normalized distance
-        n = len(rows)
-        g_sorted = np.take_along_axis(gain, order, 1)
-        before = np.cumsum(g_sorted, 1) - g_sorted  # score the features ahead of each one add in full
-        target = np.maximum(missing[:, None] * factors[None, :], 0.0)  # (n, F) at each overshoot
-        take = np.clip(target[..., None] - before[:, None, :], 0.0, g_sorted[:, None, :])  # (n, F, M) in order
-        w_sorted = np.abs(np.take_along_axis(w, order, 1))[:, None, :]
-        move_sorted = np.where(w_sorted > 0, take / np.where(w_sorted > 0, w_sorted, 1.0), 0.0)
-        move = np.empty_like(move_sorted)
-        np.put_along_axis(move, np.broadcast_to(order[:, None, :], move.shape), move_sorted, 2)
-        short = target - g_sorted.sum(1)[:, None] > 1e-12 * np.maximum(1.0, np.abs(missing))[:, None]  # no flip in the box
-        cand = np.repeat(p[:, None, :], len(factors), axis=1)  # (n, F, D)
-        cand[..., num] = np.clip(x[:, None, num] + np.sign(w)[:, None, :] * move, lo[rows][:, None, num],
-                                 hi[rows][:, None, num])
-        cand[short] = np.nan
-        flat = cand.reshape(n * len(factors), -1)
-        live = ~np.isnan(flat).any(1)
-        ok = np.zeros(len(flat), bool)
-        ok[live] = accepts_for(world, geo, np.repeat(x, len(factors), axis=0)[live], flat[live])
-        d = np.where(ok, geo.distance(np.repeat(x, len(factors), 0), np.nan_to_num(flat)), np.inf).reshape(n, -1)
-        best = d.argmin(1)
-        better = d[np.arange(n), best] < geo.distance(x, c) - 1e-12
-        if not better.any():
-            break
-        C[rows[better]] = cand[np.flatnonzero(better), best[better]]
-        rows = rows[better]
-    return C
-
-
-def piece_lp(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """A ReLU MLP or LR: each answer's real-valued changes re-chosen as the exact l1 optimum over the
-    linear piece the answer lies on: an LP (HiGHS) whose constraints are the piece's score clearing
-    the margin and every ReLU unit keeping its side (all affine there), the other changes kept. The
-    answer is feasible for it, so the optimum is never farther; where ``region_step``'s fill leaves the
-    piece this stays on it. The agents' LPs are blocks of one LP per chunk; one model call verifies
-    them and an answer is replaced only by an accepted, nearer one. A heuristic beyond the piece (a
-    nearer answer may lie on another), and for a norm with count or max terms (only their l1 part is
-    the LP's objective). Other models: ``C`` unchanged."""
-    from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix
-
-    C = C.copy()
-    inputs = _piece_inputs(world, geo, X, C)
-    if inputs is None:
-        return C
-    (weights, biases), cols, rows, (lo, hi), span = inputs
-    K = len(cols)
-    Y = C[rows].copy()
-    for chunk in np.array_split(np.arange(len(rows)), -(-len(rows) // PIECE_LP_CHUNK)):
-        x, c = X[rows[chunk]], C[rows[chunk]]
-        n = len(chunk)
-        z, J, side, score, g = _piece_rows(weights, biases, c, cols)
-        shift = (x - c)[:, cols]  # the LP's variable v is the change from the agent in spans: y = x + v * span
-        J, g = J * span, g * span
-        # side * (z + J . (shift / span + v)) >= 0 per unit and score + g . (...) >= 2 margin, as A v <= b
-        A = np.concatenate([-side[..., None] * J, -g[:, None, :]], 1)  # (n, H + 1, K)
-        # the score to clear: twice the margin, or the start's own where lower (the start stays feasible, so
-        # one block can never make its chunk's LP infeasible; the model call below has the last word)
-        need = np.minimum(2 * MARGIN_SCORE, score)
-        b = np.concatenate([side * (z + np.einsum("nhk,nk->nh", J, shift / span)),
-                            (score + (g * shift / span).sum(1) - need)[:, None]], 1)
-        A = np.concatenate([A, -A], 2)  # v = u - w, u, w >= 0: the objective sum(u + w) is the l1 part
-        m, k2 = A.shape[1], 2 * K
-        row_block = np.repeat(np.arange(n), m)
-        A_sparse = csr_matrix((A.ravel(), (np.repeat(np.arange(n * m), k2),
-                                           (row_block[:, None] * k2 + np.arange(k2)).ravel())), shape=(n * m, n * k2))
-        up = np.maximum(hi[rows[chunk]][:, cols] - x[:, cols], 0.0) / span
-        down = np.maximum(x[:, cols] - lo[rows[chunk]][:, cols], 0.0) / span
-        bounds = np.stack([np.zeros(n * k2), np.concatenate([up, down], 1).ravel()], 1)
-        res = linprog(np.ones(n * k2), A_ub=A_sparse, b_ub=b.ravel(), bounds=bounds, method="highs")
-        if res.status != 0:  # numerically troubled: keep the chunk's answers
-            continue
-        v = res.x.reshape(n, k2)
-        Y[chunk[:, None], cols] = np.clip(x[:, cols] + (v[:, :K] - v[:, K:]) * span, lo[rows[chunk]][:, cols],
-                                          hi[rows[chunk]][:, cols])
-    nearer = geo.distance(X[rows], Y) < geo.distance(X[rows], C[rows]) - 1e-12
-    if nearer.any():
-        ok = accepts_for(world, geo, X[rows][nearer], Y[nearer])
-        C[rows[np.flatnonzero(nearer)[ok]]] = Y[nearer][ok]
     return C

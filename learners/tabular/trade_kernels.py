@@ -22,7 +22,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from learners.tabular.kernel_helpers import _crossing, _row_distance, _variant_into, drop_stale_caches
+from learners.tabular.kernel_helpers import _crossing, _row_distance_rules, _variant_into, drop_stale_caches
 
 
 @nb.njit(cache=True, inline="always")
@@ -52,12 +52,12 @@ def _walk_crossings(t, u, lft, n, col, s, x, c, r, rounded_col, out_row):
 
 
 @nb.njit(cache=True, inline="always")
-def _trade_room(given, freed, cj, xj, cv, sg, a_w, bg):
+def _trade_room(given, freed, cj, xj, cv, sg, a_w, bg, w):
     """The normalized room a give-back freeing ``freed`` leaves partner column ``cj`` (agent's value
-    ``xj``, answer's ``cv``) in direction ``sg`` (0 up, 1 down); 0 where it may not move that way (it
-    is the column given back, or it changed the other way)."""
+    ``xj``, answer's ``cv``) in direction ``sg`` (0 up, 1 down) at cost weight ``w`` that way; 0 where
+    it may not move that way (it is the column given back, or it changed the other way)."""
     gj = cv - xj
-    room = (freed - a_w * (np.abs(gj) <= 1e-12)) / bg
+    room = (freed - a_w * w * (np.abs(gj) <= 1e-12)) / (bg * w)
     if given == cj or not room > 1e-12 or not gj * (1.0 - 2.0 * sg) >= 0:
         return 0.0
     return room
@@ -75,13 +75,13 @@ def _trade_move(room, share, cj, cv, lo, hi, sg, span, rounded):
 
 @nb.njit(cache=True)
 def trade_moves_kernel(agent, given, freed, xm, cm, lom, him, num, span, rounded, shares, a_w, bg, trees, t, u, lft,
-                       n_splits):
+                       n_splits, wdir):
     """The moves of ``polish.trade_sweep``'s partner columns, per give-back: entry e (agent ``agent[e]``,
     column ``given[e]`` given back) frees ``freed[e, b]`` of distance with its b-th give-back; every
     other mutable numeric column (position m in ``num``; ``xm``, ``cm``, ``lom``, ``him`` (n, M): the
     agent's value, the answer's, its reachable box) may then move on, either way if unchanged, by
-    ``shares`` of the normalized room ``(freed - a_w [m unchanged]) / bg`` (an integer column rounded
-    up), clipped into the box. A tree ensemble (``trees``) moves only to the split crossings within
+    ``shares`` of the normalized room ``(freed - a_w w [m unchanged]) / (bg w)`` (``w = wdir[m, direction]``:
+    the rules' cost weight of that move, 1 without; an integer column rounded up), clipped into the box. A tree ensemble (``trees``) moves only to the split crossings within
     that room, the first ``len(shares)`` of them (walked once per agent, partner and direction, as far
     as its widest room). Entries come grouped by agent. Returns (e, b, m, value) per move, in the
     order e, b, m, direction (up first), share or crossing."""
@@ -105,7 +105,7 @@ def trade_moves_kernel(agent, given, freed, xm, cm, lom, him, num, span, rounded
                 for b in range(B):
                     for m in range(M):
                         for sg in range(2):
-                            room = _trade_room(given[e], freed[e, b], num[m], xm[a, m], cm[a, m], sg, a_w, bg)
+                            room = _trade_room(given[e], freed[e, b], num[m], xm[a, m], cm[a, m], sg, a_w, bg, wdir[m, sg])
                             if room > 0:  # the ladder is monotone: its last move is the farthest
                                 far = _trade_move(room, shares[L - 1], num[m], cm[a, m], lom[a, m], him[a, m], sg,
                                                   span, rounded)
@@ -121,7 +121,7 @@ def trade_moves_kernel(agent, given, freed, xm, cm, lom, him, num, span, rounded
             for b in range(B):
                 for m in range(M):
                     for sg in range(2):
-                        room = _trade_room(given[e], freed[e, b], num[m], xm[a, m], cm[a, m], sg, a_w, bg)
+                        room = _trade_room(given[e], freed[e, b], num[m], xm[a, m], cm[a, m], sg, a_w, bg, wdir[m, sg])
                         if not room > 0:
                             continue
                         if not trees:
@@ -169,21 +169,22 @@ def _split_back(t, u, lft, n, col, x, c, k, default):
 
 @nb.njit(cache=True)
 def trade_round_kernel(x, c, lo, hi, num, numeric, span, raw_of_column, n_raw, rounded, a_w, b_w, g_w, steps,
-                       int_shares, real_shares, back_splits, shares, trees, t, u, lft, n_splits):
+                       int_shares, real_shares, back_splits, shares, trees, t, u, lft, n_splits, cost, dir_col):
     """One round of ``polish.trade_sweep`` up to its model call, for answers ``c`` of agents ``x``
     (n, D): each changed numeric column (position p in ``num``) gives back, B ways (``steps``, or
     ``int_shares`` of a change over twice the largest step, for an integer column; ``real_shares``
     of a real one's change, or on a tree ensemble the split ``back_splits[b]`` where it is not 0), the
     distance each give-back frees, and the partner moves (``trade_moves_kernel``). Returns the
     answers' distances (n,) and the trades as variants of ``c``: agent (T,), columns and values
-    (T, 2) (the column given back, then the partner), in the order of the numpy steps it replaced."""
+    (T, 2) (the column given back, then the partner), in the order of the numpy steps it replaced.
+    ``cost`` (n_raw, 2; 0 rows: none) and ``dir_col``: the rules' cost weights, in every distance."""
     n, D = x.shape
     M, B = num.shape[0], steps.shape[0]
     buf = np.empty(n_raw)
     d_now = np.empty(n)
     E = 0
     for i in range(n):
-        d_now[i] = _row_distance(x[i], c[i], numeric, span, raw_of_column, buf, a_w, b_w, g_w)
+        d_now[i] = _row_distance_rules(x[i], c[i], numeric, span, raw_of_column, buf, a_w, b_w, g_w, cost, dir_col)
         for p in range(M):
             E += np.abs(c[i, num[p]] - x[i, num[p]]) > 1e-12
     a_i, ci = np.empty(E, np.int64), np.empty(E, np.int64)
@@ -213,13 +214,18 @@ def trade_round_kernel(x, c, lo, hi, num, numeric, span, raw_of_column, n_raw, r
             row[d] = c[a, d]
         for b in range(B):
             row[col] = backs[e, b]
-            freed[e, b] = d_now[a] - _row_distance(x[a], row, numeric, span, raw_of_column, buf, a_w, b_w, g_w)
+            freed[e, b] = d_now[a] - _row_distance_rules(x[a], row, numeric, span, raw_of_column, buf, a_w, b_w, g_w,
+                                                         cost, dir_col)
     xm, cm, lom, him = np.empty((n, M)), np.empty((n, M)), np.empty((n, M)), np.empty((n, M))
     for i in range(n):
         for p in range(M):
             xm[i, p], cm[i, p], lom[i, p], him[i, p] = x[i, num[p]], c[i, num[p]], lo[i, num[p]], hi[i, num[p]]
+    wdir = np.ones((M, 2))  # each partner's cost weight up and down
+    if cost.shape[0]:
+        for p in range(M):
+            wdir[p, 0], wdir[p, 1] = cost[raw_of_column[num[p]], 0], cost[raw_of_column[num[p]], 1]
     me, mb, mm, mv = trade_moves_kernel(a_i, ci, freed, xm, cm, lom, him, num, span, rounded, shares, a_w, b_w + g_w,
-                                        trees, t, u, lft, n_splits)
+                                        trees, t, u, lft, n_splits, wdir)
     T = me.shape[0]
     own = np.empty(T, np.int64)
     cols, vals = np.empty((T, 2), np.int64), np.empty((T, 2))
@@ -231,11 +237,13 @@ def trade_round_kernel(x, c, lo, hi, num, numeric, span, raw_of_column, n_raw, r
 
 
 @nb.njit(cache=True)
-def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_column, n_raw, a_w, b_w, g_w):
+def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_column, n_raw, a_w, b_w, g_w, cost,
+                      dir_col):
     """After a model call on variants of the answers ``c`` (row q: ``c[own[q]]`` with ``cols[q]``
     (-1: none) set to ``vals[q]``): per agent its nearest accepted variant (``ok``; ties: the first)
     where nearer than its answer (``d_now``) by more than 1e-12. Returns the agents (ascending) and
-    their new rows (k, D). A trade round's last step, and the polish's drop of a feature."""
+    their new rows (k, D). A trade round's last step, and the polish's drop of a feature. ``cost`` and
+    ``dir_col``: the rules' cost weights (0 rows: none)."""
     n, D = c.shape
     best = np.full(n, np.inf)
     pick = np.full(n, -1, np.int64)
@@ -246,7 +254,7 @@ def trade_pick_kernel(x, c, own, cols, vals, ok, d_now, numeric, span, raw_of_co
             continue
         a = own[q]
         _variant_into(row, c[a], cols, vals, q)
-        dq = _row_distance(x[a], row, numeric, span, raw_of_column, buf, a_w, b_w, g_w)
+        dq = _row_distance_rules(x[a], row, numeric, span, raw_of_column, buf, a_w, b_w, g_w, cost, dir_col)
         if dq < d_now[a] - 1e-12 and dq < best[a]:
             best[a], pick[a] = dq, q
     k = 0
