@@ -156,3 +156,71 @@ def test_bad_parameters_name_the_field():
         build_tabular_generator("proposer", {"heads": 0})
     with pytest.raises(ValueError, match="proposals: expected"):
         build_tabular_generator("proposer", {"proposals": "magic"})
+
+
+def test_screens_change_one_feature_inside_the_box(german):
+    """``screens``: every row changes exactly one raw feature of its agent, lies in the agent's box and is
+    a valid one-hot row; every mutable numeric column reaches its bound either way where it has room,
+    and the vocabulary values nearest the agent are among the rows."""
+    from learners.tabular.budget_search import screens
+
+    world, labels = german[0], german[1]
+    geo = WorldGeometry.of(world)
+    X = labels.X[:12]
+    vocab = [np.unique(labels.CF[:, c]) if geo.numeric[c] else np.zeros(0) for c in range(X.shape[1])]
+    S = screens(geo, X, vocab)
+    lo, hi = geo.box(X)
+    for i in range(len(X)):
+        R = S[i][~np.isnan(S[i]).any(1)]
+        assert len(R)
+        assert ((geo.deltas(X[i][None], R) > 1e-12).sum(1) == 1).all()
+        assert not geo.violations(np.repeat(X[i][None], len(R), 0), R).any()
+        for c in np.flatnonzero(geo.numeric & ~geo.fixed):
+            if hi[i, c] > X[i, c]:
+                assert np.isclose(R[:, c], hi[i, c]).any()
+            if lo[i, c] < X[i, c]:
+                assert np.isclose(R[:, c], lo[i, c]).any()
+            above = vocab[c][vocab[c] > X[i, c]]
+            if len(above) and above[0] <= hi[i, c]:
+                assert np.isclose(R[:, c], above[0]).any()
+
+
+def test_starts_take_the_nearest_of_each_changed_set_first():
+    """``_starts`` with the agents: the nearest row overall first, then the nearest of every other changed
+    set, before a second row of a set already taken."""
+    from learners.tabular.budget_search import _starts
+
+    X = np.zeros((1, 3))
+    C = np.array([[[1.0, 0, 0], [2.0, 0, 0], [0, 3.0, 0], [0, 0, 4.0], [3.0, 0, 0]]])
+    d = np.array([[1.0, 2.0, 3.0, 4.0, 5.0]])
+    S, dS = _starts(C, d, 4, X)
+    np.testing.assert_array_equal(dS[0], [1.0, 3.0, 4.0, 2.0])
+    S0, d0 = _starts(C, d, 4)  # without the agents: nearest first
+    np.testing.assert_array_equal(d0[0], [1.0, 2.0, 3.0, 4.0])
+
+
+def test_trades_give_back_an_integer_step_and_move_a_partner(german):
+    """``_trades``: an answer that moved an integer column gives back one or two steps and another numeric
+    column moves on, in a direction it may move, by shares of the distance the step freed."""
+    from learners.tabular.budget_search import TRADE_SHARES, _trades
+
+    world, labels = german[0], german[1]
+    geo = WorldGeometry.of(world)
+    ints = np.flatnonzero(geo.numeric & geo.rounded & ~geo.fixed)
+    if not len(ints):
+        pytest.skip("the test world has no integer column")
+    X = labels.X[:6]
+    B = X.copy()
+    lo, hi = geo.box(X)
+    c = ints[0]
+    B[:, c] = np.where(hi[:, c] - X[:, c] >= 3, X[:, c] + 3, X[:, c])
+    changed = np.abs(B - X) > 1e-12
+    rows = [R for R in _trades(geo, X, B, changed)]
+    assert rows
+    R = np.concatenate(rows, 1)
+    for i in np.flatnonzero(changed[:, c]):
+        live = R[i][~np.isnan(R[i]).any(1)]
+        assert len(live) >= len(TRADE_SHARES)
+        assert set(np.round(B[i, c] - live[:, c])) <= {1.0, 2.0}  # one or two steps given back
+        moved = np.abs(live - B[i]) > 1e-12
+        assert (moved.sum(1) == 2).all()

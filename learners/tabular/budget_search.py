@@ -9,11 +9,16 @@ idea), ``budget_search`` spends its budget in rounds, every agent of the batch i
    each numeric column to, learned from the labels: on a forest they sit just past its splits, which a
    black box does not show), the proposal with each numeric change snapped to the nearest vocabulary
    value at least as far. Rows are projected onto the agent's box and rows that break a rule of the
-   world (known, no model call) are dropped. One call; the nearest accepted row per agent is its answer.
-2. **refinement rounds** (while the budget lasts): from each agent's answer, every move that shortens it
-   (a changed feature back to the agent's value; a numeric change shrunk to fractions of itself and to
-   the vocabulary values between; the whole numeric change scaled toward the agent), the nearest
-   ``rows`` of them first, in one call; the nearest accepted replaces the answer.
+   world (known, no model call) are dropped. Where the round has ``SCREEN_MIN_ROWS`` rows or more, a share
+   goes to ``screens``: one feature at a time (each numeric column to fractions of its room either way
+   and to its vocabulary values nearest the agent, each other category, each flip), which tell which
+   single features flip the model for this agent. One call; the nearest accepted row per agent is its answer.
+2. **refinement rounds** (while the budget lasts): from each agent's accepted rows (the nearest of each
+   changed set first, as many as the round's rows allow), every move that shortens it (a changed feature
+   back to the agent's value; a numeric change shrunk to fractions of itself and to the vocabulary values
+   between; two changes shrunk together; the whole numeric change scaled toward the agent; an integer
+   column giving back a step or two while another column moves on by the distance that frees: a trade),
+   the nearest ``rows`` of them first, in one call; the nearest accepted replaces the answer.
 
 Every answer was itself accepted by a model call (no value is recomputed after its check) and lies in the
 agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent rows between rounds.
@@ -35,8 +40,16 @@ FRACTIONS = tuple(np.round(np.concatenate([np.linspace(0.05, 0.75, 8), 1 - np.ge
 RAY = tuple(np.round(1 - np.geomspace(0.6, 0.002, 20), 6))  # the whole numeric change scaled toward the agent
 PAIR_FRACTIONS = (0.0, 0.3, 0.6, 0.8, 0.9, 1.0)  # the grid of a pair of numeric changes (1.0: as it is)
 EXTRA_SHARE = 1 / 16  # of the first round's rows, at most this share for the fallback rows (coverage)
-STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest first)
+STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest of each changed set first)
+MAX_STARTS = 12  # and up to this many where a round has the rows
+START_ROWS = 64  # rows a round needs per start before it takes one more
 VOCAB_STEPS = 8  # vocabulary values between the agent and the answer tried per numeric column
+TRADE_BACKS = (1.0, 2.0)  # integer steps a changed integer column gives back in a trade
+TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)  # of the room a give-back frees, the partner's move
+SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the screens (one feature at a time)
+SCREEN_MIN_ROWS = 512  # only where the first round has this many rows: below, the proposals need them all
+SCREEN_FRACTIONS = (1.0, 0.5, 0.25, 0.1, 0.03)
+SCREEN_VOCAB = 3  # vocabulary values per numeric column and direction in the screens  # a numeric screen's moves, as shares of the room either way
 
 
 @dataclass
@@ -117,6 +130,61 @@ def _round_one(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.
     return C[:, :rows]
 
 
+def screens(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None = None) -> np.ndarray:
+    """(N, Q, D) one feature changed at a time: each mutable numeric column moved by ``SCREEN_FRACTIONS``
+    of its room either way, each other category of a one-hot group, each binary flipped; ordered so that a
+    cut keeps the coarsest first (every feature to its bound, then every category, then each numeric column
+    at its ``SCREEN_VOCAB`` vocabulary values nearest the agent either way, then the finer moves).
+    A proposal names the features the labels changed; these tell the search which single features flip
+    the model for this agent at all, and bracket where (the refinement then shrinks them)."""
+    N, D = X.shape
+    lo, hi = geo.box(X)
+    num = np.flatnonzero(geo.numeric & ~geo.fixed)
+    parts = []
+
+    def moved(cols: np.ndarray, vals: np.ndarray) -> np.ndarray:  # (N, len(cols), D) one column set per row
+        R = np.repeat(X[:, None, :], len(cols), axis=1)
+        R[:, np.arange(len(cols)), cols] = vals
+        R[np.abs(vals - X[:, cols]) <= 1e-12] = np.nan  # no move: no row
+        return R
+
+    for k, f in enumerate(SCREEN_FRACTIONS):
+        up = X[:, num] + f * (hi[:, num] - X[:, num])
+        down = X[:, num] - f * (X[:, num] - lo[:, num])
+        parts += [moved(num, up), moved(num, down)]
+        if k == 0:  # the categories and flips after every numeric feature at its bound
+            for cols in geo.group_columns:
+                if geo.fixed[cols].all():
+                    continue
+                for c in cols:
+                    R = np.repeat(X[:, None, :], 1, axis=1)
+                    R[:, 0, cols] = 0.0
+                    R[:, 0, c] = 1.0
+                    R[X[:, c] == 1.0] = np.nan  # the agent's own category
+                    parts.append(R)
+            flips = np.flatnonzero(~geo.numeric & ~geo.fixed & ~np.isin(np.arange(D), np.concatenate(
+                [np.zeros(0, np.int64), *geo.group_columns])))
+            if len(flips):
+                parts.append(moved(flips, 1.0 - X[:, flips]))
+            if vocab is not None:  # the values the labels move a column to nearest the agent (a forest's splits)
+                for c in num:
+                    v = vocab[c]
+                    if not len(v):
+                        continue
+                    above = np.searchsorted(v, X[:, c], "right")
+                    below = np.searchsorted(v, X[:, c], "left") - 1
+                    for k in range(SCREEN_VOCAB):
+                        for i, ok in ((above + k, above + k < len(v)), (below - k, below - k >= 0)):
+                            vals = np.where(ok, v[np.clip(i, 0, len(v) - 1)], X[:, c])
+                            parts.append(moved(np.array([c]), vals[:, None]))
+    C = np.concatenate(parts, axis=1)
+    bad = np.isnan(C).any(-1)
+    C = geo.project(X, np.nan_to_num(C))
+    bad |= (np.abs(C - X[:, None, :]) <= 1e-12).all(-1)  # a move the box clipped back to the agent
+    C[bad] = np.nan
+    return C
+
+
 def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None) -> np.ndarray:
     """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows)."""
     return np.concatenate([_moves_one(geo, X, S[:, t], vocab) for t in range(S.shape[1])], axis=1)
@@ -164,6 +232,7 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
             R[:, :, c2] = X[:, None, c2] + f2[None, :] * (B[:, None, c2] - X[:, None, c2])
             R[~both] = np.nan
             parts.append(R)
+    parts += _trades(geo, X, B, changed)
     t = np.asarray(RAY)
     R = np.repeat(B[:, None], len(t), axis=1)
     R[:, :, num] = X[:, None, num] + t[None, :, None] * (B[:, None, num] - X[:, None, num])
@@ -173,6 +242,36 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     C = geo.project(X, np.nan_to_num(C))
     C[bad] = np.nan
     return C
+
+
+def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarray) -> list[np.ndarray]:
+    """(N, Q, D) rows per changed integer column: it gives back ``TRADE_BACKS`` steps toward the agent and
+    another numeric column moves on, either way it may, by ``TRADE_SHARES`` of the distance that frees (the
+    optimum that takes one step less of an integer feature and tips over with a little of another)."""
+    lo, hi = geo.box(X)
+    num = np.flatnonzero(geo.numeric & ~geo.fixed)
+    out = []
+    cost = np.ones((geo.n_raw, 2)) if geo.cost is None else geo.cost
+    for c in num[geo.rounded[num]]:
+        g = np.nan_to_num(B[:, c]) - X[:, c]
+        for k in TRADE_BACKS:
+            live = changed[:, c] & (np.abs(g) > k - 1e-9)
+            if not live.any():
+                continue
+            back = B.copy()
+            back[:, c] = B[:, c] - np.sign(g) * k
+            w_c = np.where(g < 0, cost[geo.raw_of_column[c], 1], cost[geo.raw_of_column[c], 0])
+            freed = k / geo.span[c] * w_c  # the normalized, weighted change the give-back frees
+            for j in num[num != c]:
+                for sgn, w in ((1.0, cost[geo.raw_of_column[j], 0]), (-1.0, cost[geo.raw_of_column[j], 1])):
+                    step = np.asarray(TRADE_SHARES)[None, :] * (freed / w)[:, None] * geo.span[j]
+                    R = np.repeat(back[:, None], len(TRADE_SHARES), axis=1)
+                    R[:, :, j] = B[:, None, j] + sgn * step
+                    bad = ~live | (sgn * (np.nan_to_num(B[:, j]) - X[:, j]) < -1e-12)  # it changed the other way
+                    bad |= (hi[:, j] <= B[:, j]) if sgn > 0 else (lo[:, j] >= B[:, j])
+                    R[bad] = np.nan
+                    out.append(R)
+    return out
 
 
 def _nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, below: np.ndarray) -> np.ndarray:
@@ -195,16 +294,36 @@ def _nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, 
     return out
 
 
-def _starts(C: np.ndarray, d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _compact(C: np.ndarray, rows: int) -> np.ndarray:
+    """(N, rows, D) each agent's first ``rows`` finite rows of ``C`` (N, Q, D), in order (NaN padded)."""
+    live = ~np.isnan(C).any(-1)
+    order = np.argsort(~live, axis=1, kind="stable")[:, :rows]
+    out = np.take_along_axis(C, order[:, :, None], 1)
+    return np.pad(out, ((0, 0), (0, rows - out.shape[1]), (0, 0)), constant_values=np.nan)
+
+
+def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(N, k, D) each agent's ``k`` nearest distinct accepted rows of ``C`` (N, Q, D) and (N, k) their
-    distances (inf, rows NaN, where there are fewer)."""
+    distances (inf, rows NaN, where there are fewer). With the agents ``X``, the nearest row of each
+    changed set comes first (nearest first), then the next nearest rows: a farther answer that changes
+    other features may shrink below the nearest one, which the shrinking moves of one set never reach."""
     order = np.argsort(d, axis=1, kind="stable")
     d = np.take_along_axis(d, order, 1)
     C = np.take_along_axis(C, order[:, :, None], 1)
     dup = np.zeros_like(d, bool)
     dup[:, 1:] = (d[:, 1:] == d[:, :-1]) & np.isfinite(d[:, 1:])  # equal distance: most likely the same row
     d = np.where(dup, np.inf, d)
-    order = np.argsort(d, axis=1, kind="stable")[:, :k]
+    key = d.copy()
+    if X is not None and C.shape[1] > 1:  # a row whose changed set a nearer row has ranks after every first
+        moved = np.abs(np.nan_to_num(C) - X[:, None, :]) > 1e-12  # (N, Q, D)
+        packed = np.packbits(moved, axis=-1)
+        codes = packed.view(np.dtype((np.void, packed.shape[-1]))).reshape(moved.shape[:2])
+        for i in range(len(C)):  # the pool is small (a few hundred rows per agent)
+            _, first = np.unique(codes[i], return_index=True)
+            repeat = np.ones(C.shape[1], bool)
+            repeat[first] = False
+            key[i, repeat & np.isfinite(d[i])] += 1e6  # after every first of its set, in distance order
+    order = np.argsort(key, axis=1, kind="stable")[:, :k]
     d = np.take_along_axis(d, order, 1)
     S = np.take_along_axis(C, order[:, :, None], 1)
     S[~np.isfinite(d)] = np.nan
@@ -216,17 +335,22 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
-                  first_share: float = 0.5, fallback: np.ndarray | None = None) -> SearchResult:
+                  first_share: float = 0.5, fallback: np.ndarray | None = None, screen: bool = True) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
     the share of the rows the proposals' round takes when there are further rounds; ``fallback`` (N, F, D):
-    rows tried, with the proposals pushed further, for the agents none of whose first rows was accepted."""
+    rows tried, with the proposals pushed further, for the agents none of whose first rows was accepted;
+    ``screen``: a share ``SCREEN_SHARE`` of a first round of ``SCREEN_MIN_ROWS`` rows or more goes to
+    ``screens`` (one feature at a time)."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))
     first = int(budget.rows) if int(budget.calls) == 1 else max(1, int(round(first_share * int(budget.rows))))
-    C = _round_one(geo, X, np.asarray(P, float), vocab, first, extra=fallback)
+    n_screen = int(SCREEN_SHARE * first) if screen and first >= SCREEN_MIN_ROWS else 0
+    C = _round_one(geo, X, np.asarray(P, float), vocab, first - n_screen, extra=fallback)
+    if n_screen:
+        C = np.concatenate([C, _compact(screens(geo, X, vocab), n_screen)], axis=1)
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
     ok, used = _accept(model, geo, X, C, threshold)
     calls, rows_left = 1, rows_left - used
@@ -234,12 +358,14 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     rounds_left = int(budget.calls) - 1
     tried_far = False
     while True:
-        S, dS = _starts(pool_C, pool_d, STARTS)
+        cap = rows_left // max(rounds_left, 1)  # this round's rows per agent
+        per = int(cap.max())
+        # as many starts as the round's rows allow (a start's moves are about START_ROWS rows), each a changed set
+        S, dS = _starts(pool_C, pool_d, max(STARTS, min(MAX_STARTS, per // START_ROWS)), X)
         found = np.isfinite(dS[:, 0])
         if rounds_left <= 0 or rows_left.max() <= 0:
+            S, dS = S[:, :STARTS], dS[:, :STARTS]
             break
-        cap = rows_left // rounds_left  # this round's rows per agent
-        per = int(cap.max())
         M = _moves(geo, X, np.where(np.isfinite(dS)[..., None], S, np.nan), vocab)
         M = _nearest_first(geo, X, M, per, np.where(found, dS[:, 0], -np.inf))
         if not found.all() and not tried_far:  # agents with no answer yet: the proposals pushed further
