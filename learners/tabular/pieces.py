@@ -158,9 +158,10 @@ def piece_optimum(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.
     beat = np.full(len(X), np.inf) if beat is None else np.asarray(beat, float)
     Y = C[rows].copy()
     start_ok = np.zeros(len(rows), bool)  # the start itself accepted (else any accepted point is nearer)
+    grounded: dict[bytes, tuple] = {}  # each agent's rules grounded once (an agent has several starts)
     for chunk in np.array_split(np.arange(len(rows)), -(-len(rows) // PIECE_CHUNK)):
         x, c = X[rows[chunk]], C[rows[chunk]]
-        blocks, upper, accepted = _blocks(geo, weights, biases, x, c, cols, lo[rows[chunk]], hi[rows[chunk]])
+        blocks, upper, accepted = _blocks(geo, weights, biases, x, c, cols, lo[rows[chunk]], hi[rows[chunk]], grounded)
         start_ok[chunk] = accepted
         live = np.flatnonzero([blk is not None for blk in blocks])
         V = _solve(blocks, upper, live, price, None, time_limit)  # (n, K) the changes, NaN: none
@@ -189,10 +190,12 @@ def piece_optimum(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.
 
 
 def _blocks(geo: WorldGeometry, weights: list[np.ndarray], biases: list[np.ndarray], x: np.ndarray, c: np.ndarray,
-            cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[list, np.ndarray, np.ndarray]:
+            cols: np.ndarray, lo: np.ndarray, hi: np.ndarray, grounded: dict[bytes, tuple]
+            ) -> tuple[list, np.ndarray, np.ndarray]:
     """Per start, its block ``(A, b)`` over (u, w, s) (the change v = u - w of ``cols``, the score row's
     slack s): every ReLU unit's side, the score, the rules' rows; None where the start breaks a rule.
-    With the variables' upper bounds (n, 2K + 1) and whether each start is accepted."""
+    With the variables' upper bounds (n, 2K + 1) and whether each start is accepted. ``grounded``: the
+    agents' grounded clauses by row bytes (filled here, shared across chunks)."""
     z, J, side, score, grad = _piece_rows(weights, biases, c, cols)
     shift = (x - c)[:, cols]  # the change v from the agent: the start is v = c - x
     accepted = score >= MARGIN_SCORE
@@ -204,7 +207,9 @@ def _blocks(geo: WorldGeometry, weights: list[np.ndarray], biases: list[np.ndarr
     m = A.shape[1]
     blocks = []
     for i in range(len(x)):  # one block per start: its piece rows, its rules' rows
-        R, rb = _rule_rows(geo, x[i], c[i], cols, lo[i], hi[i])
+        if geo.gate is not None and x[i].tobytes() not in grounded:
+            grounded[x[i].tobytes()] = geo.gate.rules.ground(x[i]).clauses
+        R, rb = _rule_rows(geo, grounded.get(x[i].tobytes(), ()), x[i], c[i], cols, lo[i], hi[i])
         if R is None:  # the start breaks a rule: leave it
             blocks.append(None)
             continue
@@ -244,18 +249,19 @@ def _solve(blocks: list, upper: np.ndarray, which: np.ndarray, price: np.ndarray
     return out
 
 
-def _rule_rows(geo: WorldGeometry, x: np.ndarray, c: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray
-               ) -> tuple[np.ndarray | None, np.ndarray]:
+def _rule_rows(geo: WorldGeometry, clauses: tuple, x: np.ndarray, c: np.ndarray, cols: np.ndarray, lo: np.ndarray,
+               hi: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     """The world's rules for agent ``x`` as rows ``R v <= r`` over the change ``v`` of the columns ``cols``
-    from ``x``, the other columns at the start ``c``'s values: of each clause (``envs.rules.ground``) the
-    first disjunct the start keeps, its bound tightened by the checker's tolerance but never past the
-    start's own value (the start stays feasible). (None, _) where the start keeps no disjunct of a clause."""
+    from ``x``, the other columns at the start ``c``'s values: of each of the agent's ``clauses``
+    (``envs.rules.ground``) the first disjunct the start keeps, its bound tightened by the checker's
+    tolerance but never past the start's own value (the start stays feasible). (None, _) where the
+    start keeps no disjunct of a clause."""
     K = len(cols)
     if geo.gate is None:
         return np.zeros((0, K)), np.zeros(0)
     pos = {int(k): p for p, k in enumerate(cols)}
     rows, rhs = [], []
-    for clause in geo.gate.rules.ground(x).clauses:
+    for clause in clauses:
         held = next((dj for dj in clause.disjuncts
                      if all(sum(a * c[k] for k, a in zip(q.cols, q.coefs, strict=True)) <= q.rhs_for(lo, hi, geo.span)
                             for q in dj)), None)
