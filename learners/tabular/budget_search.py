@@ -41,8 +41,9 @@ RAY = tuple(np.round(1 - np.geomspace(0.6, 0.002, 20), 6))  # the whole numeric 
 PAIR_FRACTIONS = (0.0, 0.3, 0.6, 0.8, 0.9, 1.0)  # the grid of a pair of numeric changes (1.0: as it is)
 EXTRA_SHARE = 1 / 16  # of the first round's rows, at most this share for the fallback rows (coverage)
 STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest of each changed set first)
-MAX_STARTS = 12  # and up to this many where a round has the rows
+MAX_STARTS = 6  # and up to this many where a round has the rows
 START_ROWS = 64  # rows a round needs per start before it takes one more
+MOVE_BLOCK = 64  # agents whose shortening moves are built at a time (memory)
 VOCAB_STEPS = 8  # vocabulary values between the agent and the answer tried per numeric column
 TRADE_BACKS = (1.0, 2.0)  # integer steps a changed integer column gives back in a trade
 TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)  # of the room a give-back frees, the partner's move
@@ -252,8 +253,9 @@ def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarra
     num = np.flatnonzero(geo.numeric & ~geo.fixed)
     out = []
     cost = np.ones((geo.n_raw, 2)) if geo.cost is None else geo.cost
+    Bn = np.nan_to_num(B)
     for c in num[geo.rounded[num]]:
-        g = np.nan_to_num(B[:, c]) - X[:, c]
+        g = Bn[:, c] - X[:, c]
         for k in TRADE_BACKS:
             live = changed[:, c] & (np.abs(g) > k - 1e-9)
             if not live.any():
@@ -267,10 +269,23 @@ def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarra
                     step = np.asarray(TRADE_SHARES)[None, :] * (freed / w)[:, None] * geo.span[j]
                     R = np.repeat(back[:, None], len(TRADE_SHARES), axis=1)
                     R[:, :, j] = B[:, None, j] + sgn * step
-                    bad = ~live | (sgn * (np.nan_to_num(B[:, j]) - X[:, j]) < -1e-12)  # it changed the other way
+                    bad = ~live | (sgn * (Bn[:, j] - X[:, j]) < -1e-12)  # it changed the other way
                     bad |= (hi[:, j] <= B[:, j]) if sgn > 0 else (lo[:, j] >= B[:, j])
                     R[bad] = np.nan
                     out.append(R)
+    return out
+
+
+def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
+                     below: np.ndarray) -> np.ndarray:
+    """(N, rows, D) ``_nearest_first`` of ``_moves`` from the starts ``S`` (N, T, D), built ``MOVE_BLOCK`` agents
+    at a time: the moves of all starts of a large batch would not fit in memory (a few thousand per
+    agent), and only ``rows`` per agent survive."""
+    out = np.full((len(X), rows, X.shape[1]), np.nan)
+    for lo in range(0, len(X), MOVE_BLOCK):
+        sl = slice(lo, lo + MOVE_BLOCK)
+        M = _nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab), rows, below[sl])
+        out[sl, : M.shape[1]] = M
     return out
 
 
@@ -366,8 +381,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         if rounds_left <= 0 or rows_left.max() <= 0:
             S, dS = S[:, :STARTS], dS[:, :STARTS]
             break
-        M = _moves(geo, X, np.where(np.isfinite(dS)[..., None], S, np.nan), vocab)
-        M = _nearest_first(geo, X, M, per, np.where(found, dS[:, 0], -np.inf))
+        M = _shortening_rows(geo, X, np.where(np.isfinite(dS)[..., None], S, np.nan), vocab, per,
+                             np.where(found, dS[:, 0], -np.inf))
         if not found.all() and not tried_far:  # agents with no answer yet: the proposals pushed further
             F = _round_one(geo, X, np.asarray(P, float), None, per, FAR)
             if fallback is not None:  # those not tried in the first round
