@@ -23,8 +23,9 @@ rel_tol 1e-2):
 
 Writes ``benchmarks/results/blackbox_generators.{md,json}``, one JSON per cell under
 ``benchmarks/results/blackbox_generators/`` (reused unless ``--force``), and ``frontier.png`` there
-(optimal share against rows scored per answer, per method, per cell). CFRL is not rerun here: the
-2,000-step CFRL figures of ``docs/peers.md`` are 2,000 steps (alibi's default is 100,000).
+(optimal share against rows scored per answer, per method, per cell). CFRL is not rerun here: CFRL at
+its default 100,000 steps is ``benchmarks/cfrl_budget.py``; the CFRL figures of ``docs/peers.md`` are
+2,000 steps (alibi's default is 100,000) and say so.
 """
 
 from __future__ import annotations
@@ -177,9 +178,10 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
              "every call and row counted and the budget enforced per answer. **optimal**: share of the MACE-solved "
              "held-out rejected test agents answered within 1% of MACE's certified l1 distance; **valid**: accepted "
              "by the real model, nothing broken. **rows**: rows scored per answer, median / max; **calls**: round "
-             "trips (the batch shares each). GeCo has no budget. CFRL is not in this table: the only CFRL figures "
-             "this project has are alibi's CounterfactualRLTabular at 2,000 steps (`docs/peers.md`; alibi's default "
-             "is 100,000).", "",
+             "trips (the batch shares each). GeCo has no budget. CFRL is not in this table: alibi's "
+             "CounterfactualRLTabular at its default 100,000 steps on German forest and German MLP is in "
+             "`benchmarks/results/cfrl_budget.md` (`benchmarks/cfrl_budget.py`); `docs/peers.md`'s CFRL figures are "
+             "2,000 steps and say so.", "",
              *summary(cells), "## Every budget", "",
              "| data | model | agents | method | budget R x N | optimal | valid | rows med / max | calls | ms / agent |",
              "|---|---|---:|---|---|---:|---:|---|---:|---:|"]

@@ -167,7 +167,7 @@ def piece_optimum(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.
         V = _solve(blocks, upper, live, price, None, time_limit)  # (n, K) the changes, NaN: none
         frac = np.abs(V[:, exact] - np.round(V[:, exact])).max(1, initial=0.0) > 1e-6
         if exact.any() and frac.any():
-            relaxed = x.copy()
+            relaxed = c.copy()  # the start's other changes count too
             relaxed[:, cols] = x[:, cols] + np.nan_to_num(V)
             lower = geo.distance(x, relaxed)
             redo = np.flatnonzero(frac & (~l1 | (lower < beat[rows[chunk]] - 1e-12)))
