@@ -224,3 +224,27 @@ def test_trades_give_back_an_integer_step_and_move_a_partner(german):
         assert set(np.round(B[i, c] - live[:, c])) <= {1.0, 2.0}  # one or two steps given back
         moved = np.abs(live - B[i]) > 1e-12
         assert (moved.sum(1) == 2).all()
+
+
+def test_rows_past_the_cap_are_spread_over_the_nearness_ranks(german):
+    """``_nearest_first``: with more shortening rows than the round's cap, the rows kept run evenly from the
+    nearest to the mildest (ranks 0, 3, 6, 9 of 10 for a cap of 4), each once; with fewer, all of them,
+    nearest first; a row no nearer than the answer is never kept."""
+    from learners.tabular.budget_search import _nearest_first
+
+    world = german[0]
+    geo = WorldGeometry.of(world)
+    x = german[1].X[:1]
+    num = int(np.flatnonzero(geo.numeric & ~geo.fixed & ~geo.rounded)[0]) if (geo.numeric & ~geo.fixed & ~geo.rounded).any() \
+        else int(np.flatnonzero(geo.numeric & ~geo.fixed)[0])
+    lo, hi = geo.box(x)
+    step = (hi[0, num] - x[0, num]) / 20 if hi[0, num] > x[0, num] else (lo[0, num] - x[0, num]) / 20
+    C = np.repeat(x[:, None, :], 11, axis=1)
+    C[0, :, num] = x[0, num] + step * np.arange(1, 12)  # nearer and nearer rows: rank k is row k
+    d = geo.distance(x[:, None, :], C)[0]
+    below = np.array([d[9] + 1e-12])  # row 10 is no nearer than the answer
+    kept = _nearest_first(geo, x, C, 4, below)[0]
+    np.testing.assert_allclose(kept[:, num], C[0, [0, 3, 6, 9], num])
+    all_of_them = _nearest_first(geo, x, C, 16, below)[0]
+    assert np.isfinite(all_of_them).all(1).sum() == 10
+    np.testing.assert_allclose(all_of_them[:10, num], C[0, :10, num])

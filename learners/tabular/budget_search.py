@@ -18,7 +18,8 @@ idea), ``budget_search`` spends its budget in rounds, every agent of the batch i
    back to the agent's value; a numeric change shrunk to fractions of itself and to the vocabulary values
    between; two changes shrunk together; the whole numeric change scaled toward the agent; an integer
    column giving back a step or two while another column moves on by the distance that frees: a trade),
-   the nearest ``rows`` of them first, in one call; the nearest accepted replaces the answer.
+   ``rows`` of them spread from the nearest to the mildest, in one call; the nearest accepted replaces
+   the answer.
 
 Every answer was itself accepted by a model call (no value is recomputed after its check) and lies in the
 agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent rows between rounds.
@@ -290,8 +291,10 @@ def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: li
 
 
 def _nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, below: np.ndarray) -> np.ndarray:
-    """``C`` (N, Q, D) cut to its ``rows`` nearest distinct rows per agent that are nearer than ``below``
-    (N,) and keep the world's rules, nearest first; the rest NaN."""
+    """``C`` (N, Q, D) cut to ``rows`` distinct rows per agent that are nearer than ``below`` (N,) and keep the
+    world's rules, nearest first; where an agent has more, they are spread evenly over its nearness ranks
+    (the boldest shrink to the mildest: the nearest alone are mostly rejected, and a row within 1% of the
+    optimum is often a mild one); the rest NaN."""
     N, Q, D = C.shape
     d = np.where(np.isnan(C).any(-1), np.inf, geo.distance(X[:, None, :], np.nan_to_num(C)))
     d[d >= below[:, None] - 1e-15] = np.inf
@@ -303,7 +306,15 @@ def _nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, 
     same = np.zeros_like(d, bool)  # a row equal to the previous one (same distance first) is not scored twice
     same[:, 1:] = (np.abs(C[:, 1:] - C[:, :-1]).max(-1) == 0) & np.isfinite(d[:, 1:])
     d[same] = np.inf
-    order = np.argsort(d, axis=1, kind="stable")[:, :rows]
+    order = np.argsort(d, axis=1, kind="stable")
+    n = np.isfinite(d).sum(1)
+    if (n > rows).any():  # more candidates than rows: evenly spaced over the nearness ranks
+        pick = np.minimum(np.floor(np.linspace(0.0, 1.0, rows)[None, :] * np.maximum(n - 1, 0)[:, None]).astype(int),
+                          np.maximum(n - 1, 0)[:, None])
+        pick = np.where((n > rows)[:, None], pick, np.arange(rows)[None, :])
+        order = np.take_along_axis(order, np.minimum(pick, order.shape[1] - 1), 1)
+    else:
+        order = order[:, :rows]
     out = np.take_along_axis(C, order[:, :, None], 1)
     out[~np.isfinite(np.take_along_axis(d, order, 1))] = np.nan
     return out
