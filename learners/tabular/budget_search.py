@@ -50,8 +50,8 @@ TRADE_BACKS = (1.0, 2.0)  # integer steps a changed integer column gives back in
 TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)  # of the room a give-back frees, the partner's move
 SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the screens (one feature at a time)
 SCREEN_MIN_ROWS = 512  # only where the first round has this many rows: below, the proposals need them all
-SCREEN_FRACTIONS = (1.0, 0.5, 0.25, 0.1, 0.03)
-SCREEN_VOCAB = 3  # vocabulary values per numeric column and direction in the screens  # a numeric screen's moves, as shares of the room either way
+SCREEN_FRACTIONS = (1.0, 0.5, 0.25, 0.1, 0.03)  # a numeric screen's moves, as shares of the room either way
+SCREEN_VOCAB = 3  # vocabulary values per numeric column and direction in the screens
 
 
 @dataclass
@@ -150,22 +150,13 @@ def screens(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None = 
         R[np.abs(vals - X[:, cols]) <= 1e-12] = np.nan  # no move: no row
         return R
 
-    for k, f in enumerate(SCREEN_FRACTIONS):
+    for i, f in enumerate(SCREEN_FRACTIONS):
         up = X[:, num] + f * (hi[:, num] - X[:, num])
         down = X[:, num] - f * (X[:, num] - lo[:, num])
         parts += [moved(num, up), moved(num, down)]
-        if k == 0:  # the categories and flips after every numeric feature at its bound
-            for cols in geo.group_columns:
-                if geo.fixed[cols].all():
-                    continue
-                for c in cols:
-                    R = np.repeat(X[:, None, :], 1, axis=1)
-                    R[:, 0, cols] = 0.0
-                    R[:, 0, c] = 1.0
-                    R[X[:, c] == 1.0] = np.nan  # the agent's own category
-                    parts.append(R)
-            flips = np.flatnonzero(~geo.numeric & ~geo.fixed & ~np.isin(np.arange(D), np.concatenate(
-                [np.zeros(0, np.int64), *geo.group_columns])))
+        if i == 0:  # the categories, flips and vocabulary values after every numeric feature at its bound
+            parts += _one_category_each(geo, X)
+            flips = np.flatnonzero((np.array(geo.raw_kinds)[geo.raw_of_column] == "binary") & ~geo.fixed)
             if len(flips):
                 parts.append(moved(flips, 1.0 - X[:, flips]))
             if vocab is not None:  # the values the labels move a column to nearest the agent (a forest's splits)
@@ -175,9 +166,9 @@ def screens(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None = 
                         continue
                     above = np.searchsorted(v, X[:, c], "right")
                     below = np.searchsorted(v, X[:, c], "left") - 1
-                    for k in range(SCREEN_VOCAB):
-                        for i, ok in ((above + k, above + k < len(v)), (below - k, below - k >= 0)):
-                            vals = np.where(ok, v[np.clip(i, 0, len(v) - 1)], X[:, c])
+                    for step in range(SCREEN_VOCAB):
+                        for at, inside in ((above + step, above + step < len(v)), (below - step, below - step >= 0)):
+                            vals = np.where(inside, v[np.clip(at, 0, len(v) - 1)], X[:, c])
                             parts.append(moved(np.array([c]), vals[:, None]))
     C = np.concatenate(parts, axis=1)
     bad = np.isnan(C).any(-1)
@@ -185,6 +176,22 @@ def screens(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None = 
     bad |= (np.abs(C - X[:, None, :]) <= 1e-12).all(-1)  # a move the box clipped back to the agent
     C[bad] = np.nan
     return C
+
+
+def _one_category_each(geo: WorldGeometry, X: np.ndarray) -> list[np.ndarray]:
+    """(N, 1, D) rows per column of each mutable one-hot group: the agent with that category (NaN where it
+    is the agent's own)."""
+    out = []
+    for cols in geo.group_columns:
+        if geo.fixed[cols].all():
+            continue
+        for c in cols:
+            R = X[:, None, :].copy()
+            R[:, 0, cols] = 0.0
+            R[:, 0, c] = 1.0
+            R[X[:, c] == 1.0] = np.nan
+            out.append(R)
+    return out
 
 
 def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None) -> np.ndarray:
@@ -253,7 +260,7 @@ def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarra
     lo, hi = geo.box(X)
     num = np.flatnonzero(geo.numeric & ~geo.fixed)
     out = []
-    cost = np.ones((geo.n_raw, 2)) if geo.cost is None else geo.cost
+    cost = geo.direction_costs
     Bn = np.nan_to_num(B)
     for c in num[geo.rounded[num]]:
         g = Bn[:, c] - X[:, c]
@@ -341,14 +348,13 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
     d = np.where(dup, np.inf, d)
     key = d.copy()
     if X is not None and C.shape[1] > 1:  # a row whose changed set a nearer row has ranks after every first
-        moved = np.abs(np.nan_to_num(C) - X[:, None, :]) > 1e-12  # (N, Q, D)
-        packed = np.packbits(moved, axis=-1)
-        codes = packed.view(np.dtype((np.void, packed.shape[-1]))).reshape(moved.shape[:2])
-        for i in range(len(C)):  # the pool is small (a few hundred rows per agent)
-            _, first = np.unique(codes[i], return_index=True)
-            repeat = np.ones(C.shape[1], bool)
-            repeat[first] = False
-            key[i, repeat & np.isfinite(d[i])] += 1e6  # after every first of its set, in distance order
+        N, Q = d.shape
+        moved = np.packbits(np.abs(np.nan_to_num(C) - X[:, None, :]) > 1e-12, axis=-1)  # (N, Q, bytes)
+        agent = np.repeat(np.arange(N, dtype=np.int64), Q).view(np.uint8).reshape(N * Q, 8)
+        _, first = np.unique(np.concatenate([agent, moved.reshape(N * Q, -1)], 1), axis=0, return_index=True)
+        repeat = np.ones(N * Q, bool)
+        repeat[first] = False  # the rows come nearest first, so each (agent, set)'s first is its nearest
+        key[repeat.reshape(N, Q) & np.isfinite(d)] += 1e6  # after every first of its set, in distance order
     order = np.argsort(key, axis=1, kind="stable")[:, :k]
     d = np.take_along_axis(d, order, 1)
     S = np.take_along_axis(C, order[:, :, None], 1)
@@ -361,19 +367,18 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
 
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
-                  first_share: float = 0.5, fallback: np.ndarray | None = None, screen: bool = True) -> SearchResult:
+                  first_share: float = 0.5, fallback: np.ndarray | None = None) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
     the share of the rows the proposals' round takes when there are further rounds; ``fallback`` (N, F, D):
-    rows tried, with the proposals pushed further, for the agents none of whose first rows was accepted;
-    ``screen``: a share ``SCREEN_SHARE`` of a first round of ``SCREEN_MIN_ROWS`` rows or more goes to
-    ``screens`` (one feature at a time)."""
+    rows tried, with the proposals pushed further, for the agents none of whose first rows was accepted.
+    A first round of ``SCREEN_MIN_ROWS`` rows or more gives a share ``SCREEN_SHARE`` to ``screens``."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))
     first = int(budget.rows) if int(budget.calls) == 1 else max(1, int(round(first_share * int(budget.rows))))
-    n_screen = int(SCREEN_SHARE * first) if screen and first >= SCREEN_MIN_ROWS else 0
+    n_screen = int(SCREEN_SHARE * first) if first >= SCREEN_MIN_ROWS else 0
     C = _round_one(geo, X, np.asarray(P, float), vocab, first - n_screen, extra=fallback)
     if n_screen:
         C = np.concatenate([C, _compact(screens(geo, X, vocab), n_screen)], axis=1)

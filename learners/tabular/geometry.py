@@ -172,18 +172,21 @@ class WorldGeometry:
         w = max(float(self.cost.min()), 1e-3)
         return d if w >= 1.0 else np.asarray(d) / w
 
+    @property
+    def direction_costs(self) -> np.ndarray:
+        """(J, 2) the cost weights of each raw feature's increase and decrease, all 1 without weights."""
+        return np.ones((self.n_raw, 2)) if self.cost is None else self.cost
+
     def cost_kernel_args(self) -> tuple[np.ndarray, np.ndarray]:
         """The cost weights as the compiled kernels take them (``kernel_helpers._row_distance_weighted``):
         (J, 2) up/down weights (0 rows without weights) and per raw feature the column whose move tells
         the direction (-1 for a category: its first weight)."""
         hit = self.__dict__.get("_cost_args")
         if hit is None:
-            if self.cost is None:
-                hit = (np.zeros((0, 2)), np.zeros(0, np.int64))
-            else:
-                first = self.raw_columns()[:, 0].astype(np.int64)
-                cat = np.isin(np.array(self.raw_kinds), ("group", "nominal"))
-                hit = (np.ascontiguousarray(self.cost, float), np.where(cat, -1, first).astype(np.int64))
+            first = self.raw_columns()[:, 0].astype(np.int64)
+            cat = np.isin(np.array(self.raw_kinds), ("group", "nominal"))
+            weights = np.zeros((0, 2)) if self.cost is None else np.ascontiguousarray(self.cost, float)
+            hit = (weights, np.where(cat, -1, first).astype(np.int64))
             self.__dict__["_cost_args"] = hit
         return hit
 
@@ -193,8 +196,8 @@ class WorldGeometry:
         from learners.tabular.geometry_kernels import deltas_kernel
 
         Dl = deltas_kernel(X, C, self.numeric, self.span, self.raw_of_column, self.n_raw)
-        first = self.raw_columns()[:, 0]
-        down = (C[:, first] < X[:, first]) & ~np.isin(np.array(self.raw_kinds), ("group", "nominal"))
+        _, col = self.cost_kernel_args()
+        down = (col >= 0) & (C[:, np.maximum(col, 0)] < X[:, np.maximum(col, 0)])
         W = np.where(down, self.cost[:, 1], self.cost[:, 0])
         a, b, g = self.weights
         WD = Dl * W

@@ -147,8 +147,7 @@ def piece_optimum(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.
     if inputs is None:
         return C
     (weights, biases), cols, rows, (lo, hi), span = inputs
-    K = len(cols)
-    cost = np.ones((K, 2)) if geo.cost is None else geo.cost[geo.raw_of_column[cols]]
+    cost = geo.direction_costs[geo.raw_of_column[cols]]
     price = np.concatenate([cost[:, 0] / span, cost[:, 1] / span, [0.0]])  # per unit up, down; the slack below
     price[-1] = 1e6 * price.max()  # dearer than any distance: a slack only where the piece cannot clear the score
     whole = geo.rounded[cols]

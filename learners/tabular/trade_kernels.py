@@ -81,8 +81,8 @@ def trade_moves_kernel(agent, given, freed, xm, cm, lom, him, num, span, rounded
     other mutable numeric column (position m in ``num``; ``xm``, ``cm``, ``lom``, ``him`` (n, M): the
     agent's value, the answer's, its reachable box) may then move on, either way if unchanged, by
     ``shares`` of the normalized room ``(freed - a_w w [m unchanged]) / (bg w)`` (``w = wdir[m, direction]``:
-    the rules' cost weight of that move, 1 without; an integer column rounded up), clipped into the box. A tree ensemble (``trees``) moves only to the split crossings within
-    that room, the first ``len(shares)`` of them (walked once per agent, partner and direction, as far
+    the rules' cost weight of that move, 1 without; an integer column rounded up), clipped into the box.
+    A tree ensemble (``trees``) moves only to the split crossings within that room, the first ``len(shares)`` of them (walked once per agent, partner and direction, as far
     as its widest room). Entries come grouped by agent. Returns (e, b, m, value) per move, in the
     order e, b, m, direction (up first), share or crossing."""
     E, B = freed.shape
@@ -105,7 +105,8 @@ def trade_moves_kernel(agent, given, freed, xm, cm, lom, him, num, span, rounded
                 for b in range(B):
                     for m in range(M):
                         for sg in range(2):
-                            room = _trade_room(given[e], freed[e, b], num[m], xm[a, m], cm[a, m], sg, a_w, bg, wdir[m, sg])
+                            room = _trade_room(given[e], freed[e, b], num[m], xm[a, m], cm[a, m], sg, a_w, bg,
+                                               wdir[m, sg])
                             if room > 0:  # the ladder is monotone: its last move is the farthest
                                 far = _trade_move(room, shares[L - 1], num[m], cm[a, m], lom[a, m], him[a, m], sg,
                                                   span, rounded)
