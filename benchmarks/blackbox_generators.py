@@ -11,7 +11,10 @@ rel_tol 1e-2):
   counted, and a per-answer ``Budget`` (R round trips, N rows) enforced: a search cannot read a split;
 - methods, all through that wrapper and each at every budget of ``--budgets`` (RxN):
   ``proposer`` (the network, imitation of MACE), ``proposer_expert`` (then improved on the model's own
-  reward: expert iteration, its training calls counted), ``search_no_net`` (the same search, the
+  reward: expert iteration, its training calls counted), ``proposer_surrogate`` (the network and a
+  surrogate of the model's logit learnt from its answers near the labels' boundary: a white-box search
+  on the surrogate proposes first and the surrogate picks half of round one's rows; not used where its
+  held-out error says it did not learn the model), ``search_no_net`` (the same search, the
   proposals the labels' change centroids: no network, the baseline the issue names), ``search_knn`` (the
   same search, the nearest training agents' changes); and GeCo (``partial_eval=False``: the black-box
   route; no budget: its calls and rows reported);
@@ -52,8 +55,10 @@ from learners.tabular import TabularLabels, build_tabular_generator  # noqa: E40
 
 OUT = Path("benchmarks/results")
 METHODS = {"proposer": {"proposals": "network"}, "proposer_expert": {"proposals": "network", "expert_rounds": 1},
+           "proposer_surrogate": {"proposals": "network", "surrogate": True},
            "search_no_net": {"proposals": "averages"}, "search_knn": {"proposals": "neighbours"}}
 NAMES = {"proposer": "proposer (network, imitation)", "proposer_expert": "proposer + model reward (expert iteration)",
+         "proposer_surrogate": "proposer + surrogate of the model (learnt from its answers)",
          "search_no_net": "same search, no network (label averages)", "search_knn": "same search, k-NN proposals",
          "geco": "GeCo (black box, no budget)"}
 
@@ -150,7 +155,8 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         bb = BlackBoxModel(world.model)  # the improvement rounds' calls go through the black box too
         gens[name] = build_tabular_generator("proposer", params).fit(replace(world, model=bb), labels, seed=args.seed)
-        out["training"][name] = {"seconds": time.perf_counter() - t, "model_calls": bb.calls, "model_rows": bb.rows}
+        out["training"][name] = {"seconds": time.perf_counter() - t, "model_calls": bb.calls, "model_rows": bb.rows,
+                                 **({"surrogate": gens[name].fit_info_["surrogate"]} if "surrogate" in gens[name].fit_info_ else {})}
         out["methods"][name] = []
         for b in budgets:
             m = run_budget(gens[name], world, test, b, mace_d, mace_ok)
@@ -163,7 +169,8 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.latency_ms > 0:
         small = max((b for b in budgets if b.calls <= 2), key=lambda b: (b.calls, b.rows), default=budgets[0])
         out["remote"] = {"latency_ms": args.latency_ms, "budget": {"calls": small.calls, "rows": small.rows},
-                         **remote({k: gens[k] for k in ("proposer", "search_no_net")}, world, c.build.data.X_train,
+                         **remote({k: gens[k] for k in ("proposer", "proposer_surrogate", "search_no_net")}, world,
+                                  c.build.data.X_train,
                                   test[: args.remote_agents], small, args.latency_ms / 1e3)}
         print(f"[{cell}] remote {args.latency_ms} ms/call: " + ", ".join(
             f"{k} p50 {v['p50_ms']:.0f} ms" for k, v in out["remote"].items() if isinstance(v, dict) and "p50_ms" in v),
@@ -211,13 +218,17 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     lines += ["", "Training: " + "; ".join(
         f"{c['cell']} expert iteration {c['training']['proposer_expert']['model_calls']} calls, "
         f"{c['training']['proposer_expert']['model_rows']:,} rows, {c['training']['proposer_expert']['seconds']:.0f} s"
-        for c in cells if "proposer_expert" in c["training"]) + "."]
+        for c in cells if "proposer_expert" in c["training"]) + ".", "", "Surrogate: " + "; ".join(
+        f"{c['cell']} {s['rows']:,} rows in {s['calls']} calls, held-out logit error near the boundary {s['sigma']:.3f}, "
+        f"{'used' if s['used'] else 'not used'}, {c['training']['proposer_surrogate']['seconds']:.0f} s to fit"
+        for c in cells if (s := c["training"].get("proposer_surrogate", {}).get("surrogate"))) + "."]
     return "\n".join(lines) + "\n"
 
 
 def summary(cells: list[dict[str, Any]]) -> list[str]:
     """The optimal share at the issue's two budgets (2 x 256 and 8 x 2000) per cell and method."""
-    cols = [("proposer", "proposer"), ("proposer_expert", "+ expert iteration"), ("search_no_net", "no network"),
+    cols = [("proposer", "proposer"), ("proposer_expert", "+ expert iteration"), ("proposer_surrogate", "+ surrogate"),
+            ("search_no_net", "no network"),
             ("search_knn", "k-NN proposals")]
     out = ["## At the issue's budgets: optimal share", "",
            "| data | model | agents | " + " | ".join(f"{n} 2x256" for _, n in cols) + " | " +

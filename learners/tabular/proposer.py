@@ -30,7 +30,7 @@ changes, the k-NN idea under the same budget).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +42,7 @@ from learners.tabular.base import Recommendations, TabularGenerator, TabularLabe
 from learners.tabular.budget_search import budget_search, value_vocabulary
 from learners.tabular.change_net import forward_layers, sequential_layers
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.surrogate import Surrogate, SurrogateParams, boundary_queries
 from solvers.mace.distance import Norm
 
 Proposals = Literal["network", "averages", "neighbours"]
@@ -70,10 +71,16 @@ class ProposerParams:
     expert_calls: int = 6  # the search's round trips per agent while improving
     expert_rows: int = 2000  # and its rows per agent
     expert_epochs: int = 60  # training epochs after each round
+    surrogate: bool = False  # learn the model's logit near the boundary from its own answers; it chooses the rows asked
+    surrogate_queries: int = 250  # rows per training label the model scores for the surrogate (fit time, counted)
+    surrogate_hidden: tuple[int, ...] = (64, 64)  # the surrogate's MLP widths
+    surrogate_epochs: int = 60  # its training epochs
+    surrogate_search: int = 3  # answers per agent of the white-box search (change_value) on the surrogate, proposed first (0: none)
+    surrogate_max_sigma: float = 0.2  # the surrogate is used only where its held-out logit error near the boundary is at most this
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
-                     "expert_rows", "expert_epochs"):
+                     "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if int(self.expert_rounds) < 0:
@@ -81,6 +88,7 @@ class ProposerParams:
         if self.proposals not in ("network", "averages", "neighbours"):
             raise ValueError(f"proposals: expected network, averages or neighbours, got {self.proposals!r}")
         self.hidden = tuple(int(h) for h in self.hidden)
+        self.surrogate_hidden = tuple(int(h) for h in self.surrogate_hidden)
 
 
 class ProposerGenerator(TabularGenerator):
@@ -98,6 +106,14 @@ class ProposerGenerator(TabularGenerator):
         self.raw_of_column_ = np.asarray(geo.raw_of_column, np.int64)
         self.vocab_ = value_vocabulary(geo, self.X_, self.CF_) if p.vocabulary else None
         self.fit_info_: dict[str, Any] = {"labels": int(len(self.X_)), "expert": []}
+        self.surrogate_ = self._fit_surrogate(world, geo, seed, progress) if p.surrogate else None
+        if self.surrogate_ is not None and self.surrogate_.sigma_ > float(p.surrogate_max_sigma):
+            self.surrogate_ = None  # it did not learn the model (a forest's steps): the search goes on without it
+        self.inner_ = None
+        if self.surrogate_ is not None and int(p.surrogate_search) > 0:  # the white-box search, on our own model
+            from learners.tabular.change_value import ChangeValueGenerator
+
+            self.inner_ = ChangeValueGenerator().fit(replace(world, model=self.surrogate_.as_model()), labels, seed=seed)
         if p.proposals == "averages":
             self._fit_averages(seed)
         elif p.proposals == "network":
@@ -107,6 +123,21 @@ class ProposerGenerator(TabularGenerator):
             for r in range(int(p.expert_rounds)):
                 self._expert_round(world, seed + 1 + r, progress)
         return self
+
+    def _fit_surrogate(self, world: TabularWorld, geo: WorldGeometry, seed: int, progress: bool) -> Surrogate:
+        """The model's logit learnt near the boundary the labels cross, from the model's own answers (its
+        calls and rows: ``fit_info_["surrogate"]``)."""
+        p = self.params
+        t0 = time.perf_counter()
+        model = BlackBoxModel(world.model)
+        Q = boundary_queries(geo, self.X_, self.CF_, int(p.surrogate_queries), seed)
+        proba = model.predict_proba(Q)
+        sur = Surrogate(SurrogateParams(hidden=p.surrogate_hidden, max_epochs=int(p.surrogate_epochs)))
+        sur.fit(Q, proba, seed=seed, progress=progress)
+        self.fit_info_["surrogate"] = {"calls": model.calls, "rows": model.rows, "sigma": sur.sigma_,
+                                       "agreement": sur.agreement_, "used": sur.sigma_ <= float(p.surrogate_max_sigma),
+                                       "seconds": time.perf_counter() - t0}
+        return sur
 
     def _fit_averages(self, seed: int) -> None:
         """The K centroids of the labels' scaled changes (k-means; fewer where there are fewer labels)."""
@@ -174,7 +205,8 @@ class ProposerGenerator(TabularGenerator):
         A = geo.project(base, (base + noise)[:, None, :])[:, 0]
         A = A[~(model.predict_proba(A) > 0.5)]  # rejected ones only (one call)
         res = budget_search(model, geo, A, self.candidates(world, A), Budget(int(p.expert_calls), int(p.expert_rows)),
-                            vocab=self.vocab_)
+                            vocab=self.vocab_, surrogate=self.surrogate_,
+                            lead=int(p.surrogate_search) if self.inner_ is not None else 0)
         ok = res.found
         Xs = np.concatenate([self._scaled(self.X_), self._scaled(A[ok])])
         Ys = np.concatenate([self._delta(self.X_, self.CF_), self._delta(A[ok], res.CF[ok])])
@@ -198,7 +230,22 @@ class ProposerGenerator(TabularGenerator):
         P = X[:, None, :] + delta * self.scale_span_
         if int(p.neighbours) > 0:  # the labels' own answers beside the heads' (the search takes them in this order)
             P = np.concatenate([P, self._lent(X, int(p.neighbours))], axis=1)
+        if getattr(self, "inner_", None) is not None:  # the surrogate's own nearest answers first
+            P = np.concatenate([self._surrogate_answers(world, X), P], axis=1)
         return P
+
+    def _surrogate_answers(self, world: TabularWorld, X: np.ndarray) -> np.ndarray:
+        """(N, surrogate_search, D) the white-box search's nearest answers on the surrogate (the agent itself
+        where it has fewer)."""
+        k = int(self.params.surrogate_search)
+        sw = self.__dict__.get("_surrogate_world")
+        if sw is None or sw[0] is not world:
+            sw = (world, replace(world, model=self.surrogate_.as_model()))
+            self.__dict__["_surrogate_world"] = sw
+        rec = self.inner_.recommend(sw[1], X, n_alternatives=max(0, k - 1))
+        A = rec.CF[:, None, :] if rec.alternatives is None else np.concatenate([rec.CF[:, None, :], rec.alternatives], 1)
+        A = A[:, :k]
+        return np.where(np.isnan(A).any(-1, keepdims=True), X[:, None, :], A)
 
     def _transplants(self, X: np.ndarray, k: int) -> np.ndarray:
         """(N, k, D) each agent with the features its k nearest training agents changed set to their new
@@ -236,7 +283,8 @@ class ProposerGenerator(TabularGenerator):
             raise ValueError(f"X: expected {self.n_columns_} encoded columns, got {X.shape[1]}")
         geo = WorldGeometry.of(world, norm)
         res = budget_search(world.model, geo, X, self.candidates(world, X), budget, vocab=self.vocab_,
-                            fallback=self._transplants(X, FALLBACK_DONORS))
+                            fallback=self._transplants(X, FALLBACK_DONORS), surrogate=self.surrogate_,
+                            lead=int(self.params.surrogate_search) if self.inner_ is not None else 0)
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)
@@ -254,6 +302,8 @@ class ProposerGenerator(TabularGenerator):
             out["vocab"] = np.concatenate(self.vocab_) if self.vocab_ else np.zeros(0)
         if self.params.proposals == "averages":
             out["centroids"] = self.centroids_
+        if self.surrogate_ is not None:
+            out.update(self.surrogate_.arrays())
         return out
 
     def _set_arrays(self, z: dict[str, np.ndarray]) -> None:
@@ -264,16 +314,21 @@ class ProposerGenerator(TabularGenerator):
             self.vocab_ = np.split(z["vocab"], np.cumsum(z["vocab_sizes"])[:-1])
         if "centroids" in z:
             self.centroids_ = z["centroids"]
+        self.surrogate_ = Surrogate.from_arrays(z) if "surrogate_mean" in z else None
 
     def _save_extra(self, path: Path) -> dict[str, Any]:
         if self.params.proposals == "network":
             import torch
 
             torch.save(self.net_.state_dict(), path / "weights.pt")
+        if getattr(self, "inner_", None) is not None:  # the white-box search on the surrogate, beside it
+            self.inner_.save(path / "surrogate_search")
         return {"fit_info": getattr(self, "fit_info_", {})}
 
     def _load_extra(self, path: Path, meta: dict[str, Any]) -> None:
         self.fit_info_ = meta.get("fit_info", {})
+        inner = path / "surrogate_search"
+        self.inner_ = TabularGenerator.load(inner) if self.surrogate_ is not None and inner.exists() else None
         if self.params.proposals == "network":
             import torch
 

@@ -1,0 +1,122 @@
+"""The surrogate of a black box (learners/tabular/surrogate.py; issue 56): its queries lie in the agents'
+boxes, it learns a smooth model's logit, its white-box form computes the same logit, ``pick`` keeps rows
+of the pool that are nearer than the bound and ranks by the chance of being the nearest accepted; the
+proposer with it stays within the budget, answers only with rows the model accepted, never nearer than
+the enumerated optimum, counts the surrogate's training calls and saves and loads."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from envs.black_box import BlackBoxModel, Budget
+from envs.tabular import TabularWorld
+from learners.tabular import TabularGenerator, TabularLabels, WorldGeometry, build_tabular_generator
+from learners.tabular.surrogate import Surrogate, SurrogateParams, boundary_queries
+from solvers.mace import MACE
+
+
+@pytest.fixture(scope="module")
+def tiny_mlp():
+    """The all-discrete world of ``test_mace_rules`` with a ReLU MLP, MACE labels and every state."""
+    from tests.test_mace import _all_states, _fit
+    from tests.test_mace_rules import _data, _negatives, _schema
+
+    X, y = _data()
+    world = TabularWorld("tiny/mlp", _schema(), _fit("mlp", X, y))
+    mace = MACE(norm="one")
+    lab = [(x, r) for x in _negatives(world, X[250:], 120) for r in mace.solve(world, x)[:1] if r.found]
+    labels = TabularLabels(np.array([x for x, _ in lab]), np.array([r.final_state for _, r in lab], float),
+                           np.array([r.cost for _, r in lab]))
+    return world, labels, _negatives(world, X, 30), _all_states(world.schema)
+
+
+def test_queries_lie_in_the_agents_boxes(tiny_mlp):
+    world, labels, _, _ = tiny_mlp
+    geo = WorldGeometry.of(world)
+    Q = boundary_queries(geo, labels.X, labels.CF, 20, seed=1).reshape(len(labels.X), 20, -1)
+    lo, hi = geo.box(labels.X)
+    assert (Q >= lo[:, None] - 1e-9).all() and (Q <= hi[:, None] + 1e-9).all()
+    assert not geo.violations(np.repeat(labels.X, 20, 0), Q.reshape(-1, Q.shape[-1])).any()
+    moved = np.abs(Q - labels.X[:, None]).max(-1) > 1e-12
+    assert moved.mean() > 0.5  # most rows differ from the agent
+    assert np.array_equal(Q, boundary_queries(geo, labels.X, labels.CF, 20, seed=1).reshape(Q.shape))  # seeded
+
+
+def test_it_learns_a_smooth_models_logit_and_its_white_box_form_agrees(tiny_mlp):
+    world, labels, _, S = tiny_mlp
+    geo = WorldGeometry.of(world)
+    Q = boundary_queries(geo, labels.X, labels.CF, 200)
+    sur = Surrogate(SurrogateParams(hidden=(32, 32), max_epochs=40)).fit(Q, world.model.predict_proba(Q))
+    assert sur.agreement_ >= 0.9 and sur.sigma_ < 0.5
+    assert (sur.logit(S) > 0).__eq__(world.accepts(S)).mean() >= 0.85  # every state, not only the queries
+    assert np.allclose(sur.as_model().score(S), sur.logit(S), atol=1e-4)
+    back = Surrogate.from_arrays(sur.arrays())
+    assert np.allclose(back.logit(S), sur.logit(S)) and back.sigma_ == sur.sigma_
+
+
+class _Stub(Surrogate):
+    """A surrogate whose logit is the first column minus 5 (accepts x0 > 5), known exactly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sigma_ = 0.1
+
+    def logit(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(X, float)[..., 0] - 5.0
+
+
+def test_pick_keeps_the_rows_worth_asking():
+    from tests.tabular_worlds import threshold_world
+
+    world = threshold_world()
+    geo = WorldGeometry.of(world)
+    X = np.array([[1.0, 3.0]])
+    vals = np.linspace(1.5, 9.5, 17)  # x0 from 1.5 to 9.5: accepted from 5.5 up
+    C = np.stack([vals, np.full_like(vals, 3.0)], -1)[None]
+    got = _Stub().pick(geo, X, C, 4, np.array([np.inf]))[0]
+    assert got.shape == (4, 2) and np.isin(got[:, 0], vals).all()
+    assert got[0, 0] <= 5.5 and np.any(got[:, 0] == 5.5)  # around the boundary, nearest first
+    assert (np.diff(got[:, 0]) > 0).all()
+    assert not np.any(got[:, 0] >= 7.0)  # past a sure acceptance nothing can be nearer
+    capped = _Stub().pick(geo, X, C, 4, np.array([geo.distance(X, C[:, 6])[0]]))[0]  # below x0 = 4.5
+    live = ~np.isnan(capped).any(-1)
+    assert live.any() and (capped[live, 0] < 4.5).all()
+
+
+def test_the_proposer_with_a_surrogate_against_enumeration(tiny_mlp, tmp_path):
+    world, labels, agents, S = tiny_mlp
+    bw = replace(world, model=BlackBoxModel(world.model))
+    gen = build_tabular_generator("proposer", {"max_epochs": 20, "surrogate": True, "surrogate_queries": 200,
+                                               "surrogate_epochs": 30, "surrogate_max_sigma": 10.0}).fit(bw, labels)
+    info = gen.fit_info_["surrogate"]
+    assert info["rows"] == 200 * len(labels.X) and info["calls"] >= 1 and info["used"]
+    assert gen.surrogate_ is not None and gen.inner_ is not None
+    budget = Budget(2, 256)
+    bb = BlackBoxModel(world.model)
+    with bb.budget(budget, agents=len(agents)):
+        rec = gen.recommend_within(replace(world, model=bb), agents, budget)
+    assert rec.calls <= 2 and (rec.rows <= 256).all() and int(rec.rows.sum()) == bb.rows
+    geo = WorldGeometry.of(world)
+    for i, x in enumerate(agents):
+        ok = world.accepts(S) & ~geo.violations(np.repeat(x[None], len(S), 0), S)
+        if rec.found[i]:
+            assert world.accepts(rec.CF[i][None])[0]
+            assert rec.distance[i] >= geo.distance(x[None], S[ok]).min() - 1e-12
+    assert rec.found.mean() >= 0.9
+    gen.save(tmp_path / "m")
+    back = TabularGenerator.load(tmp_path / "m")
+    assert back.surrogate_ is not None
+    b = back.recommend_within(world, agents, budget)
+    assert np.array_equal(np.nan_to_num(rec.CF, nan=-7), np.nan_to_num(b.CF, nan=-7))
+
+
+def test_a_surrogate_that_did_not_learn_the_model_is_not_used(tiny_mlp):
+    world, labels, _, _ = tiny_mlp
+    gen = build_tabular_generator("proposer", {"max_epochs": 5, "surrogate": True, "surrogate_queries": 20,
+                                               "surrogate_epochs": 2, "surrogate_max_sigma": 1e-9}).fit(world, labels)
+    assert gen.surrogate_ is None and gen.inner_ is None and not gen.fit_info_["surrogate"]["used"]
+    with pytest.raises(ValueError, match="surrogate_queries: must be >= 1"):
+        build_tabular_generator("proposer", {"surrogate_queries": 0})
