@@ -72,10 +72,11 @@ class ProposerParams:
     expert_rows: int = 2000  # and its rows per agent
     expert_epochs: int = 60  # training epochs after each round
     surrogate: bool = False  # learn the model's logit near the boundary from its own answers; it chooses the rows asked
-    surrogate_queries: int = 250  # rows per training label the model scores for the surrogate (fit time, counted)
+    surrogate_queries: int = 600  # rows per training label the model scores for the surrogate (fit time, counted)
     surrogate_hidden: tuple[int, ...] = (64, 64)  # the surrogate's MLP widths
     surrogate_epochs: int = 60  # its training epochs
     surrogate_search: int = 3  # answers per agent of the white-box search (change_value) on the surrogate, proposed first (0: none)
+    surrogate_rounds: int = 1  # rounds asking the model about the search's answers on the surrogate for the training agents, refitting it
     surrogate_max_sigma: float = 0.2  # the surrogate is used only where its held-out logit error near the boundary is at most this
 
     def __post_init__(self) -> None:
@@ -83,6 +84,8 @@ class ProposerParams:
                      "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
+        if int(self.surrogate_rounds) < 0:
+            raise ValueError(f"surrogate_rounds: must be >= 0, got {self.surrogate_rounds!r}")
         if int(self.expert_rounds) < 0:
             raise ValueError(f"expert_rounds: must be >= 0, got {self.expert_rounds!r}")
         if self.proposals not in ("network", "averages", "neighbours"):
@@ -106,14 +109,9 @@ class ProposerGenerator(TabularGenerator):
         self.raw_of_column_ = np.asarray(geo.raw_of_column, np.int64)
         self.vocab_ = value_vocabulary(geo, self.X_, self.CF_) if p.vocabulary else None
         self.fit_info_: dict[str, Any] = {"labels": int(len(self.X_)), "expert": []}
-        self.surrogate_ = self._fit_surrogate(world, geo, seed, progress) if p.surrogate else None
-        if self.surrogate_ is not None and self.surrogate_.sigma_ > float(p.surrogate_max_sigma):
-            self.surrogate_ = None  # it did not learn the model (a forest's steps): the search goes on without it
-        self.inner_ = None
-        if self.surrogate_ is not None and int(p.surrogate_search) > 0:  # the white-box search, on our own model
-            from learners.tabular.change_value import ChangeValueGenerator
-
-            self.inner_ = ChangeValueGenerator().fit(replace(world, model=self.surrogate_.as_model()), labels, seed=seed)
+        self.surrogate_, self.inner_ = None, None
+        if p.surrogate:
+            self._fit_surrogate(world, geo, labels, seed, progress)
         if p.proposals == "averages":
             self._fit_averages(seed)
         elif p.proposals == "network":
@@ -124,20 +122,45 @@ class ProposerGenerator(TabularGenerator):
                 self._expert_round(world, seed + 1 + r, progress)
         return self
 
-    def _fit_surrogate(self, world: TabularWorld, geo: WorldGeometry, seed: int, progress: bool) -> Surrogate:
-        """The model's logit learnt near the boundary the labels cross, from the model's own answers (its
-        calls and rows: ``fit_info_["surrogate"]``)."""
+    def _fit_surrogate(self, world: TabularWorld, geo: WorldGeometry, labels: TabularLabels, seed: int,
+                       progress: bool) -> None:
+        """The model's logit learnt near the boundary the labels cross, from the model's own answers, and the
+        white-box search on it (``inner_``); then ``surrogate_rounds`` times, the search's answers for the
+        training agents (where the surrogate is most wrong: its optimum exploits its errors) on a ladder and
+        moved, asked of the model, and the surrogate fitted again on everything. Its calls and rows:
+        ``fit_info_["surrogate"]``; not used where its held-out error stays over ``surrogate_max_sigma``."""
+        from learners.tabular.budget_search import LEAD_LADDER
+        from learners.tabular.change_value import ChangeValueGenerator
+        from learners.tabular.surrogate import moved_rows
+
         p = self.params
         t0 = time.perf_counter()
         model = BlackBoxModel(world.model)
         Q = boundary_queries(geo, self.X_, self.CF_, int(p.surrogate_queries), seed)
         proba = model.predict_proba(Q)
-        sur = Surrogate(SurrogateParams(hidden=p.surrogate_hidden, max_epochs=int(p.surrogate_epochs)))
-        sur.fit(Q, proba, seed=seed, progress=progress)
+        params = SurrogateParams(hidden=p.surrogate_hidden, max_epochs=int(p.surrogate_epochs))
+        sur = Surrogate(params).fit(Q, proba, seed=seed, progress=progress)
+        rounds = int(p.surrogate_rounds) if int(p.surrogate_search) > 0 else 0
+        for r in range(rounds + 1):
+            self.surrogate_ = sur if sur.sigma_ <= float(p.surrogate_max_sigma) else None
+            if self.surrogate_ is None or int(p.surrogate_search) == 0:
+                break  # it did not learn the model (a forest's steps): the search goes on without it
+            self.__dict__.pop("_surrogate_world", None)
+            if self.inner_ is None:  # the white-box search, on our own model
+                self.inner_ = ChangeValueGenerator().fit(replace(world, model=sur.as_model()), labels, seed=seed)
+            if r == rounds:
+                break
+            A = self._surrogate_answers(world, self.X_)  # (M, k, D)
+            ladder = np.asarray(LEAD_LADDER)[None, None, :, None]
+            R = self.X_[:, None, None, :] + ladder * (A - self.X_[:, None, :])[:, :, None, :]
+            R = geo.project(self.X_, R.reshape(len(A), -1, A.shape[-1]))
+            rng = np.random.default_rng(seed + 100 + r)
+            R = np.concatenate([R, moved_rows(geo, self.X_, A[:, 0], R.shape[1] // 2, rng)], axis=1).reshape(-1, A.shape[-1])
+            Q, proba = np.concatenate([Q, R]), np.concatenate([proba, model.predict_proba(R)])
+            sur = Surrogate(params).fit(Q, proba, seed=seed, progress=progress)
         self.fit_info_["surrogate"] = {"calls": model.calls, "rows": model.rows, "sigma": sur.sigma_,
-                                       "agreement": sur.agreement_, "used": sur.sigma_ <= float(p.surrogate_max_sigma),
-                                       "seconds": time.perf_counter() - t0}
-        return sur
+                                       "agreement": sur.agreement_, "used": self.surrogate_ is not None,
+                                       "rounds": rounds, "seconds": time.perf_counter() - t0}
 
     def _fit_averages(self, seed: int) -> None:
         """The K centroids of the labels' scaled changes (k-means; fewer where there are fewer labels)."""

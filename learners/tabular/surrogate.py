@@ -44,11 +44,11 @@ def boundary_queries(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, per_labe
     t = rng.uniform(0.0, 1.6, (N, k_seg, 1))
     S = X[:, None] + t * (CF - X)[:, None]
     S = np.where(rng.random((N, k_seg, D)) < 0.25, X[:, None], S)
-    parts = [geo.project(X, S), _moved(geo, X, CF, k_cf, rng), _moved(geo, X, X, k_x, rng)]
+    parts = [geo.project(X, S), moved_rows(geo, X, CF, k_cf, rng), moved_rows(geo, X, X, k_x, rng)]
     return np.concatenate(parts, axis=1).reshape(-1, D)
 
 
-def _moved(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+def moved_rows(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """(N, k, D) ``k`` copies of each base row of ``B`` with one to three mutable raw features moved."""
     lo, hi = geo.box(X)
     cols = geo.raw_columns()
@@ -120,7 +120,8 @@ class Surrogate:
             return ((model(xb).squeeze(-1) - yb) ** 2).mean()
 
         tp = TorchParams(hidden=tuple(p.hidden), lr=float(p.lr), batch_size=int(p.batch_size),
-                         max_epochs=int(p.max_epochs), patience=max(10, int(p.max_epochs) // 4), batch_norm=False)
+                         max_epochs=int(p.max_epochs), patience=max(10, int(p.max_epochs) // 4), batch_norm=False,
+                         num_threads=0)  # every core: fitting is all the process does then
         ctx = FitContext(n_features=Q.shape[1], n_actions=1, max_len=1, seed=seed, progress=progress)
         self.training_ = fit_lightning(net, loss_fn, [t[tr] for t in tensors], [t[val] for t in tensors], tp, ctx)
         self.layers_ = sequential_layers(net)
