@@ -14,6 +14,7 @@ import pytest
 from envs.black_box import BlackBoxModel, Budget
 from envs.tabular import TabularWorld
 from learners.tabular import TabularGenerator, TabularLabels, WorldGeometry, build_tabular_generator
+from learners.tabular.budget_search import LEAD_LADDER
 from learners.tabular.surrogate import Surrogate, SurrogateParams, boundary_queries
 from solvers.mace import MACE
 
@@ -92,7 +93,8 @@ def test_the_proposer_with_a_surrogate_against_enumeration(tiny_mlp, tmp_path):
     gen = build_tabular_generator("proposer", {"max_epochs": 20, "surrogate": True, "surrogate_queries": 200,
                                                "surrogate_epochs": 30, "surrogate_max_sigma": 10.0}).fit(bw, labels)
     info = gen.fit_info_["surrogate"]
-    assert info["rows"] == 200 * len(labels.X) and info["calls"] >= 1 and info["used"]
+    per = 3 * len(LEAD_LADDER)  # a round: the 3 answers per training agent on the ladder, and half as many moved
+    assert info["rows"] == len(labels.X) * (200 + per + per // 2) and info["calls"] == 2 and info["used"]
     assert gen.surrogate_ is not None and gen.inner_ is not None
     budget = Budget(2, 256)
     bb = BlackBoxModel(world.model)
@@ -120,3 +122,15 @@ def test_a_surrogate_that_did_not_learn_the_model_is_not_used(tiny_mlp):
     assert gen.surrogate_ is None and gen.inner_ is None and not gen.fit_info_["surrogate"]["used"]
     with pytest.raises(ValueError, match="surrogate_queries: must be >= 1"):
         build_tabular_generator("proposer", {"surrogate_queries": 0})
+
+
+def test_the_surrogates_picks_alone_without_its_search(tiny_mlp):
+    world, labels, agents, _ = tiny_mlp
+    gen = build_tabular_generator("proposer", {"max_epochs": 5, "surrogate": True, "surrogate_queries": 50,
+                                               "surrogate_epochs": 5, "surrogate_search": 0,
+                                               "surrogate_max_sigma": 10.0}).fit(world, labels)
+    assert gen.surrogate_ is not None and gen.inner_ is None and gen.fit_info_["surrogate"]["calls"] == 1
+    bb = BlackBoxModel(world.model)
+    with bb.budget(Budget(2, 64), agents=len(agents)):
+        rec = gen.recommend_within(replace(world, model=bb), agents, Budget(2, 64))
+    assert (rec.rows <= 64).all() and rec.found.mean() >= 0.8 and world.accepts(rec.CF[rec.found]).all()

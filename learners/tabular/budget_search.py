@@ -402,7 +402,7 @@ def _first_round_with_surrogate(geo: WorldGeometry, X: np.ndarray, P: np.ndarray
     refinement no other set to shrink (Adult MLP .99 -> .58 at 2 x 256 with picks alone; .99 -> 1.00
     with half)."""
     n_pick = int(PICK_SHARE * rows)
-    L = _round_one(geo, X, P[:, :lead], None, lead * len(LEAD_LADDER), LEAD_LADDER)[:, :rows] if lead else X[:, None, :0]
+    L = _round_one(geo, X, P[:, :lead], None, lead * len(LEAD_LADDER), LEAD_LADDER)[:, :rows] if lead else np.zeros((len(X), 0, X.shape[1]))
     rest = _round_one(geo, X, P[:, lead:], vocab, max(0, rows - n_pick - L.shape[1]), extra=fallback)
     picked = _pooled_first_round(geo, X, P, vocab, rows - L.shape[1] - rest.shape[1], fallback, surrogate, lead)
     return np.concatenate([L, rest, picked], axis=1)
