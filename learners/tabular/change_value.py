@@ -483,7 +483,7 @@ class ChangeValueGenerator(TabularGenerator):
             cols_out.append(vc)
             vals_out.append(vv)
             owner.append(idx // S)
-        V = Variants(base.reshape(N * S, -1), np.concatenate(index), np.concatenate(cols_out), np.concatenate(vals_out))
+        V = Variants(base.reshape(N * S, base.shape[-1]), np.concatenate(index), np.concatenate(cols_out), np.concatenate(vals_out))
         return V, np.concatenate(owner)
 
     def _grid(self, world: TabularWorld, geo: WorldGeometry, X: np.ndarray, value: np.ndarray, subs: np.ndarray
