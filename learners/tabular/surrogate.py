@@ -120,8 +120,7 @@ class Surrogate:
             return ((model(xb).squeeze(-1) - yb) ** 2).mean()
 
         tp = TorchParams(hidden=tuple(p.hidden), lr=float(p.lr), batch_size=int(p.batch_size),
-                         max_epochs=int(p.max_epochs), patience=max(10, int(p.max_epochs) // 4), batch_norm=False,
-                         num_threads=0)  # every core: fitting is all the process does then
+                         max_epochs=int(p.max_epochs), patience=max(10, int(p.max_epochs) // 4), batch_norm=False)
         ctx = FitContext(n_features=Q.shape[1], n_actions=1, max_len=1, seed=seed, progress=progress)
         self.training_ = fit_lightning(net, loss_fn, [t[tr] for t in tensors], [t[val] for t in tensors], tp, ctx)
         self.layers_ = sequential_layers(net)
