@@ -134,3 +134,22 @@ def test_the_surrogates_picks_alone_without_its_search(tiny_mlp):
     with bb.budget(Budget(2, 64), agents=len(agents)):
         rec = gen.recommend_within(replace(world, model=bb), agents, Budget(2, 64))
     assert (rec.rows <= 64).all() and rec.found.mean() >= 0.8 and world.accepts(rec.CF[rec.found]).all()
+
+
+def test_a_refit_that_comes_out_worse_sets_the_surrogate_and_its_search_aside(tiny_mlp, monkeypatch):
+    """The first fit passes the bar and the refit after the answers' round does not: neither is used."""
+    world, labels, agents, _ = tiny_mlp
+    fits = iter([0.01, 9.0])
+    real_fit = Surrogate.fit
+
+    def fit(self, *a, **k):
+        real_fit(self, *a, **k)
+        self.sigma_ = next(fits)
+        return self
+
+    monkeypatch.setattr(Surrogate, "fit", fit)
+    gen = build_tabular_generator("proposer", {"max_epochs": 5, "surrogate": True, "surrogate_queries": 30,
+                                               "surrogate_epochs": 2, "surrogate_max_sigma": 1.0}).fit(world, labels)
+    assert gen.surrogate_ is None and gen.inner_ is None and not gen.fit_info_["surrogate"]["used"]
+    rec = gen.recommend_within(world, agents, Budget(2, 64))
+    assert rec.found.any()

@@ -77,7 +77,7 @@ class ProposerParams:
     surrogate_epochs: int = 60  # its training epochs
     surrogate_search: int = 3  # answers per agent of the white-box search (change_value) on the surrogate, proposed first (0: none)
     surrogate_rounds: int = 1  # rounds asking the model about the search's answers on the surrogate for the training agents, refitting it
-    surrogate_max_sigma: float = 0.2  # the surrogate is used only where its held-out logit error near the boundary is at most this
+    surrogate_max_sigma: float = 0.15  # the surrogate is used only where its held-out logit error near the boundary is at most this
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
@@ -143,8 +143,11 @@ class ProposerGenerator(TabularGenerator):
         rounds = int(p.surrogate_rounds) if int(p.surrogate_search) > 0 else 0
         for r in range(rounds + 1):
             self.surrogate_ = sur if sur.sigma_ <= float(p.surrogate_max_sigma) else None
-            if self.surrogate_ is None or int(p.surrogate_search) == 0:
-                break  # it did not learn the model (a forest's steps): the search goes on without it
+            if self.surrogate_ is None:  # it did not learn the model (a forest's steps): the search goes on without it
+                self.inner_ = None  # (nor its white-box search, where a refit came out worse than the first fit)
+                break
+            if int(p.surrogate_search) == 0:
+                break
             self.__dict__.pop("_surrogate_world", None)
             if self.inner_ is None:  # the white-box search, on our own model
                 self.inner_ = ChangeValueGenerator().fit(replace(world, model=sur.as_model()), labels, seed=seed)
@@ -253,7 +256,7 @@ class ProposerGenerator(TabularGenerator):
         P = X[:, None, :] + delta * self.scale_span_
         if int(p.neighbours) > 0:  # the labels' own answers beside the heads' (the search takes them in this order)
             P = np.concatenate([P, self._lent(X, int(p.neighbours))], axis=1)
-        if getattr(self, "inner_", None) is not None:  # the surrogate's own nearest answers first
+        if getattr(self, "inner_", None) is not None and self.surrogate_ is not None:  # the surrogate's answers first
             P = np.concatenate([self._surrogate_answers(world, X), P], axis=1)
         return P
 
