@@ -89,16 +89,14 @@ def value_vocabulary(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, cap: int
     return out
 
 
-def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(N, Q) acceptance of the finite rows of ``C`` (N, Q, D) in one call, rows scored per agent and (N, Q)
-    the model's probabilities (NaN where no row)."""
+def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """(N, Q) acceptance of the finite rows of ``C`` (N, Q, D) in one call, and rows scored per agent."""
     N, Q, D = C.shape
     live = ~np.isnan(C).any(-1)
-    proba = np.full((N, Q), np.nan)
+    ok = np.zeros((N, Q), bool)
     if live.any():
-        proba[live] = model.predict_proba(C[live])
-    return proba > threshold, live.sum(1), proba
+        ok[live] = model.predict_proba(C[live]) > threshold
+    return ok, live.sum(1)
 
 
 def _snap(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray]) -> np.ndarray:
@@ -434,7 +432,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         if n_screen:
             C = np.concatenate([C, _compact(screens(geo, X, vocab), n_screen)], axis=1)
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
-    ok, used, proba = _accept(model, geo, X, C, threshold)
+    ok, used = _accept(model, geo, X, C, threshold)
     calls, rows_left = 1, rows_left - used
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(C)), np.inf)  # every accepted row
     rounds_left = int(budget.calls) - 1
@@ -463,7 +461,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         M[np.arange(M.shape[1])[None, :] >= cap[:, None]] = np.nan
         if np.isnan(M).all():
             break
-        ok, used, proba = _accept(model, geo, X, M, threshold)
+        ok, used = _accept(model, geo, X, M, threshold)
         calls, rows_left, rounds_left = calls + 1, rows_left - used, rounds_left - 1
         dm = np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(M)), np.inf)
         pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
