@@ -248,3 +248,30 @@ def test_rows_past_the_cap_are_spread_over_the_nearness_ranks(german):
     all_of_them = _nearest_first(geo, x, C, 16, below)[0]
     assert np.isfinite(all_of_them).all(1).sum() == 10
     np.testing.assert_allclose(all_of_them[:10, num], C[0, :10, num])
+
+
+def test_additions_add_one_feature_the_answer_left_at_the_agent(german):
+    """``_additions``: every row keeps the answer's changed features (numeric ones scaled toward the agent by
+    ``ADD_SHRINK``), changes exactly one more raw feature, lies in the agent's box; an agent with no
+    answer (a NaN row) gets none."""
+    from learners.tabular.budget_search import ADD_SHRINK, _additions
+
+    world, labels = german[0], german[1]
+    geo = WorldGeometry.of(world)
+    X = labels.X[:8]
+    B = labels.CF[:8].copy()
+    B[0] = np.nan
+    vocab = [np.unique(labels.CF[:, c]) if geo.numeric[c] else np.zeros(0) for c in range(X.shape[1])]
+    A = _additions(geo, X, B, vocab)
+    assert np.isnan(A[0]).all()
+    for i in range(1, len(X)):
+        R = A[i][~np.isnan(A[i]).any(1)]
+        assert len(R)
+        before = geo.deltas(X[i][None], B[i][None])[0] > 1e-12
+        after = geo.deltas(X[i][None], R) > 1e-12
+        assert (after >= before).all() and (after.sum(1) == before.sum() + 1).all()
+        assert not geo.violations(np.repeat(X[i][None], len(R), 0), R).any()
+        kept = np.flatnonzero(geo.numeric & (np.abs(B[i] - X[i]) > 1e-12) & ~geo.rounded)
+        for c in kept:  # a continuous change scaled by one of the shrink factors
+            t = (R[:, c] - X[i, c]) / (B[i, c] - X[i, c])
+            assert np.isclose(t[:, None], np.asarray(ADD_SHRINK)[None, :]).any(1).all()
