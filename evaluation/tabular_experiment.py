@@ -116,7 +116,8 @@ class TabularSection(StrictModel):
 class TabularMethod(StrictModel):
     """A tabular generator to train."""
 
-    method: Literal["nearest_cfe", "named_cfe", "change_value"] = Field(description="learners/tabular/ method")
+    method: Literal["nearest_cfe", "named_cfe", "change_value", "proposer"] = Field(
+        description="learners/tabular/ method (proposer: answers within a query budget, for a model that can only be called)")
     name: str | None = Field(None, description="model name (default: the method)")
     params: dict[str, Any] = Field(default_factory=dict, description="hyperparameters, checked by the method")
 

@@ -53,7 +53,9 @@ def run_dir(tmp_path_factory):
            "tabular": {"table": str(root / "loans.csv"), "target": "y", "favourable": "good",
                        "spec": str(root / "spec.yaml"), "model_file": str(root / "pipe.skops"), "agents": 30,
                        "geco_agents": 5, "compute": {"backend": "local", "n_workers": 1}},
-           "generators": [{"method": "nearest_cfe"}]}
+           "generators": [{"method": "nearest_cfe"},  # served: the first
+                          {"method": "proposer", "params": {"max_epochs": 20, "surrogate": True, "surrogate_queries": 60,
+                                                            "surrogate_epochs": 20}}]}
     (root / "loans.yaml").write_text(yaml.safe_dump(cfg))
     mp = pytest.MonkeyPatch()
     from solvers.mace import MACE
@@ -117,9 +119,32 @@ def test_evaluation_is_against_geco_and_certifies_nothing(run_dir):
     assert m["route"] == "black-box" and m["reference"] == "GeCo, not certified"
     assert m["mace"]["certified_share"] == "n/a (black box)" and "geco" not in m
     assert m["generators"]["nearest_cfe"]["validity"] == 1.0
+    assert m["generators"]["proposer"]["validity"] == 1.0  # within its budget, through the user's model alone
     report = (d / "report.md").read_text()
     assert "reference: GeCo, not certified" in report and "n/a (black box)" in report
     assert "MACE (certified)" not in report
+
+
+def test_the_proposer_answers_within_its_budget_through_the_users_model(run_dir):
+    """The learned black-box generator (issue 56) on the black-box route: reloaded from the run, it answers
+    within 2 round trips and 256 rows per agent (enforced), and the user's own Pipeline accepts every answer."""
+    from dataclasses import replace
+
+    from envs.black_box import BlackBoxModel as Counted
+    from envs.black_box import Budget
+    from learners.tabular import TabularGenerator
+
+    d, pipe, table, _ = run_dir
+    run = load_tabular_run(d)
+    gen = TabularGenerator.load(d / "models" / "proposer")
+    assert gen.fit_info_["surrogate"]["rows"] > 0  # the surrogate's queries were the model's, counted
+    X = run.data().X_test
+    X = X[~run.world.accepts(X)][:8]
+    counted = Counted(run.world.model)
+    rec = gen.recommend_within(replace(run.world, model=counted), X, Budget(2, 256))
+    assert rec.found.any() and counted.calls <= 2 and (rec.rows <= 256).all()
+    raw = run.world.encoder.decode(rec.CF[rec.found])
+    assert (pipe.predict(raw[list(table.columns[:-1])]) == "good").all()
 
 
 def test_served_answers_come_from_geco_only_and_are_never_optimal(run_dir, monkeypatch):
