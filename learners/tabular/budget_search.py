@@ -34,6 +34,7 @@ import numpy as np
 
 from envs.black_box import Budget
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.steps import corner_grid
 
 SCALES = (0.45, 0.7, 0.85, 1.0, 1.2, 1.5, 2.2)  # ray multiples of a proposal's numeric change in round 1
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # and in a later round, for an agent none of whose rows was accepted
@@ -256,6 +257,11 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     R = np.repeat(B[:, None], len(t), axis=1)
     R[:, :, num] = X[:, None, num] + t[None, :, None] * (B[:, None, num] - X[:, None, num])
     parts.append(R)
+    return _projected(geo, X, parts)
+
+
+def _projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
+    """The rows ``parts`` (each (N, Q_i, D)) side by side, projected onto the agents' boxes; NaN rows stay NaN."""
     C = np.concatenate(parts, axis=1)
     bad = np.isnan(C).any(-1)
     C = geo.project(X, np.nan_to_num(C))
@@ -310,11 +316,7 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
         R = np.where(moves, Sc, base[:, None, :])
         R[dead] = np.nan
         out.append(R)
-    C = np.concatenate(out, axis=1)
-    bad = np.isnan(C).any(-1)
-    C = geo.project(X, np.nan_to_num(C))
-    C[bad] = np.nan
-    return C
+    return _projected(geo, X, out)
 
 
 def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
@@ -435,7 +437,7 @@ def _first_round_with_surrogate(geo: WorldGeometry, X: np.ndarray, P: np.ndarray
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
-                  lead: int = 0) -> SearchResult:
+                  lead: int = 0, grid_share: float = 0.0) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
@@ -446,6 +448,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     candidates (the proposals on ``POOL_SCALES`` rays, the screens) and asks the model about a share
     ``PICK_SHARE`` that ``surrogate.pick`` ranks most likely to be the nearest accepted; the first ``lead``
     proposals (a search's answers on the surrogate) go first on ``LEAD_LADDER``.
+    ``grid_share``: the share of round one (without a surrogate) for ``steps.corner_grid``, the proposals'
+    changed sets at the vocabulary's values (for a model that answers in steps: ``steps.step_share``).
     A refinement round that a later round follows gives a share ``ADD_SHARE`` of its rows to ``_additions``:
     the best answer with one more feature changed, up to ``ADD_FAR`` times farther; an accepted one is a
     new changed set that the next rounds shrink (German forest at 8 x 2000: .89 -> .94)."""
@@ -457,7 +461,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         C = _first_round_with_surrogate(geo, X, np.asarray(P, float), vocab, first, fallback, surrogate, lead)
     else:
         n_screen = int(SCREEN_SHARE * first) if first >= SCREEN_MIN_ROWS else 0
-        C = _round_one(geo, X, np.asarray(P, float), vocab, first - n_screen, extra=fallback)
+        n_grid = int(grid_share * first) if vocab is not None else 0
+        C = _round_one(geo, X, np.asarray(P, float), vocab, first - n_screen - n_grid, extra=fallback)
+        if n_grid:
+            C = np.concatenate([corner_grid(geo, X, np.asarray(P, float), vocab, n_grid), C], axis=1)
         if n_screen:
             C = np.concatenate([C, _compact(screens(geo, X, vocab), n_screen)], axis=1)
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored

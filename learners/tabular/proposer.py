@@ -42,6 +42,7 @@ from learners.tabular.base import Recommendations, TabularGenerator, TabularLabe
 from learners.tabular.budget_search import budget_search, value_vocabulary
 from learners.tabular.change_net import forward_layers, sequential_layers
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.steps import STEP_SHARE_MIN, step_share
 from learners.tabular.surrogate import Surrogate, SurrogateParams, boundary_queries
 from solvers.mace.distance import Norm
 
@@ -78,12 +79,15 @@ class ProposerParams:
     surrogate_search: int = 3  # answers per agent of the white-box search (change_value) on the surrogate, proposed first (0: none)
     surrogate_rounds: int = 1  # rounds asking the model about the search's answers on the surrogate for the training agents, refitting it
     surrogate_max_sigma: float = 0.15  # the surrogate is used only where its held-out logit error near the boundary is at most this
+    corner_grid: float = 0.25  # of round one's rows, the proposals' changed sets on the vocabulary's values, where the model answers in steps (probed at fit time; 0: never)
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
                      "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
+        if not 0.0 <= float(self.corner_grid) < 1.0:
+            raise ValueError(f"corner_grid: a share of round one in [0, 1), got {self.corner_grid!r}")
         if int(self.surrogate_rounds) < 0:
             raise ValueError(f"surrogate_rounds: must be >= 0, got {self.surrogate_rounds!r}")
         if int(self.expert_rounds) < 0:
@@ -110,6 +114,11 @@ class ProposerGenerator(TabularGenerator):
         self.vocab_ = value_vocabulary(geo, self.X_, self.CF_) if p.vocabulary else None
         self.fit_info_: dict[str, Any] = {"labels": int(len(self.X_)), "expert": []}
         self.surrogate_, self.inner_ = None, None
+        self.step_share_ = 0.0
+        if self.vocab_ is not None and float(p.corner_grid) > 0:  # one call: does the model answer in steps?
+            probe = BlackBoxModel(world.model)
+            self.step_share_ = step_share(probe, geo, self.X_, seed=seed)
+            self.fit_info_["steps"] = {"share": self.step_share_, "calls": probe.calls, "rows": probe.rows}
         if p.surrogate:
             self._fit_surrogate(world, geo, labels, seed, progress)
         if p.proposals == "averages":
@@ -232,7 +241,7 @@ class ProposerGenerator(TabularGenerator):
         A = A[~(model.predict_proba(A) > 0.5)]  # rejected ones only (one call)
         res = budget_search(model, geo, A, self.candidates(world, A), Budget(int(p.expert_calls), int(p.expert_rows)),
                             vocab=self.vocab_, surrogate=self.surrogate_,
-                            lead=int(p.surrogate_search) if self.inner_ is not None else 0)
+                            lead=int(p.surrogate_search) if self.inner_ is not None else 0, grid_share=self._grid_share())
         ok = res.found
         Xs = np.concatenate([self._scaled(self.X_), self._scaled(A[ok])])
         Ys = np.concatenate([self._delta(self.X_, self.CF_), self._delta(A[ok], res.CF[ok])])
@@ -273,6 +282,10 @@ class ProposerGenerator(TabularGenerator):
         A = A[:, :k]
         return np.where(np.isnan(A).any(-1, keepdims=True), X[:, None, :], A)
 
+    def _grid_share(self) -> float:
+        """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""
+        return float(self.params.corner_grid) if getattr(self, "step_share_", 0.0) >= STEP_SHARE_MIN else 0.0
+
     def _transplants(self, X: np.ndarray, k: int) -> np.ndarray:
         """(N, k, D) each agent with the features its k nearest training agents changed set to their new
         values (absolute: where a relative change does not reach the boundary)."""
@@ -310,7 +323,8 @@ class ProposerGenerator(TabularGenerator):
         geo = WorldGeometry.of(world, norm)
         res = budget_search(world.model, geo, X, self.candidates(world, X), budget, vocab=self.vocab_,
                             fallback=self._transplants(X, FALLBACK_DONORS), surrogate=self.surrogate_,
-                            lead=int(self.params.surrogate_search) if self.inner_ is not None else 0)
+                            lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
+                            grid_share=self._grid_share())
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)
@@ -323,6 +337,7 @@ class ProposerGenerator(TabularGenerator):
     def _arrays(self) -> dict[str, np.ndarray]:
         out = super()._arrays()
         out["raw_of_column"] = self.raw_of_column_
+        out["step_share"] = np.array([self.step_share_])
         if self.vocab_ is not None:
             out["vocab_sizes"] = np.array([len(v) for v in self.vocab_], np.int64)
             out["vocab"] = np.concatenate(self.vocab_) if self.vocab_ else np.zeros(0)
@@ -335,6 +350,7 @@ class ProposerGenerator(TabularGenerator):
     def _set_arrays(self, z: dict[str, np.ndarray]) -> None:
         super()._set_arrays(z)
         self.raw_of_column_ = z["raw_of_column"].astype(np.int64)
+        self.step_share_ = float(z["step_share"][0]) if "step_share" in z else 0.0
         self.vocab_ = None
         if "vocab_sizes" in z:
             self.vocab_ = np.split(z["vocab"], np.cumsum(z["vocab_sizes"])[:-1])

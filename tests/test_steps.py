@@ -1,0 +1,98 @@
+"""``learners.tabular.steps``: telling a model that answers in steps from its answers alone, and the corner grid
+of the proposals' changed sets on the value vocabulary (issue 56)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs.black_box import BlackBoxModel
+from learners.tabular import WorldGeometry, build_tabular_generator
+from learners.tabular.budget_search import value_vocabulary
+from learners.tabular.steps import GRID_VALUES, STEP_SHARE_MIN, corner_grid, step_share
+from tests.tabular_worlds import (
+    german_mace_labels,
+    german_rejected,
+    threshold_world,
+    toy_mlp_world,
+    train_labels,
+)
+
+
+@pytest.fixture(scope="module")
+def german():
+    world, _ = german_rejected()
+    labels, train, _ = german_mace_labels()
+    return world, train_labels(labels, train)
+
+
+def _inside(world, n, seed):
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(seed)
+    lo = np.array([f.lower for f in world.schema.features], float)
+    hi = np.array([f.upper for f in world.schema.features], float)
+    X = lo + rng.random((n, len(lo))) * (hi - lo)
+    return geo, geo.project(X, X[:, None, :])[:, 0]
+
+
+def test_a_forest_answers_in_steps_and_a_network_does_not(german):
+    world, labels = german
+    counted = BlackBoxModel(world.model)
+    assert step_share(counted, WorldGeometry.of(world), labels.X) >= 0.9
+    assert counted.calls == 1  # one call, counted
+    geo, X = _inside(threshold_world(), 200, 0)
+    assert step_share(threshold_world().model, geo, X) >= 0.95
+    class Strict:  # a model behind a schema that checks its integer codes (the user's route)
+        def predict_proba(self, X):
+            if not np.array_equal(X, np.round(X)):
+                raise ValueError("X: row 0 feature 'age' = 21.000051 must be an integer code")
+            return world.model.predict_proba(X)
+
+    assert step_share(Strict(), WorldGeometry.of(world), labels.X) == 0.0  # German: integer columns only
+    mlp = toy_mlp_world(np.random.default_rng(1))
+    geo, X = _inside(mlp, 200, 1)
+    assert step_share(mlp.model, geo, X) <= 0.05
+
+
+def test_corner_grid_puts_each_changed_set_on_the_vocabulary(german):
+    """Every row keeps its proposal's changed set, each changed numeric column at one of the first
+    ``GRID_VALUES`` vocabulary values from the agent in the proposal's direction (or the proposed value
+    where there is none); a proposal repeating an earlier changed set adds no row; rows are distinct."""
+    world, labels = german
+    geo = WorldGeometry.of(world)
+    vocab = value_vocabulary(geo, labels.X, labels.CF)
+    X, P = labels.X[:10], labels.CF[:10, None, :]
+    P = np.concatenate([P, P + 0.0], axis=1)  # the same set twice
+    G = corner_grid(geo, X, P, vocab, 64)
+    for i in range(len(X)):
+        R = G[i][~np.isnan(G[i]).any(1)]
+        own = geo.deltas(X[i][None], geo.project(X[i:i + 1], P[i:i + 1, :1])[0]) > 1e-12
+        cols = np.flatnonzero(geo.numeric & (np.abs(P[i, 0] - X[i]) > 1e-12))
+        if not 1 <= len(cols) <= 3:
+            assert not len(R)
+            continue
+        assert len(R) and len(np.unique(R, axis=0)) == len(R)
+        assert len(R) <= GRID_VALUES[len(cols)] ** len(cols)
+        assert ((geo.deltas(X[i][None], R) > 1e-12) == own).all()
+        for c in cols:
+            v = vocab[c]
+            up = P[i, 0, c] > X[i, c]
+            first = v[v > X[i, c]][:GRID_VALUES[len(cols)]] if up else v[v < X[i, c]][::-1][:GRID_VALUES[len(cols)]]
+            assert np.isin(R[:, c], np.append(first, P[i, 0, c])).all()
+    empty = corner_grid(geo, X, X[:, None, :], vocab, 8)  # no change proposed: no row
+    assert np.isnan(empty).all()
+
+
+def test_the_proposer_probes_the_model_and_uses_the_grid_only_on_steps(german, tmp_path):
+    world, labels = german
+    gen = build_tabular_generator("proposer", {"max_epochs": 5}).fit(world, labels)
+    assert gen.fit_info_["steps"]["share"] >= STEP_SHARE_MIN and gen.fit_info_["steps"]["calls"] == 1
+    assert gen._grid_share() == 0.25
+    gen.save(tmp_path / "p")
+    from learners.tabular import TabularGenerator
+
+    assert TabularGenerator.load(tmp_path / "p")._grid_share() == 0.25
+    off = build_tabular_generator("proposer", {"max_epochs": 5, "corner_grid": 0.0}).fit(world, labels)
+    assert off._grid_share() == 0.0 and "steps" not in off.fit_info_
+    with pytest.raises(ValueError, match="corner_grid"):
+        build_tabular_generator("proposer", {"corner_grid": 1.5})
