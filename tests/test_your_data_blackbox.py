@@ -147,6 +147,28 @@ def test_the_proposer_answers_within_its_budget_through_the_users_model(run_dir)
     assert (pipe.predict(raw[list(table.columns[:-1])]) == "good").all()
 
 
+def test_the_proposer_is_served_on_the_black_box_route(run_dir):
+    """``serve.py --model proposer``: its answers are verified against the user's model, never optimal."""
+    from serving.tabular import TabularService
+
+    d, pipe, table, _ = run_dir
+    svc = TabularService(d, model="proposer", fallback_budget_s=None)
+    try:
+        run = load_tabular_run(d)
+        X = run.data().X_test
+        X = X[~run.world.accepts(X)][:6]
+        records = [svc.codec.decode(x) for x in X]
+        results = svc.recommend_records(records)
+        assert any(r["method"] == "proposer" for r in results)
+        assert all(r["optimal"] is None for r in results)
+        answered = [(rec, r) for rec, r in zip(records, results, strict=True) if r["status"] == "ok"]
+        assert answered and all(r["verified"] for _, r in answered)
+        after = pd.DataFrame([{**rec, **{c["feature"]: c["to"] for c in r["changes"]}} for rec, r in answered])
+        assert (pipe.predict(after[list(table.columns[:-1])]) == "good").all()
+    finally:
+        svc.close()
+
+
 def test_served_answers_come_from_geco_only_and_are_never_optimal(run_dir, monkeypatch):
     from serving.page import form_schema
     from serving.tabular import TabularService
