@@ -34,7 +34,7 @@ import numpy as np
 
 from envs.black_box import Budget
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.steps import corner_grid
+from learners.tabular.steps import corner_grid, first_vocab_values
 
 SCALES = (0.45, 0.7, 0.85, 1.0, 1.2, 1.5, 2.2)  # ray multiples of a proposal's numeric change in round 1
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # and in a later round, for an agent none of whose rows was accepted
@@ -171,15 +171,13 @@ def screens(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None = 
             if len(flips):
                 parts.append(moved(flips, 1.0 - X[:, flips]))
             if vocab is not None:  # the values the labels move a column to nearest the agent (a forest's splits)
+                F = first_vocab_values(geo, X, vocab, SCREEN_VOCAB)
                 for c in num:
-                    v = vocab[c]
-                    if not len(v):
+                    if not len(vocab[c]):
                         continue
-                    above = np.searchsorted(v, X[:, c], "right")
-                    below = np.searchsorted(v, X[:, c], "left") - 1
                     for step in range(SCREEN_VOCAB):
-                        for at, inside in ((above + step, above + step < len(v)), (below - step, below - step >= 0)):
-                            vals = np.where(inside, v[np.clip(at, 0, len(v) - 1)], X[:, c])
+                        for side in (0, 1):  # above the agent, then below
+                            vals = np.where(np.isnan(F[side, :, c, step]), X[:, c], F[side, :, c, step])
                             parts.append(moved(np.array([c]), vals[:, None]))
     C = np.concatenate(parts, axis=1)
     bad = np.isnan(C).any(-1)
@@ -222,20 +220,16 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
         parts.append(R[:, None])
     num = np.flatnonzero(geo.numeric)
     f = np.asarray(FRACTIONS)
+    F = first_vocab_values(geo, X, vocab, VOCAB_STEPS) if vocab is not None else None
     for c in num:  # each numeric change shrunk
         R = np.repeat(B[:, None], len(f), axis=1)
         R[:, :, c] = X[:, None, c] + f[None, :] * (B[:, None, c] - X[:, None, c])
         parts.append(R)
-        v = vocab[c] if vocab is not None else np.zeros(0)
-        if len(v):  # the vocabulary values between the agent and the answer, nearest to the agent first
-            x, b = X[:, c], B[:, c]
-            up = b > x
-            start = np.where(up, np.searchsorted(v, x, "right"), np.searchsorted(v, x, "left") - 1)
-            step = np.where(up, 1, -1)
-            idx = start[:, None] + step[:, None] * np.arange(VOCAB_STEPS)[None, :]
-            ok = (idx >= 0) & (idx < len(v))
-            vals = v[np.clip(idx, 0, len(v) - 1)]
-            inside = ok & np.where(up[:, None], vals < b[:, None], vals > b[:, None])
+        if F is not None and len(vocab[c]):  # the vocabulary values between the agent and the answer, nearest to the agent first
+            b = B[:, c]
+            up = b > X[:, c]
+            vals = np.where(up[:, None], F[0, :, c], F[1, :, c])
+            inside = ~np.isnan(vals) & np.where(up[:, None], vals < b[:, None], vals > b[:, None])
             R = np.repeat(B[:, None], VOCAB_STEPS, axis=1)
             R[:, :, c] = np.where(inside, vals, np.nan)
             parts.append(R)

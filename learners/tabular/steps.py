@@ -77,7 +77,7 @@ def corner_grid(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np
     repeat = np.zeros((N, K), bool)  # a changed set an earlier proposal has
     for k in range(1, K):
         repeat[:, k] = (moved[:, :k] == moved[:, k:k + 1]).all(-1).any(1)
-    first = _first_values(geo, X, vocab, max(GRID_VALUES.values()))  # (2, N, D, V): up, down
+    first = first_vocab_values(geo, X, vocab, max(GRID_VALUES.values()))  # (2, N, D, V): up, down
     fill = np.zeros(N, np.int64)
     for k in range(K):
         for size, V in GRID_VALUES.items():
@@ -107,9 +107,10 @@ def corner_grid(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np
     return out
 
 
-def _first_values(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], V: int) -> np.ndarray:
+def first_vocab_values(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], V: int) -> np.ndarray:
     """(2, N, D, V) per agent and numeric column the first ``V`` vocabulary values above the agent's value
-    (ascending) and below it (descending); NaN past the vocabulary's end and for other columns."""
+    (ascending) and below it (descending); NaN past the vocabulary's end and for other columns (the corner grid,
+    and ``budget_search``'s screens and vocabulary moves)."""
     N, D = X.shape
     out = np.full((2, N, D, V), np.nan)
     steps = np.arange(V)
