@@ -55,9 +55,10 @@ def test_a_forest_answers_in_steps_and_a_network_does_not(german):
 
 
 def test_corner_grid_puts_each_changed_set_on_the_vocabulary(german):
-    """Every row keeps its proposal's changed set, each changed numeric column at one of the first
-    ``GRID_VALUES`` vocabulary values from the agent in the proposal's direction (or the proposed value
-    where there is none); a proposal repeating an earlier changed set adds no row; rows are distinct."""
+    """Every row keeps its proposal's changed set, each changed numeric column at one of the ``GRID_VALUES``
+    vocabulary values nearest the agent taken either way in turn (the first in the proposal's direction,
+    the first the other way, ...; or the proposed value where there is none); a proposal repeating an
+    earlier changed set adds no row; rows are distinct."""
     world, labels = german
     geo = WorldGeometry.of(world)
     vocab = value_vocabulary(geo, labels.X, labels.CF)
@@ -74,11 +75,16 @@ def test_corner_grid_puts_each_changed_set_on_the_vocabulary(german):
         assert len(R) and len(np.unique(R, axis=0)) == len(R)
         assert len(R) <= GRID_VALUES[len(cols)] ** len(cols)
         assert ((geo.deltas(X[i][None], R) > 1e-12) == own).all()
+        V = GRID_VALUES[len(cols)]
         for c in cols:
             v = vocab[c]
-            up = P[i, 0, c] > X[i, c]
-            first = v[v > X[i, c]][:GRID_VALUES[len(cols)]] if up else v[v < X[i, c]][::-1][:GRID_VALUES[len(cols)]]
-            assert np.isin(R[:, c], np.append(first, P[i, 0, c])).all()
+            above, below = v[v > X[i, c]], v[v < X[i, c]][::-1]
+            ahead, behind = (above, below) if P[i, 0, c] > X[i, c] else (below, above)
+            allowed = np.concatenate([ahead[:(V + 1) // 2], behind[:V // 2], [P[i, 0, c]]])
+            assert np.isin(R[:, c], allowed).all()
+            if len(ahead) and len(behind) and V > 1:  # both ways on the grid
+                assert (np.sign(R[:, c] - X[i, c]) == np.sign(ahead[0] - X[i, c])).any()
+                assert (np.sign(R[:, c] - X[i, c]) == np.sign(behind[0] - X[i, c])).any()
     empty = corner_grid(geo, X, X[:, None, :], vocab, 8)  # no change proposed: no row
     assert np.isnan(empty).all()
 

@@ -48,6 +48,11 @@ MAX_STARTS = 6  # and up to this many where a round has the rows
 START_ROWS = 24  # rows a round needs per start before it takes one more
 MOVE_BLOCK = 64  # agents whose shortening moves are built at a time (memory)
 VOCAB_STEPS = 8  # vocabulary values between the agent and the answer tried per numeric column
+# on a model that answers in steps (``steps.step_share``) the shrinks go to the vocabulary's values (a forest's
+# splits) more than to fractions: most fractions of a change land in the cell the answer is in already
+STEP_VOCAB_STEPS = 24
+STEP_FRACTIONS = (0.5, 0.8, 0.95)
+STEP_FLIPS = 2
 TRADE_BACKS = (1.0, 2.0)  # integer steps a changed integer column gives back in a trade
 TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)  # of the room a give-back frees, the partner's move
 SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the screens (one feature at a time)
@@ -203,12 +208,14 @@ def _one_category_each(geo: WorldGeometry, X: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None) -> np.ndarray:
+def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False
+           ) -> np.ndarray:
     """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows)."""
-    return np.concatenate([_moves_one(geo, X, S[:, t], vocab) for t in range(S.shape[1])], axis=1)
+    return np.concatenate([_moves_one(geo, X, S[:, t], vocab, steps) for t in range(S.shape[1])], axis=1)
 
 
-def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None) -> np.ndarray:
+def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False
+               ) -> np.ndarray:
     """(N, Q, D) rows that shorten each agent's answer ``B`` (N, D) by one move (NaN rows where B is NaN)."""
     N, D = X.shape
     parts = []
@@ -219,8 +226,9 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
         R[:, m] = X[:, m]
         parts.append(R[:, None])
     num = np.flatnonzero(geo.numeric)
-    f = np.asarray(FRACTIONS)
-    F = first_vocab_values(geo, X, vocab, VOCAB_STEPS) if vocab is not None else None
+    f = np.asarray(STEP_FRACTIONS if steps else FRACTIONS)
+    V = STEP_VOCAB_STEPS if steps else VOCAB_STEPS
+    F = first_vocab_values(geo, X, vocab, V) if vocab is not None else None
     for c in num:  # each numeric change shrunk
         R = np.repeat(B[:, None], len(f), axis=1)
         R[:, :, c] = X[:, None, c] + f[None, :] * (B[:, None, c] - X[:, None, c])
@@ -230,9 +238,14 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
             up = b > X[:, c]
             vals = np.where(up[:, None], F[0, :, c], F[1, :, c])
             inside = ~np.isnan(vals) & np.where(up[:, None], vals < b[:, None], vals > b[:, None])
-            R = np.repeat(B[:, None], VOCAB_STEPS, axis=1)
+            R = np.repeat(B[:, None], V, axis=1)
             R[:, :, c] = np.where(inside, vals, np.nan)
             parts.append(R)
+            if steps and STEP_FLIPS:  # the change to the other side of the agent (a forest need not be monotone)
+                moved = np.abs(b - X[:, c]) > 1e-12
+                R = np.repeat(B[:, None], STEP_FLIPS, axis=1)
+                R[:, :, c] = np.where(moved[:, None], np.where(up[:, None], F[1, :, c, :STEP_FLIPS], F[0, :, c, :STEP_FLIPS]), np.nan)
+                parts.append(R)
     g = np.asarray(PAIR_FRACTIONS)  # two numeric changes shrunk together, on a grid (an optimum trading them)
     changed = np.abs(np.nan_to_num(B) - X) > 1e-12
     for i, c1 in enumerate(num):
@@ -266,39 +279,46 @@ def _projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np
 def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarray) -> list[np.ndarray]:
     """(N, Q, D) rows per changed integer column: it gives back ``TRADE_BACKS`` steps toward the agent and
     another numeric column moves on, either way it may, by ``TRADE_SHARES`` of the distance that frees (the
-    optimum that takes one step less of an integer feature and tips over with a little of another)."""
-    lo, hi = geo.box(X)
+    optimum that takes one step less of an integer feature and tips over with a little of another). All
+    (column, steps, partner, direction) combinations at once: one agent's moves are built per request."""
     num = np.flatnonzero(geo.numeric & ~geo.fixed)
-    out = []
-    cost = geo.direction_costs
+    ints = num[geo.rounded[num]]
+    if not len(ints) or len(num) < 2:
+        return []
     Bn = np.nan_to_num(B)
-    for c in num[geo.rounded[num]]:
-        g = Bn[:, c] - X[:, c]
-        for k in TRADE_BACKS:
-            live = changed[:, c] & (np.abs(g) > k - 1e-9)
-            if not live.any():
-                continue
-            back = B.copy()
-            back[:, c] = B[:, c] - np.sign(g) * k
-            w_c = np.where(g < 0, cost[geo.raw_of_column[c], 1], cost[geo.raw_of_column[c], 0])
-            freed = k / geo.span[c] * w_c  # the normalized, weighted change the give-back frees
-            for j in num[num != c]:
-                for sgn, w in ((1.0, cost[geo.raw_of_column[j], 0]), (-1.0, cost[geo.raw_of_column[j], 1])):
-                    step = np.asarray(TRADE_SHARES)[None, :] * (freed / w)[:, None] * geo.span[j]
-                    R = np.repeat(back[:, None], len(TRADE_SHARES), axis=1)
-                    R[:, :, j] = B[:, None, j] + sgn * step
-                    bad = ~live | (sgn * (Bn[:, j] - X[:, j]) < -1e-12)  # it changed the other way
-                    bad |= (hi[:, j] <= B[:, j]) if sgn > 0 else (lo[:, j] >= B[:, j])
-                    R[bad] = np.nan
-                    out.append(R)
-    return out
+    c, k = np.repeat(ints, len(TRADE_BACKS)), np.tile(np.asarray(TRADE_BACKS), len(ints))
+    live = changed[:, c] & (np.abs(Bn[:, c] - X[:, c]) > k - 1e-9)
+    keep = np.flatnonzero(live.any(0))  # the (column, steps) some agent can give back
+    if not len(keep):
+        return []
+    partners = [np.repeat(num[num != c[i]], 2) for i in keep]  # each other column, up then down
+    size = np.array([len(p) for p in partners])
+    j = np.concatenate(partners)
+    sgn = np.tile([1.0, -1.0], len(j) // 2)
+    c, k, live = np.repeat(c[keep], size), np.repeat(k[keep], size), np.repeat(live[:, keep], size, axis=1)
+    lo, hi = geo.box(X)
+    cost, raw = geo.direction_costs, geo.raw_of_column
+    g = Bn[:, c] - X[:, c]  # (N, T) the integer column's change
+    freed = k / geo.span[c] * np.where(g < 0, cost[raw[c], 1], cost[raw[c], 0])  # the normalized, weighted change a give-back frees
+    w = np.where(sgn > 0, cost[raw[j], 0], cost[raw[j], 1])
+    step = np.asarray(TRADE_SHARES)[None, None, :] * (freed / w)[:, :, None] * geo.span[j][None, :, None]  # (N, T, S)
+    D = X.shape[1]
+    R = np.repeat(np.repeat(B[:, None, None, :], len(c), 1), len(TRADE_SHARES), 2)  # (N, T, S, D)
+    n, t = np.arange(len(X))[:, None], np.arange(len(c))[None, :]
+    R[n, t, :, c[None, :]] = (B[:, c] - np.sign(g) * k)[:, :, None]
+    R[n, t, :, j[None, :]] = B[:, j][:, :, None] + sgn[None, :, None] * step
+    bad = ~live | (sgn * (Bn[:, j] - X[:, j]) < -1e-12)  # it changed the other way
+    bad |= np.where(sgn > 0, hi[:, j] <= B[:, j], lo[:, j] >= B[:, j])  # no room that way
+    R[bad] = np.nan
+    return [R.reshape(len(X), -1, D)]
 
 
-def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None) -> np.ndarray:
+def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None,
+               Sc: np.ndarray | None = None) -> np.ndarray:
     """(N, Q, D) the answers ``B`` (N, D) with one more raw feature changed (a ``screens`` move of a feature
     ``B`` leaves at the agent's value) and their numeric changes scaled by ``ADD_SHRINK``: a changed set
     that needs a feature the proposals left out is reached by adding it, then shrinking (a later round)."""
-    Sc = screens(geo, X, vocab)
+    Sc = screens(geo, X, vocab) if Sc is None else Sc
     moves = np.abs(np.nan_to_num(Sc) - X[:, None, :]) > 1e-12
     changed = np.abs(np.nan_to_num(B) - X) > 1e-12
     dead = (moves & changed[:, None, :]).any(-1) | np.isnan(Sc).any(-1) | np.isnan(B).any(-1)[:, None]
@@ -314,14 +334,14 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
 
 
 def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
-                     below: np.ndarray) -> np.ndarray:
+                     below: np.ndarray, steps: bool = False) -> np.ndarray:
     """(N, rows, D) ``_nearest_first`` of ``_moves`` from the starts ``S`` (N, T, D), built ``MOVE_BLOCK`` agents
     at a time: the moves of all starts of a large batch would not fit in memory (a few thousand per
     agent), and only ``rows`` per agent survive."""
     out = np.full((len(X), rows, X.shape[1]), np.nan)
     for lo in range(0, len(X), MOVE_BLOCK):
         sl = slice(lo, lo + MOVE_BLOCK)
-        M = _nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab), rows, below[sl])
+        M = _nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab, steps), rows, below[sl])
         out[sl, : M.shape[1]] = M
     return out
 
@@ -431,7 +451,7 @@ def _first_round_with_surrogate(geo: WorldGeometry, X: np.ndarray, P: np.ndarray
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
-                  lead: int = 0, grid_share: float = 0.0) -> SearchResult:
+                  lead: int = 0, grid_share: float = 0.0, steps: bool = False) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
@@ -446,7 +466,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     changed sets at the vocabulary's values (for a model that answers in steps: ``steps.step_share``).
     A refinement round that a later round follows gives a share ``ADD_SHARE`` of its rows to ``_additions``:
     the best answer with one more feature changed, up to ``ADD_FAR`` times farther; an accepted one is a
-    new changed set that the next rounds shrink (German forest at 8 x 2000: .89 -> .94)."""
+    new changed set that the next rounds shrink (German forest at 8 x 2000: .89 -> .94). Rows a round's moves
+    leave unused go to the screens and the additions nearer than the answer (a single feature the
+    proposals' sets left out, found within the rows already paid for). ``steps``: the model answers in steps
+    (``steps.step_share``): the shrinks take ``STEP_VOCAB_STEPS`` vocabulary values and ``STEP_FRACTIONS``."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))
@@ -478,7 +501,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             break
         n_add = int(ADD_SHARE * per) if rounds_left > 1 else 0
         M = _shortening_rows(geo, X, np.where(np.isfinite(dS)[..., None], S, np.nan), vocab, per - n_add,
-                             np.where(found, dS[:, 0], -np.inf))
+                             np.where(found, dS[:, 0], -np.inf), steps)
         if n_add:
             A = _nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), n_add,
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf))
@@ -493,6 +516,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
             M = np.where(found[:, None, None], M, F)
             tried_far = True
+        if found.any():  # rows the moves leave unused: single-feature screens and additions nearer than the answer
+            Sc = screens(geo, X, vocab)
+            E = np.concatenate([Sc, _additions(geo, X, S[:, 0], vocab, Sc)], axis=1)
+            E = _nearest_first(geo, X, E, per, np.where(found, dS[:, 0], -np.inf))
+            M = _compact(np.concatenate([M, E], axis=1), per)
         M[np.arange(M.shape[1])[None, :] >= cap[:, None]] = np.nan
         if np.isnan(M).all():
             break

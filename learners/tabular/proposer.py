@@ -241,7 +241,8 @@ class ProposerGenerator(TabularGenerator):
         A = A[~(model.predict_proba(A) > 0.5)]  # rejected ones only (one call)
         res = budget_search(model, geo, A, self.candidates(world, A), Budget(int(p.expert_calls), int(p.expert_rows)),
                             vocab=self.vocab_, surrogate=self.surrogate_,
-                            lead=int(p.surrogate_search) if self.inner_ is not None else 0, grid_share=self._grid_share())
+                            lead=int(p.surrogate_search) if self.inner_ is not None else 0, grid_share=self._grid_share(),
+                            steps=self._in_steps())
         ok = res.found
         Xs = np.concatenate([self._scaled(self.X_), self._scaled(A[ok])])
         Ys = np.concatenate([self._delta(self.X_, self.CF_), self._delta(A[ok], res.CF[ok])])
@@ -282,9 +283,13 @@ class ProposerGenerator(TabularGenerator):
         A = A[:, :k]
         return np.where(np.isnan(A).any(-1, keepdims=True), X[:, None, :], A)
 
+    def _in_steps(self) -> bool:
+        """Whether the fit-time probe found the model answering in steps (``steps.step_share``)."""
+        return getattr(self, "step_share_", 0.0) >= STEP_SHARE_MIN
+
     def _grid_share(self) -> float:
         """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""
-        return float(self.params.corner_grid) if getattr(self, "step_share_", 0.0) >= STEP_SHARE_MIN else 0.0
+        return float(self.params.corner_grid) if self._in_steps() else 0.0
 
     def _transplants(self, X: np.ndarray, k: int) -> np.ndarray:
         """(N, k, D) each agent with the features its k nearest training agents changed set to their new
@@ -324,7 +329,7 @@ class ProposerGenerator(TabularGenerator):
         res = budget_search(world.model, geo, X, self.candidates(world, X), budget, vocab=self.vocab_,
                             fallback=self._transplants(X, FALLBACK_DONORS), surrogate=self.surrogate_,
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
-                            grid_share=self._grid_share())
+                            grid_share=self._grid_share(), steps=self._in_steps())
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)
