@@ -52,7 +52,7 @@ VOCAB_STEPS = 8  # vocabulary values between the agent and the answer tried per 
 # splits) more than to fractions: most fractions of a change land in the cell the answer is in already
 STEP_VOCAB_STEPS = 24
 STEP_FRACTIONS = (0.5, 0.8, 0.95)
-STEP_FLIPS = 2
+STEP_FLIPS = 2  # and a changed column goes to this many vocabulary values on the other side of the agent
 TRADE_BACKS = (1.0, 2.0)  # integer steps a changed integer column gives back in a trade
 TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)  # of the room a give-back frees, the partner's move
 SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the screens (one feature at a time)
@@ -516,11 +516,14 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
             M = np.where(found[:, None, None], M, F)
             tried_far = True
-        if found.any():  # rows the moves leave unused: single-feature screens and additions nearer than the answer
-            Sc = screens(geo, X, vocab)
-            E = np.concatenate([Sc, _additions(geo, X, S[:, 0], vocab, Sc)], axis=1)
-            E = _nearest_first(geo, X, E, per, np.where(found, dS[:, 0], -np.inf))
-            M = _compact(np.concatenate([M, E], axis=1), per)
+        spare = np.flatnonzero(found & ((~np.isnan(M).any(-1)).sum(1) < cap))
+        if len(spare):  # rows the moves leave unused: single-feature screens and additions nearer than the answer
+            Xs = X[spare]
+            Sc = screens(geo, Xs, vocab)
+            E = np.concatenate([Sc, _additions(geo, Xs, S[spare, 0], vocab, Sc)], axis=1)
+            E = _nearest_first(geo, Xs, E, per, dS[spare, 0])
+            M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)
+            M[spare] = _compact(np.concatenate([M[spare], E], axis=1), M.shape[1])
         M[np.arange(M.shape[1])[None, :] >= cap[:, None]] = np.nan
         if np.isnan(M).all():
             break
