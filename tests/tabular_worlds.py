@@ -60,6 +60,13 @@ def train_labels(labels, rows):
     return TabularLabels(labels.X[rows], labels.cf[rows], labels.distance[rows])
 
 
+def german_train_split():
+    """German forest's world, its 55 training labels (``TabularLabels``) and the 15 held-out agents' rows."""
+    world, _ = german_rejected()
+    labels, train, test = german_mace_labels()
+    return world, train_labels(labels, train), labels.X[test]
+
+
 def threshold_world() -> TabularWorld:
     """One tree: accept iff float32(x0) > 5.5 (x0 in [0, 10], real); x1 an integer in [0, 9], unused."""
     schema = FeatureSchema((Feature("x0", "numeric", 0.0, 10.0), Feature("x1", "numeric", 0, 9, integer=True)))

@@ -20,14 +20,12 @@ from learners.tabular.budget_search import (
     _trades,
     value_vocabulary,
 )
-from tests.tabular_worlds import german_mace_labels, german_rejected, train_labels
+from tests.tabular_worlds import german_train_split
 
 
 @pytest.fixture(scope="module")
 def german():
-    world, _ = german_rejected()
-    labels, train, test = german_mace_labels()
-    return world, train_labels(labels, train), labels.X[test]
+    return german_train_split()
 
 
 def _trades_by_loop(geo: WorldGeometry, X: np.ndarray, B: np.ndarray) -> list[list[np.ndarray]]:

@@ -10,20 +10,13 @@ from envs.black_box import BlackBoxModel
 from learners.tabular import WorldGeometry, build_tabular_generator
 from learners.tabular.budget_search import value_vocabulary
 from learners.tabular.steps import GRID_VALUES, STEP_SHARE_MIN, corner_grid, step_share
-from tests.tabular_worlds import (
-    german_mace_labels,
-    german_rejected,
-    threshold_world,
-    toy_mlp_world,
-    train_labels,
-)
+from tests.tabular_worlds import german_train_split, threshold_world, toy_mlp_world
 
 
 @pytest.fixture(scope="module")
 def german():
-    world, _ = german_rejected()
-    labels, train, _ = german_mace_labels()
-    return world, train_labels(labels, train)
+    world, labels, _ = german_train_split()
+    return world, labels
 
 
 def _inside(world, n, seed):

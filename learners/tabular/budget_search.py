@@ -469,7 +469,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     new changed set that the next rounds shrink (German forest at 8 x 2000: .89 -> .94). Rows a round's moves
     leave unused go to the screens and the additions nearer than the answer (a single feature the
     proposals' sets left out, found within the rows already paid for). ``steps``: the model answers in steps
-    (``steps.step_share``): the shrinks take ``STEP_VOCAB_STEPS`` vocabulary values and ``STEP_FRACTIONS``."""
+    (``steps.step_share``): the shrinks take ``STEP_VOCAB_STEPS`` vocabulary values and ``STEP_FRACTIONS``,
+    and a changed column also goes to ``STEP_FLIPS`` vocabulary values on the other side of the agent."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))
