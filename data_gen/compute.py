@@ -59,10 +59,15 @@ def chunk_path(work_dir: Path, i: int) -> Path:
 
 
 def save_chunk(path: Path, result: ChunkResult) -> None:
-    """Write a chunk's arrays atomically: the file is whole or absent."""
+    """Write a chunk's arrays atomically: the file is whole or absent, and an interrupted write (Ctrl-C
+    mid-``savez``) leaves no temporary file behind."""
     tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")
-    np.savez(tmp, **result)
-    os.replace(tmp, path)
+    try:
+        np.savez(tmp, **result)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load_chunk(path: Path) -> ChunkResult:
