@@ -15,6 +15,10 @@ one call). The training's seconds and model calls are reported at each checkpoin
 Writes ``benchmarks/results/cfrl_budget.{md,json}`` and ``benchmarks/results/cfrl_budget/curve.png``;
 each cell's JSON under ``benchmarks/results/cfrl_budget/`` as it finishes (a rerun skips it), the
 venv's progress in ``benchmarks/results/cfrl_budget/<cell>.log``.
+
+On a machine that has alibi but not the project (the lent GPU machine): ``--prepare DIR --deadline S``
+writes one work folder per cell, ``bash benchmarks/peers/cfrl_many.sh DIR`` runs them there at once,
+and ``--collect DIR --machine "..."`` scores them here into ``<cell>-device.json``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox import sample, save  # noqa: E402
-from benchmarks.peers import HERE, RawSpace, alibi_python, run_cfrl  # noqa: E402
+from benchmarks.peers import HERE, RawSpace, alibi_python, read_cfrl_answers, run_cfrl, write_cfrl_inputs  # noqa: E402
 from data_gen.classifiers import build  # noqa: E402
 from evaluation.counterfactual_metrics import CounterfactualScorer  # noqa: E402
 from solvers.geco import Plaf  # noqa: E402
@@ -59,21 +63,19 @@ def score(world: Any, scorer: CounterfactualScorer, agents: np.ndarray, CF: np.n
             "within_1pct": float((ratio <= 1.01).sum() / max(1, np.isfinite(mace_d).sum()))}
 
 
-def run_cell(cell: str, args: argparse.Namespace, py: Path) -> dict[str, Any]:
+def cell_setup(cell: str, seed: int, n_agents: int) -> tuple[Any, Any, str, np.ndarray, RawSpace]:
+    """The world, data, model kind, the seeded sample of rejected test agents and alibi's raw space of a cell."""
     dataset, model = cell.split("/")
-    b = build(dataset, model, seed=args.seed)
-    world, data = b.world, b.data
-    agents = sample(world, data.X_test, args.agents, args.seed)
-    space = RawSpace(world)
+    b = build(dataset, model, seed=seed)
+    return b.world, b.data, model, sample(b.world, b.data.X_test, n_agents, seed), RawSpace(b.world)
+
+
+def score_run(cell: str, world: Any, data: Any, agents: np.ndarray, res: dict[str, Any], steps: int
+              ) -> dict[str, Any]:
+    """Every checkpoint of a CFRL run scored against MACE's certified optimum (the cell's JSON)."""
     scorer = CounterfactualScorer(n_diverse=1, plaf=Plaf()).fit(world, data.X_train)
     mace = MACE(norm="one", rel_tol=1e-4, epsilon=1e-7)
     mace_d = np.array([r.cost if r.found and r.optimal else np.inf for r in (mace.solve(world, x)[0] for x in agents)])
-    marks = tuple(int(c) for c in args.checkpoints.split(",") if c)
-    t = time.perf_counter()
-    log = Path(args.out) / "cfrl_budget" / f"{cell.replace('/', '_')}.log"
-    res = run_cfrl(py, world, space, data, model, args.seed, agents, args.steps, marks, log=log)
-    if "error" in res:
-        raise SystemExit(f"[{cell}] CFRL failed: {res['error']}")
     curve = []
     for point in [*res.get("curve", []), {"steps": res["steps"], "train_seconds": res["rl_seconds"],
                                           "train_model_calls": res["train_model_calls"], "CF": res["CF"]}]:
@@ -83,10 +85,47 @@ def run_cell(cell: str, args: argparse.Namespace, py: Path) -> dict[str, Any]:
         print(f"[{cell}] {point['steps']:,} steps: valid {m['valid']:.2f}, ratio {m['ratio_median']}, "
               f"within 1% {m['within_1pct']:.2f}", flush=True)
     return {"cell": cell, "agents": int(len(agents)), "mace_certified": int(np.isfinite(mace_d).sum()),
-            "steps": args.steps, "curve": curve, "seconds_per_answer": float(np.median(res["seconds"])),
+            "steps": steps, "curve": curve, "seconds_per_answer": float(np.median(res["seconds"])),
             "calls_per_answer": float(np.median(res["model_calls"])), "disagreements": res["disagreements"],
-            "wall_seconds": time.perf_counter() - t, "versions": res.get("versions"),
-            "load_average": os.getloadavg()[0]}
+            "versions": res.get("versions"), "device": res.get("device", "cpu"),
+            "machine": res.get("machine", "this machine (2 cores)"), "load_average": os.getloadavg()[0]}
+
+
+def run_cell(cell: str, args: argparse.Namespace, py: Path) -> dict[str, Any]:
+    world, data, model, agents, space = cell_setup(cell, args.seed, args.agents)
+    marks = tuple(int(c) for c in args.checkpoints.split(",") if c)
+    t = time.perf_counter()
+    log = Path(args.out) / "cfrl_budget" / f"{cell.replace('/', '_')}.log"
+    res = run_cfrl(py, world, space, data, model, args.seed, agents, args.steps, marks, log=log)
+    if "error" in res:
+        raise SystemExit(f"[{cell}] CFRL failed: {res['error']}")
+    return {**score_run(cell, world, data, agents, res, args.steps), "wall_seconds": time.perf_counter() - t}
+
+
+def prepare(args: argparse.Namespace) -> None:
+    """One work folder per cell under ``--prepare`` for a machine that has alibi but not the project."""
+    root = Path(args.prepare)
+    marks = tuple(int(c) for c in args.checkpoints.split(",") if c)
+    for cell in args.cells.split(","):
+        world, data, model, agents, space = cell_setup(cell, args.seed, args.agents)
+        extra = {"threads": args.threads} | ({"deadline_seconds": args.deadline} if args.deadline else {})
+        write_cfrl_inputs(root / cell.replace("/", "_"), world, space, data, model, args.seed, agents, args.steps,
+                          marks, **extra)
+        print(f"[{cell}] {len(agents)} agents -> {root / cell.replace('/', '_')}", flush=True)
+
+
+def collect(args: argparse.Namespace) -> None:
+    """Score the answers of the work folders under ``--collect`` (run elsewhere) into ``<cell>-device.json``."""
+    root = Path(args.collect)
+    for cell in args.cells.split(","):
+        work = root / cell.replace("/", "_")
+        if not (work / "answers.json").exists():
+            print(f"[{cell}] no answers in {work}", flush=True)
+            continue
+        world, data, model, agents, space = cell_setup(cell, args.seed, args.agents)
+        res = read_cfrl_answers(work, space) | {"machine": args.machine}
+        save(score_run(cell, world, data, agents, res, res["steps"]),
+             Path(args.out) / "cfrl_budget" / f"{cell.replace('/', '_')}-device.json")
 
 
 def report(cells: list[dict[str, Any]]) -> str:
@@ -95,13 +134,14 @@ def report(cells: list[dict[str, Any]]) -> str:
              "explained at each checkpoint. valid: accepted by the real model, no constraint broken; ratio: median "
              "distance / MACE's certified l1 optimum over the validly answered agents; within 1%: share of the "
              "MACE-certified agents answered within 1% of it. One forward pass per answer: 1 model call.", "",
-             "| data | model | agents | steps | train s | train model calls | valid | ratio to MACE | within 1% |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| data | model | machine | agents | steps | train s | train model calls | valid | ratio to MACE | within 1% |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for c in cells:
         d, m = c["cell"].split("/")
+        where = f"{c.get('machine') or 'this machine (2 cores)'}, torch on {c.get('device', 'cpu')}"
         for p in c["curve"]:
             r = "-" if p["ratio_median"] is None else f"{p['ratio_median']:.2f}"
-            lines.append(f"| {d} | {m} | {c['agents']} | {p['steps']:,} | {p['train_seconds']:.0f} | "
+            lines.append(f"| {d} | {m} | {where} | {c['agents']} | {p['steps']:,} | {p['train_seconds']:.0f} | "
                          f"{p['train_model_calls']:,} | {p['valid']:.2f} | {r} | {p['within_1pct']:.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -114,8 +154,9 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     for c in cells:
         s = [p["steps"] for p in c["curve"]]
-        a.plot(s, [p["valid"] for p in c["curve"]], marker="o", label=c["cell"])
-        b.plot(s, [p["ratio_median"] or np.nan for p in c["curve"]], marker="o", label=c["cell"])
+        label = c["cell"] + (" (GPU machine)" if c.get("device", "cpu") != "cpu" else "")
+        a.plot(s, [p["valid"] for p in c["curve"]], marker="o", label=label)
+        b.plot(s, [p["ratio_median"] or np.nan for p in c["curve"]], marker="o", label=label)
     for ax, label in ((a, "valid"), (b, "median distance / MACE")):
         ax.set_xscale("log")
         ax.set_xlabel("CFRL training steps")
@@ -135,14 +176,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0, help="world and sample seed")
     p.add_argument("--alibi-venv", default=str(HERE / "peers" / ".alibi-venv"), help="the venv with alibi")
     p.add_argument("--out", default=str(OUT), help="results directory")
+    p.add_argument("--prepare", default="", help="only write one work folder per cell here (to run elsewhere)")
+    p.add_argument("--collect", default="", help="only score the answers in these work folders (run elsewhere)")
+    p.add_argument("--machine", default="", help="with --collect: the machine the work folders ran on")
+    p.add_argument("--threads", type=int, default=1, help="with --prepare: torch threads per cell")
+    p.add_argument("--deadline", type=float, default=0.0, help="with --prepare: stop training after these seconds")
     args = p.parse_args(argv)
-    py = alibi_python(Path(args.alibi_venv), make=True)
     out = Path(args.out)
     (out / "cfrl_budget").mkdir(parents=True, exist_ok=True)
-    cells = []
-    for cell in args.cells.split(","):
-        path = out / "cfrl_budget" / f"{cell.replace('/', '_')}-{args.steps}.json"
-        cells.append(json.loads(path.read_text()) if path.exists() else save(run_cell(cell, args, py), path))
+    if args.prepare:
+        return prepare(args)
+    if args.collect:
+        collect(args)
+    else:
+        py = alibi_python(Path(args.alibi_venv), make=True)
+        for cell in args.cells.split(","):
+            path = out / "cfrl_budget" / f"{cell.replace('/', '_')}-{args.steps}.json"
+            if not path.exists():
+                save(run_cell(cell, args, py), path)
+    cells = [json.loads(f.read_text()) for f in sorted((out / "cfrl_budget").glob("*.json"))]
     (out / "cfrl_budget.md").write_text(report(cells))
     (out / "cfrl_budget.json").write_text(json.dumps(cells, indent=1, default=float))
     plot(cells, out / "cfrl_budget" / "curve.png")

@@ -237,6 +237,29 @@ def alibi_python(venv: Path, make: bool) -> Path | None:
     return py if py.exists() else None
 
 
+def write_cfrl_inputs(work: Path, world: TabularWorld, space: RawSpace, data: Any, model: str, seed: int,
+                      agents: np.ndarray, steps: int, checkpoints: tuple[int, ...] = (), **extra: Any) -> None:
+    """The work folder ``benchmarks/peers/alibi_cfrl.py`` reads (``inputs.npz``, ``spec.json``); ``extra``
+    goes into the spec (``threads``, ``deadline_seconds``)."""
+    work.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(work / "inputs.npz", X_train=data.X_train, y_train=data.y_train, X_test=data.X_test,
+                        pred_train=world.accepts(data.X_train).astype(int),
+                        pred_test=world.accepts(data.X_test).astype(int),
+                        R_train=space.to_raw(data.X_train), R_agents=space.to_raw(agents))
+    spec = {"space": space.spec(), "model": model, "params": model_params(model), "seed": seed, "steps": steps,
+            "checkpoints": list(checkpoints), **extra}
+    (work / "spec.json").write_text(json.dumps(spec, default=list))
+
+
+def read_cfrl_answers(work: Path, space: RawSpace) -> dict[str, Any]:
+    """``answers.json`` of a finished run, its raw rows mapped back to the encoded space (``CF``)."""
+    out = json.loads((work / "answers.json").read_text())
+    out["CF"] = space.from_raw(np.array(out.pop("R_cf"), float)).tolist() if out.get("R_cf") else []
+    for point in out.get("curve", []):
+        point["CF"] = space.from_raw(np.array(point.pop("R_cf"), float)).tolist()
+    return out
+
+
 def run_cfrl(py: Path, world: TabularWorld, space: RawSpace, data: Any, model: str, seed: int,
              agents: np.ndarray, steps: int, checkpoints: tuple[int, ...] = (), log: Path | None = None
              ) -> dict[str, Any]:
@@ -244,12 +267,7 @@ def run_cfrl(py: Path, world: TabularWorld, space: RawSpace, data: Any, model: s
     steps at which every agent is also explained (the learning curve, ``curve``)."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        np.savez(tmp / "inputs.npz", X_train=data.X_train, y_train=data.y_train, X_test=data.X_test,
-                 pred_train=world.accepts(data.X_train).astype(int), pred_test=world.accepts(data.X_test).astype(int),
-                 R_train=space.to_raw(data.X_train), R_agents=space.to_raw(agents))
-        spec = {"space": space.spec(), "model": model, "params": model_params(model), "seed": seed, "steps": steps,
-                "checkpoints": list(checkpoints)}
-        (tmp / "spec.json").write_text(json.dumps(spec, default=list))
+        write_cfrl_inputs(tmp, world, space, data, model, seed, agents, steps, checkpoints)
         cmd = [str(py), str(HERE / "peers" / "alibi_cfrl.py"), str(tmp)]
         if log is not None:  # a long run: its progress lines go to a file as they come
             with open(log, "w") as err:
@@ -260,11 +278,7 @@ def run_cfrl(py: Path, world: TabularWorld, space: RawSpace, data: Any, model: s
             tail = proc.stderr[-2000:]
         if proc.returncode != 0:
             return {"error": tail}
-        out = json.loads((tmp / "answers.json").read_text())
-    out["CF"] = space.from_raw(np.array(out.pop("R_cf"), float)).tolist() if out.get("R_cf") else []
-    for point in out.get("curve", []):
-        point["CF"] = space.from_raw(np.array(point.pop("R_cf"), float)).tolist()
-    return out
+        return read_cfrl_answers(tmp, space)
 
 
 # ------------------------------------------------------------------------------------------ cell

@@ -16,6 +16,11 @@ WORK_DIR holds ``inputs.npz`` and ``spec.json`` written by ``benchmarks/peers.py
    loop (MSE on the standardized numbers + cross-entropy per categorical feature), then CFRL's
    DDPG training for ``steps`` steps;
 4. each agent explained on its own (one call), timed, with the predictor's calls counted.
+
+``deadline_seconds`` in the spec stops the training at that many seconds of it (the steps reached are
+reported; a machine lent for minutes, not hours); the agents are then explained as after a full run.
+Where spacy is not installed (the GPU image, which installs nothing), a stand-in lets alibi import:
+alibi imports spacy only for its text explainers, which CFRL never calls.
 """
 
 from __future__ import annotations
@@ -33,7 +38,38 @@ from sklearn.neural_network import MLPClassifier
 from sklearn.preprocessing import StandardScaler
 
 
+class StopTraining(Exception):
+    """Raised by the checkpoint callback at the spec's deadline_seconds."""
+
+
+def stand_in_for_spacy() -> None:
+    """Let ``import alibi`` succeed without spacy: any use of a spacy name raises ImportError."""
+    import importlib.util
+    import types
+
+    if importlib.util.find_spec("spacy") is not None:
+        return
+
+    def missing(name: str):
+        def call(*args, **kwargs):
+            raise ImportError(f"{name}: spacy is not installed (alibi's text explainers need it; CFRL does not)")
+        return call
+
+    for name in ("spacy", "spacy.util", "spacy.cli", "spacy.tokens", "spacy.language"):
+        module = types.ModuleType(name)
+        module.__path__ = []
+
+        def lookup(attr: str, _name: str = name):
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return missing(f"{_name}.{attr}")
+
+        module.__getattr__ = lookup
+        sys.modules[name] = module
+
+
 def main(work: Path) -> None:
+    stand_in_for_spacy()
     import alibi
     from alibi.explainers import CounterfactualRLTabular
     from alibi.explainers.backends.cfrl_tabular import get_he_preprocessor
@@ -134,11 +170,16 @@ def main(work: Path) -> None:
     curve = []  # the learning curve: every agent explained at each checkpoint (spec "checkpoints")
     paused = [0.0]  # seconds spent explaining at checkpoints (not training)
     marks = sorted(int(c) for c in spec.get("checkpoints", []) if 0 < int(c) < int(spec["steps"]))
-    if marks:
+    deadline = float(spec.get("deadline_seconds", float("inf")))
+    reached = [0]  # the last step trained
+    if marks or np.isfinite(deadline):
         from alibi.explainers.cfrl_base import Callback
 
         class Checkpoint(Callback):
             def __call__(self, step, update, model, sample, losses):
+                reached[0] = int(step)
+                if update == model.params["update_every"] - 1 and time.perf_counter() - t1 - paused[0] > deadline:
+                    raise StopTraining
                 if not marks or step < marks[0] or update != model.params["update_every"] - 1:
                     return
                 marks.pop(0)
@@ -150,9 +191,14 @@ def main(work: Path) -> None:
                               "R_cf": np.asarray(expl.data["cf"]["X"], float).reshape(-1, len(names)).tolist()})
                 paused[0] += time.perf_counter() - t
                 print(f"CFRL checkpoint {step} steps, {curve[-1]['train_seconds']:.0f} s", file=sys.stderr, flush=True)
+                (work / "curve.json").write_text(json.dumps(curve))  # kept if the run is cut off
 
         explainer.params["callbacks"] = [Checkpoint()]  # a new list: alibi's default one is shared
-    explainer.fit(X=R_train)
+    try:
+        explainer.fit(X=R_train)
+        reached[0] = int(spec["steps"])
+    except StopTraining:
+        print(f"CFRL stopped at its deadline, {reached[0]} steps", file=sys.stderr, flush=True)
     rl_s = time.perf_counter() - t1 - paused[0]
     train_calls = counter["calls"] - calls0
 
@@ -174,7 +220,8 @@ def main(work: Path) -> None:
         cf = np.asarray(expl.data["cf"]["X"], float).reshape(-1, len(names))[0]
         R_cf.append(cf.tolist())
     (work / "answers.json").write_text(json.dumps({
-        "R_cf": R_cf, "seconds": secs, "cpu_seconds": cpus, "model_calls": calls, "steps": int(spec["steps"]),
+        "R_cf": R_cf, "seconds": secs, "cpu_seconds": cpus, "model_calls": calls, "steps": reached[0],
+        "device": str(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
         "ae_seconds": ae_s, "rl_seconds": rl_s, "train_seconds": ae_s + rl_s, "train_model_calls": train_calls,
         "disagreements": disagree, "checked_rows": checked, "ae_epochs": epochs, "curve": curve,
         "versions": {"alibi": alibi.__version__, "torch": torch.__version__, "numpy": np.__version__,
