@@ -12,10 +12,12 @@ import pytest
 from envs.black_box import BlackBoxModel, Budget
 from learners.tabular import WorldGeometry, build_tabular_generator
 from learners.tabular.budget_search import (
+    RAY,
     STEP_FLIPS,
     STEP_FRACTIONS,
     TRADE_BACKS,
     TRADE_SHARES,
+    _brackets,
     _moves_one,
     _trades,
     value_vocabulary,
@@ -100,6 +102,46 @@ def test_step_moves_flip_a_change_to_the_other_side(german):
     c = int(np.flatnonzero(geo.numeric & (np.abs(B[0] - X[0]) > 1e-12))[0])
     t = (fractions[:, c] - X[0, c]) / (B[0, c] - X[0, c])
     assert np.isin(np.round(t[np.isfinite(t)], 6), np.round(np.asarray(STEP_FRACTIONS + (0.0, 1.0)), 6)).any()
+
+
+def test_brackets_are_the_farthest_rejected_row_on_each_ray(german):
+    """``_brackets`` finds, per start, the largest fraction f < 1 at which a rejected row lies on the start's
+    ray, checked against rows built at known fractions: on-ray rows (integer columns rounded) count, rows
+    off the ray (another numeric column moved, or past the start) do not, and a start with no on-ray row
+    gets 0; the ray's moves then lie inside (f, 1)."""
+    world, labels, _ = german
+    geo = WorldGeometry.of(world)
+    num = geo.numeric & ~geo.fixed
+    keep = np.flatnonzero([(np.abs(labels.CF[i] - labels.X[i])[num] > 20).any() for i in range(len(labels.X))])[:6]
+    X, B = labels.X[keep], labels.CF[keep]
+    S = np.stack([B, np.full_like(B, np.nan)], axis=1)  # a second, empty start per agent
+
+    def on_ray(f: float) -> np.ndarray:
+        R = B.copy()
+        R[:, geo.numeric] = X[:, geo.numeric] + f * (B[:, geo.numeric] - X[:, geo.numeric])
+        return geo.project(X, R[:, None])[:, 0]
+
+    off = on_ray(0.9)
+    free = np.flatnonzero(num & (np.abs(B - X) <= 1e-12).all(0))
+    off[:, free[0]] += 1.0  # a column the answers leave alone, moved: not on the ray
+    R = np.stack([on_ray(0.3), on_ray(0.7), off, on_ray(1.5), np.full_like(B, np.nan)], axis=1)
+    lo = _brackets(geo, X, S, R)
+    assert lo.shape == (len(X), 2) and (lo[:, 1] == 0).all()
+    np.testing.assert_allclose(lo[:, 0], 0.7, atol=0.1)  # integer columns: the fraction of a rounded row
+    assert (_brackets(geo, X, S, R[:, [2, 3, 4]]) == 0).all()  # off the ray, beyond the start, unscored
+    below = 0
+    for bracket in (lo[:, 0], None):
+        M = _moves_one(geo, X, B, None, lo=bracket)[:, -len(RAY):]  # the whole change's ray comes last
+        for i in range(len(X)):
+            c = int(np.argmax(np.where(num, np.abs(B[i] - X[i]) / geo.span, -1)))
+            t = (M[i, :, c] - X[i, c]) / (B[i, c] - X[i, c])
+            tol = 0.5 / abs(B[i, c] - X[i, c])  # rounding
+            assert (t < 1 + tol).all()
+            if bracket is not None:
+                assert (t > lo[i, 0] - tol).all()
+            else:
+                below += int((t < lo[i, 0] - tol).sum())
+    assert below > 0  # without the bracket the ray reaches below it
 
 
 def test_rows_left_by_the_moves_are_spent_nearer_than_the_answer(german):

@@ -43,6 +43,7 @@ FRACTIONS = tuple(np.round(np.concatenate([np.linspace(0.05, 0.75, 8), 1 - np.ge
 RAY = tuple(np.round(1 - np.geomspace(0.6, 0.002, 20), 6))  # the whole numeric change scaled toward the agent
 PAIR_FRACTIONS = (0.0, 0.3, 0.6, 0.8, 0.9, 1.0)  # the grid of a pair of numeric changes (1.0: as it is)
 EXTRA_SHARE = 1 / 16  # of the first round's rows, at most this share for the fallback rows (coverage)
+BRACKET_ROWS = 512  # the latest rejected rows per agent that bracket the starts' rays (memory: N x T x rows x D)
 STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest of each changed set first)
 MAX_STARTS = 6  # and up to this many where a round has the rows
 START_ROWS = 24  # rows a round needs per start before it takes one more
@@ -208,15 +209,45 @@ def _one_category_each(geo: WorldGeometry, X: np.ndarray) -> list[np.ndarray]:
     return out
 
 
-def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False
-           ) -> np.ndarray:
-    """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows)."""
-    return np.concatenate([_moves_one(geo, X, S[:, t], vocab, steps) for t in range(S.shape[1])], axis=1)
+def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
+           lo: np.ndarray | None = None) -> np.ndarray:
+    """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows);
+    ``lo`` (N, T): the bracket of each start's ray (``_brackets``)."""
+    return np.concatenate([_moves_one(geo, X, S[:, t], vocab, steps, None if lo is None else lo[:, t])
+                           for t in range(S.shape[1])], axis=1)
 
 
-def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False
-               ) -> np.ndarray:
-    """(N, Q, D) rows that shorten each agent's answer ``B`` (N, D) by one move (NaN rows where B is NaN)."""
+def _brackets(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """(N, T) for each start ``S`` (N, T, D), the largest fraction f < 1 of its numeric change at which a
+    rejected row of ``R`` (N, Q, D) lies on its ray (x + f (s - x), its other columns as s's; integer
+    columns within rounding), 0 where none: on a smooth model the boundary lies between f and 1."""
+    if not R.shape[1]:
+        return np.zeros(S.shape[:2])
+    num = geo.numeric
+    dS = np.nan_to_num(S - X[:, None, :])  # (N, T, D)
+    real = num & ~geo.rounded
+    # f is read off one column: the largest real change, else the integer change of the most steps (its
+    # rounding error, 0.5 / steps, the smallest)
+    key = np.where((real & (dS != 0)).any(-1), np.argmax(np.where(real, np.abs(dS) / geo.span, -1.0), axis=-1),
+                   np.argmax(np.where(num, np.abs(dS), -1.0), axis=-1))
+    k = np.take_along_axis(dS, key[..., None], -1)[..., 0]  # (N, T)
+    dR = R - X[:, None, :]  # (N, Q, D), NaN rows unscored
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.take_along_axis(dR[:, None], key[:, :, None, None], -1)[..., 0] / k[..., None]  # (N, T, Q)
+        # a rounded key column reads f to within 0.5 / |k|, which every other column's check allows for
+        slack = np.where(geo.rounded[key], 0.5 / np.abs(k), 0.0)[..., None, None] * np.abs(dS[:, :, None])
+        resid = np.abs(dR[:, None] - f[..., None] * dS[:, :, None])  # (N, T, Q, D)
+        tol = np.where(geo.rounded, 0.5, 0.0) + 1e-9 * (1.0 + np.abs(dS[:, :, None])) + slack
+        on = np.where(num, resid <= tol, np.abs(dR[:, None] - dS[:, :, None]) <= 1e-12).all(-1)
+        on &= (k[..., None] != 0) & (f > 0) & (f < 1 - 1e-9)
+    return np.where(on, f, 0.0).max(-1)
+
+
+def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
+               lo: np.ndarray | None = None) -> np.ndarray:
+    """(N, Q, D) rows that shorten each agent's answer ``B`` (N, D) by one move (NaN rows where B is NaN);
+    where ``lo`` (N,) > 0 (a rejected row on the answer's ray), the whole change's ray is scaled inside
+    (lo, 1) instead of ``RAY``."""
     N, D = X.shape
     parts = []
     cols = geo.raw_columns()
@@ -260,9 +291,12 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
             R[~both] = np.nan
             parts.append(R)
     parts += _trades(geo, X, B, changed)
-    t = np.asarray(RAY)
-    R = np.repeat(B[:, None], len(t), axis=1)
-    R[:, :, num] = X[:, None, num] + t[None, :, None] * (B[:, None, num] - X[:, None, num])
+    t = np.broadcast_to(np.asarray(RAY), (N, len(RAY)))
+    if lo is not None and not steps:  # a bracket known: evenly inside it (1% of the change wants a fine grid)
+        inner = lo[:, None] + (1 - lo[:, None]) * np.arange(1, len(RAY) + 1)[None, :] / (len(RAY) + 1)
+        t = np.where(lo[:, None] > 0, inner, t)
+    R = np.repeat(B[:, None], t.shape[1], axis=1)
+    R[:, :, num] = X[:, None, num] + t[:, :, None] * (B[:, None, num] - X[:, None, num])
     parts.append(R)
     return _projected(geo, X, parts)
 
@@ -334,14 +368,15 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
 
 
 def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
-                     below: np.ndarray, steps: bool = False) -> np.ndarray:
+                     below: np.ndarray, steps: bool = False, rejected: np.ndarray | None = None) -> np.ndarray:
     """(N, rows, D) ``_nearest_first`` of ``_moves`` from the starts ``S`` (N, T, D), built ``MOVE_BLOCK`` agents
     at a time: the moves of all starts of a large batch would not fit in memory (a few thousand per
     agent), and only ``rows`` per agent survive."""
     out = np.full((len(X), rows, X.shape[1]), np.nan)
     for lo in range(0, len(X), MOVE_BLOCK):
         sl = slice(lo, lo + MOVE_BLOCK)
-        M = _nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab, steps), rows, below[sl])
+        lo = None if rejected is None or steps else _brackets(geo, X[sl], S[sl], rejected[sl])
+        M = _nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab, steps, lo), rows, below[sl])
         out[sl, : M.shape[1]] = M
     return out
 
@@ -489,6 +524,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     ok, used = _accept(model, geo, X, C, threshold)
     calls, rows_left = 1, rows_left - used
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(C)), np.inf)  # every accepted row
+    rejected = np.where((~ok & ~np.isnan(C).any(-1))[..., None], C, np.nan)  # scored and refused: the brackets
     rounds_left = int(budget.calls) - 1
     tried_far = False
     while True:
@@ -502,7 +538,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             break
         n_add = int(ADD_SHARE * per) if rounds_left > 1 else 0
         M = _shortening_rows(geo, X, np.where(np.isfinite(dS)[..., None], S, np.nan), vocab, per - n_add,
-                             np.where(found, dS[:, 0], -np.inf), steps)
+                             np.where(found, dS[:, 0], -np.inf), steps, _compact(rejected[:, ::-1], BRACKET_ROWS))
         if n_add:
             A = _nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), n_add,
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf))
@@ -532,6 +568,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         calls, rows_left, rounds_left = calls + 1, rows_left - used, rounds_left - 1
         dm = np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(M)), np.inf)
         pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
+        rejected = np.concatenate([rejected, np.where((~ok & ~np.isnan(M).any(-1))[..., None], M, np.nan)], axis=1)
     B = np.where(found[:, None], S[:, 0], np.nan)
     dB = dS[:, 0]
     return SearchResult(B, dB, found, calls, int(budget.rows) - rows_left, S[:, 1:])
