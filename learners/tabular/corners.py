@@ -1,0 +1,119 @@
+"""The nearest corners of the labels' vocabulary, in order of distance (issue 56).
+
+A forest answers in steps: its accepted regions are boxes whose edges are its split thresholds, and an
+optimal counterfactual sits just past some of them. MACE's answers on the training agents land on those
+edges, so the labels' values per column (``budget_search.value_vocabulary``) are, for the thresholds
+that matter, the forest's own. A *corner* changes any subset of an agent's features, each numeric one to
+a vocabulary value, each discrete one to another allowed level. Under a separable distance (MACE's l1
+norm, with or without per-direction cost weights) the corners in increasing distance can be listed
+without building all of them: the k smallest sums of one sorted option list per feature.
+
+Scored in that order, the first accepted corner is the nearest accepted one of the whole set: on the
+held-out agents of the four forests, MACE's optimum was a corner for .78 (German: its optimum also moves
+features the vocabulary lacks) to .97 of them, and at most 56 corners were nearer than it for nine in ten
+agents (median 2 to 8). ``budget_search`` spends a share of each round on the next corners nearer than
+its best answer, for a model that answers in steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from learners.tabular.geometry import WorldGeometry
+
+__all__ = ["OPTIONS_PER_FEATURE", "nearest_corners"]
+
+OPTIONS_PER_FEATURE = 32  # each feature's nearest options kept (the k smallest sums rarely reach further)
+CORNER_BLOCK = 64  # agents enumerated at a time (memory: block x k x options)
+
+
+def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int, lo: np.ndarray, hi: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Raw feature ``j``'s options per agent: (N, n, w) values of its columns and (N, n) distances of the
+    agent with only that change (inf where an agent has fewer), nearest first, at most
+    ``OPTIONS_PER_FEATURE``."""
+    cols = geo.raw_columns()[j]
+    cols = cols[cols >= 0]
+    N = len(X)
+    kind = geo.raw_kinds[j]
+    if kind == "numeric":
+        c = cols[0]
+        v = np.asarray(vocab[c], float)
+        V = np.broadcast_to(v, (N, len(v)))
+        ok = (V >= lo[:, c:c + 1] - 1e-12) & (V <= hi[:, c:c + 1] + 1e-12) & (np.abs(V - X[:, c:c + 1]) > 1e-12)
+        vals = V[:, :, None]
+    elif kind == "group":
+        eye = np.eye(len(cols))
+        vals = np.broadcast_to(eye, (N, len(cols), len(cols)))
+        current = X[:, cols] > 0.5
+        ok = ~current & (hi[:, cols] >= 1.0) & (lo[:, cols] <= 0.0).all(1, keepdims=True)
+    else:  # binary or nominal: one integer column, every other allowed code
+        c = cols[0]
+        codes = np.arange(np.floor(geo.lower[c]), np.ceil(geo.upper[c]) + 1)
+        V = np.broadcast_to(codes, (N, len(codes)))
+        ok = (V >= lo[:, c:c + 1] - 1e-12) & (V <= hi[:, c:c + 1] + 1e-12) & (np.abs(V - X[:, c:c + 1]) > 1e-12)
+        vals = V[:, :, None]
+    if not ok.any():
+        return np.zeros((N, 0, len(cols))), np.zeros((N, 0))
+    R = np.repeat(X[:, None, :], vals.shape[1], axis=1)
+    R[:, :, cols] = vals
+    d = np.where(ok, geo.distance(X[:, None, :], R), np.inf)
+    order = np.argsort(d, axis=1, kind="stable")[:, :OPTIONS_PER_FEATURE]
+    return np.take_along_axis(np.broadcast_to(vals, (N,) + vals.shape[1:]), order[:, :, None], 1), \
+        np.take_along_axis(d, order, 1)
+
+
+def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(N, k, D) each agent's ``k`` nearest corners (the agent itself left out) in increasing distance, and
+    (N, k) their distances; NaN rows and inf where an agent has fewer, or where a row breaks the world's
+    rules. The order is exact for a separable distance (MACE's l1, weighted or not)."""
+    X = np.atleast_2d(np.asarray(X, float))
+    N, D = X.shape
+    rows, dist = np.full((N, k, D), np.nan), np.full((N, k), np.inf)
+    for s in range(0, N, CORNER_BLOCK):
+        sl = slice(s, s + CORNER_BLOCK)
+        rows[sl], dist[sl] = _block(geo, X[sl], vocab, k)
+    return rows, dist
+
+
+def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    N, D = X.shape
+    lo, hi = geo.box(X)
+    width = k + 1  # the agent itself is the first "corner" (every feature kept)
+    sums = np.full((N, width), np.inf)
+    sums[:, 0] = 0.0
+    features = [j for j in range(geo.n_raw) if not geo.fixed[geo.raw_columns()[j][0]]]
+    choice = np.full((N, width, len(features)), -1, np.int64)  # per corner, each feature's option (-1: kept)
+    options = []
+    for f, j in enumerate(features):
+        vals, d = _options(geo, X, vocab, j, lo, hi)
+        options.append(vals)
+        if not d.shape[1]:
+            continue
+        # every kept corner with this feature kept (cost 0) or moved to one of its options: the k + 1 smallest
+        cand = np.concatenate([sums[:, :, None], sums[:, :, None] + d[:, None, :]], axis=2)  # (N, width, 1 + n)
+        flat = cand.reshape(N, -1)
+        top = np.argpartition(flat, min(width, flat.shape[1]) - 1, axis=1)[:, :width] if flat.shape[1] > width \
+            else np.argsort(flat, axis=1)
+        parent, pick = np.divmod(top, cand.shape[2])
+        sums = np.take_along_axis(flat, top, 1)
+        choice = np.take_along_axis(choice, parent[:, :, None], 1)
+        choice[:, :, f] = pick - 1
+    order = np.argsort(sums, axis=1, kind="stable")
+    sums, choice = np.take_along_axis(sums, order, 1), np.take_along_axis(choice, order[:, :, None], 1)
+    R = np.repeat(X[:, None, :], width, axis=1)
+    cols_of = geo.raw_columns()
+    for f, j in enumerate(features):
+        if not options[f].shape[1]:
+            continue
+        cols = cols_of[j][cols_of[j] >= 0]
+        idx = choice[:, :, f]
+        v = np.take_along_axis(options[f], np.maximum(idx, 0)[:, :, None], 1)  # (N, width, w)
+        R[:, :, cols] = np.where((idx >= 0)[:, :, None], v, R[:, :, cols])
+    live = np.isfinite(sums) & (choice >= 0).any(-1)  # the agent itself is not a corner
+    R[~live] = np.nan
+    R[live & ~geo.keeps(X[:, None, :], np.nan_to_num(R))] = np.nan
+    d = np.where(np.isnan(R).any(-1), np.inf, sums)
+    keep = np.argsort(~np.isfinite(d), axis=1, kind="stable")[:, :k]  # order kept, rule-breakers dropped
+    return np.take_along_axis(R, keep[:, :, None], 1), np.take_along_axis(d, keep, 1)
