@@ -18,7 +18,7 @@ venv's progress in ``benchmarks/results/cfrl_budget/<cell>.log``.
 
 On a machine that has alibi but not the project (the lent GPU machine): ``--prepare DIR --deadline S``
 writes one work folder per cell, ``bash benchmarks/peers/cfrl_many.sh DIR`` runs them there at once,
-and ``--collect DIR --machine "..."`` scores them here into ``<cell>-device.json``.
+and ``--collect DIR --machine "..." [--tag T]`` scores them here into ``<cell>-<T>.json``.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def prepare(args: argparse.Namespace) -> None:
 
 
 def collect(args: argparse.Namespace) -> None:
-    """Score the answers of the work folders under ``--collect`` (run elsewhere) into ``<cell>-device.json``."""
+    """Score the answers of the work folders under ``--collect`` (run elsewhere) into ``<cell>-<tag>.json``."""
     root = Path(args.collect)
     for cell in args.cells.split(","):
         work = root / cell.replace("/", "_")
@@ -125,7 +125,7 @@ def collect(args: argparse.Namespace) -> None:
         world, data, model, agents, space = cell_setup(cell, args.seed, args.agents)
         res = read_cfrl_answers(work, space) | {"machine": args.machine}
         save(score_run(cell, world, data, agents, res, res["steps"]),
-             Path(args.out) / "cfrl_budget" / f"{cell.replace('/', '_')}-device.json")
+             Path(args.out) / "cfrl_budget" / f"{cell.replace('/', '_')}-{args.tag}.json")
 
 
 def report(cells: list[dict[str, Any]]) -> str:
@@ -154,7 +154,9 @@ def plot(cells: list[dict[str, Any]], path: Path) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
     for c in cells:
         s = [p["steps"] for p in c["curve"]]
-        label = c["cell"] + (" (GPU machine)" if c.get("device", "cpu") != "cpu" else "")
+        lent = "lent" in (c.get("machine") or "")
+        label = c["cell"] + ((" (GPU machine, on its GPU)" if c.get("device", "cpu") != "cpu" else " (GPU machine, its CPUs)")
+                             if lent else "")
         a.plot(s, [p["valid"] for p in c["curve"]], marker="o", label=label)
         b.plot(s, [p["ratio_median"] or np.nan for p in c["curve"]], marker="o", label=label)
     for ax, label in ((a, "valid"), (b, "median distance / MACE")):
@@ -179,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--prepare", default="", help="only write one work folder per cell here (to run elsewhere)")
     p.add_argument("--collect", default="", help="only score the answers in these work folders (run elsewhere)")
     p.add_argument("--machine", default="", help="with --collect: the machine the work folders ran on")
+    p.add_argument("--tag", default="device", help="with --collect: the result files' suffix (<cell>-<tag>.json)")
     p.add_argument("--threads", type=int, default=1, help="with --prepare: torch threads per cell")
     p.add_argument("--deadline", type=float, default=0.0, help="with --prepare: stop training after these seconds")
     args = p.parse_args(argv)
