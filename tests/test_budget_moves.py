@@ -22,7 +22,8 @@ from learners.tabular.budget_search import (
     _trades,
     value_vocabulary,
 )
-from tests.tabular_worlds import german_train_split
+from learners.tabular.slides import SLIDE_BACKS, SLIDE_SHARES, slides
+from tests.tabular_worlds import german_train_split, toy_mlp_world
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,50 @@ def test_trades_match_a_loop_over_every_combination(german):
         want = np.array(expected[i]).reshape(-1, X.shape[1])
         assert len(got) == len(want)
         np.testing.assert_allclose(got[np.lexsort(got.T)], want[np.lexsort(want.T)], rtol=1e-12, atol=1e-12)
+
+
+def test_slides_match_a_loop_over_every_combination():
+    """``slides``: per agent, exactly the rows of the definition written as a loop (a changed real column
+    gives back a share of its change, another changed column with room moves on in its own direction by
+    shares of the weighted distance that frees), and none is farther than the answer."""
+    rng = np.random.default_rng(3)
+    world = toy_mlp_world(rng, D=4)
+    geo = WorldGeometry.of(world)
+    lo, hi = geo.box(np.zeros((1, 4)) + geo.lower)
+    X = geo.lower + rng.random((8, 4)) * (geo.upper - geo.lower)
+    B = geo.project(X, (X + rng.normal(0, 3, (8, 4)))[:, None])[:, 0]
+    B[2, 1:] = X[2, 1:]  # one changed column: nothing to slide
+    B[5] = np.nan  # no answer
+    R = slides(geo, X, B)
+    lo, hi = geo.box(X)
+    cost, raw = geo.direction_costs, geo.raw_of_column
+    num = np.flatnonzero(geo.numeric & ~geo.fixed)
+    total = 0
+    for i in range(len(X)):
+        want = []
+        if not np.isnan(B[i]).any():
+            for c in num[~geo.rounded[num]]:
+                g = B[i, c] - X[i, c]
+                for j in num[num != c]:
+                    h = B[i, j] - X[i, j]
+                    if abs(g) <= 1e-12 or abs(h) <= 1e-12 or (hi[i, j] <= B[i, j] if h > 0 else lo[i, j] >= B[i, j]):
+                        continue
+                    for q in SLIDE_BACKS:
+                        freed = q * abs(g) / geo.span[c] * (cost[raw[c], 1] if g < 0 else cost[raw[c], 0])
+                        w = cost[raw[j], 0] if h > 0 else cost[raw[j], 1]
+                        for share in SLIDE_SHARES:
+                            r = B[i].copy()
+                            r[c] = B[i, c] - q * g
+                            r[j] = B[i, j] + np.sign(h) * share * freed / w * geo.span[j]
+                            want.append(r)
+        got = R[i][~np.isnan(R[i]).any(1)]
+        want = np.array(want).reshape(-1, X.shape[1])
+        assert len(got) == len(want)
+        np.testing.assert_allclose(got[np.lexsort(got.T)], want[np.lexsort(want.T)], rtol=1e-12, atol=1e-12)
+        if len(got):
+            assert (geo.distance(X[i][None], got) <= geo.distance(X[i][None], B[i][None])[0] + 1e-12).all()
+        total += len(got)
+    assert total > 0
 
 
 def test_step_moves_flip_a_change_to_the_other_side(german):

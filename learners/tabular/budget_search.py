@@ -34,6 +34,7 @@ import numpy as np
 
 from envs.black_box import Budget
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.slides import slides
 from learners.tabular.steps import corner_grid, first_vocab_values
 
 SCALES = (0.45, 0.7, 0.85, 1.0, 1.2, 1.5, 2.2)  # ray multiples of a proposal's numeric change in round 1
@@ -291,6 +292,8 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
             R[~both] = np.nan
             parts.append(R)
     parts += _trades(geo, X, B, changed)
+    if not steps:  # a smooth boundary: less of one real change, more of another
+        parts.append(slides(geo, X, B))
     t = np.broadcast_to(np.asarray(RAY), (N, len(RAY)))
     if lo is not None and not steps:  # a bracket known: evenly inside it (1% of the change wants a fine grid)
         inner = lo[:, None] + (1 - lo[:, None]) * np.arange(1, len(RAY) + 1)[None, :] / (len(RAY) + 1)
