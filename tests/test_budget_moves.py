@@ -189,13 +189,35 @@ def test_brackets_are_the_farthest_rejected_row_on_each_ray(german):
     assert below > 0  # without the bracket the ray reaches below it
 
 
-def test_rows_left_by_the_moves_are_spent_nearer_than_the_answer(german):
-    """At 2 x 256 on a forest, most agents use their whole budget (the moves alone leave rows unused), never
-    more; every answer is accepted by the model and no farther than without the filling rows."""
+@pytest.mark.parametrize("budget", [Budget(2, 256), Budget(6, 1200)])
+def test_no_row_is_asked_twice_and_the_answers_hold(german, budget):
+    """The moves, additions, screens and corners overlap; a row asked twice would be a row of the budget
+    lost. Per agent, no row is scored twice across all its rounds, the rows stay within the budget, and
+    every answer is accepted by the model."""
     world, labels, test = german
     gen = build_tabular_generator("proposer", {"max_epochs": 20}).fit(world, labels)
-    bb = BlackBoxModel(world.model)
-    X = test[:24]
-    rec = gen.recommend_within(replace(world, model=bb), X, Budget(2, 256))
-    assert rec.rows.max() <= 256 and np.median(rec.rows) >= 250
-    assert (world.model.predict_proba(rec.CF[rec.found]) > 0.5).all()
+    for x in test[:8]:
+        bb, rows = BlackBoxModel(world.model), []
+        scored = bb.predict_proba
+        bb.predict_proba = lambda R, scored=scored, rows=rows: (rows.append(np.array(R, float)), scored(R))[1]
+        rec = gen.recommend_within(replace(world, model=bb), x[None], budget)
+        asked = np.concatenate(rows)
+        assert len(asked) <= budget.rows
+        assert len(np.unique(asked, axis=0)) == len(asked)
+        if rec.found[0]:
+            assert world.model.predict_proba(rec.CF[:1]).ravel()[-1] > 0.5
+
+
+@pytest.mark.parametrize("budget", [Budget(2, 256), Budget(4, 600)])
+def test_an_answer_does_not_depend_on_the_rest_of_the_batch(german, budget):
+    """Every per-round count (rows, starts, additions, the spread over nearness ranks) is each agent's own:
+    a batch of agents gets exactly the answers each agent gets alone, rows scored included."""
+    world, labels, test = german
+    gen = build_tabular_generator("proposer", {"max_epochs": 20}).fit(world, labels)
+    X = test[:10]
+    batch = gen.recommend_within(replace(world, model=BlackBoxModel(world.model)), X, budget)
+    for i in range(len(X)):
+        one = gen.recommend_within(replace(world, model=BlackBoxModel(world.model)), X[i:i + 1], budget)
+        assert one.found[0] == batch.found[i]
+        np.testing.assert_array_equal(one.CF[0], batch.CF[i])
+        assert one.rows[0] == batch.rows[i]

@@ -232,7 +232,7 @@ def test_rows_past_the_cap_are_spread_over_the_nearness_ranks(german):
     """``_nearest_first``: with more shortening rows than the round's cap, the rows kept run evenly from the
     nearest to the mildest (ranks 0, 3, 6, 9 of 10 for a cap of 4), each once; with fewer, all of them,
     nearest first; a row no nearer than the answer is never kept."""
-    from learners.tabular.budget_search import _nearest_first
+    from learners.tabular.rows import nearest_first as _nearest_first
 
     world = german[0]
     geo = WorldGeometry.of(world)

@@ -33,7 +33,9 @@ from typing import Any
 import numpy as np
 
 from envs.black_box import Budget
+from learners.tabular.corners import nearest_corners
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.rows import compact, fresh, nearest_first, row_keys
 from learners.tabular.slides import slides
 from learners.tabular.steps import corner_grid, first_vocab_values
 
@@ -44,6 +46,7 @@ FRACTIONS = tuple(np.round(np.concatenate([np.linspace(0.05, 0.75, 8), 1 - np.ge
 RAY = tuple(np.round(1 - np.geomspace(0.6, 0.002, 20), 6))  # the whole numeric change scaled toward the agent
 PAIR_FRACTIONS = (0.0, 0.3, 0.6, 0.8, 0.9, 1.0)  # the grid of a pair of numeric changes (1.0: as it is)
 EXTRA_SHARE = 1 / 16  # of the first round's rows, at most this share for the fallback rows (coverage)
+CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows
 BRACKET_ROWS = 512  # the latest rejected rows per agent that bracket the starts' rays (memory: N x T x rows x D)
 STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest of each changed set first)
 MAX_STARTS = 6  # and up to this many where a round has the rows
@@ -139,7 +142,7 @@ def _round_one(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.
             return np.concatenate([head, _round_one(geo, X, P, vocab, rows - e, tuple(scales))], axis=1)
     K = P.shape[1]
     per = len(scales) + (1 if vocab is not None else 0)
-    k = max(1, min(K, rows // per))  # proposals kept (the first k: the caller orders them)
+    k = max(1, min(K, -(-rows // per)))  # proposals kept (the first k: the caller orders them; the last in part)
     P = P[:, :k]
     ray = np.repeat(P[:, :, None, :], len(scales), axis=2)
     ray[..., num] = X[:, None, None, num] + scales[None, None, :, None] * (P[:, :, None, num] - X[:, None, None, num])
@@ -371,7 +374,8 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
 
 
 def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
-                     below: np.ndarray, steps: bool = False, rejected: np.ndarray | None = None) -> np.ndarray:
+                     below: np.ndarray, steps: bool = False, rejected: np.ndarray | None = None,
+                     caps: np.ndarray | None = None) -> np.ndarray:
     """(N, rows, D) ``_nearest_first`` of ``_moves`` from the starts ``S`` (N, T, D), built ``MOVE_BLOCK`` agents
     at a time: the moves of all starts of a large batch would not fit in memory (a few thousand per
     agent), and only ``rows`` per agent survive."""
@@ -379,47 +383,10 @@ def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: li
     for lo in range(0, len(X), MOVE_BLOCK):
         sl = slice(lo, lo + MOVE_BLOCK)
         lo = None if rejected is None or steps else _brackets(geo, X[sl], S[sl], rejected[sl])
-        M = _nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab, steps, lo), rows, below[sl])
+        M = nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab, steps, lo), rows, below[sl],
+                           None if caps is None else caps[sl])
         out[sl, : M.shape[1]] = M
     return out
-
-
-def _nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, below: np.ndarray) -> np.ndarray:
-    """``C`` (N, Q, D) cut to ``rows`` distinct rows per agent that are nearer than ``below`` (N,) and keep the
-    world's rules, nearest first; where an agent has more, they are spread evenly over its nearness ranks
-    (the boldest shrink to the mildest: the nearest alone are mostly rejected, and a row within 1% of the
-    optimum is often a mild one); the rest NaN."""
-    N, Q, D = C.shape
-    d = np.where(np.isnan(C).any(-1), np.inf, geo.distance(X[:, None, :], np.nan_to_num(C)))
-    d[d >= below[:, None] - 1e-15] = np.inf
-    if geo.gate is not None:
-        d[~geo.keeps(X[:, None, :], np.nan_to_num(C))] = np.inf
-    order = np.argsort(d, axis=1, kind="stable")
-    d = np.take_along_axis(d, order, 1)
-    C = np.take_along_axis(C, order[:, :, None], 1)
-    same = np.zeros_like(d, bool)  # a row equal to the previous one (same distance first) is not scored twice
-    same[:, 1:] = (np.abs(C[:, 1:] - C[:, :-1]).max(-1) == 0) & np.isfinite(d[:, 1:])
-    d[same] = np.inf
-    order = np.argsort(d, axis=1, kind="stable")
-    n = np.isfinite(d).sum(1)
-    if (n > rows).any():  # more candidates than rows: evenly spaced over the nearness ranks
-        pick = np.minimum(np.floor(np.linspace(0.0, 1.0, rows)[None, :] * np.maximum(n - 1, 0)[:, None]).astype(int),
-                          np.maximum(n - 1, 0)[:, None])
-        pick = np.where((n > rows)[:, None], pick, np.arange(rows)[None, :])
-        order = np.take_along_axis(order, np.minimum(pick, order.shape[1] - 1), 1)
-    else:
-        order = order[:, :rows]
-    out = np.take_along_axis(C, order[:, :, None], 1)
-    out[~np.isfinite(np.take_along_axis(d, order, 1))] = np.nan
-    return out
-
-
-def _compact(C: np.ndarray, rows: int) -> np.ndarray:
-    """(N, rows, D) each agent's first ``rows`` finite rows of ``C`` (N, Q, D), in order (NaN padded)."""
-    live = ~np.isnan(C).any(-1)
-    order = np.argsort(~live, axis=1, kind="stable")[:, :rows]
-    out = np.take_along_axis(C, order[:, :, None], 1)
-    return np.pad(out, ((0, 0), (0, rows - out.shape[1]), (0, 0)), constant_values=np.nan)
 
 
 def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -522,30 +489,37 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         if n_grid:
             C = np.concatenate([corner_grid(geo, X, np.asarray(P, float), vocab, n_grid), C], axis=1)
         if n_screen:
-            C = np.concatenate([C, _compact(screens(geo, X, vocab), n_screen)], axis=1)
+            C = np.concatenate([C, compact(screens(geo, X, vocab), n_screen)], axis=1)
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
+    C = fresh(C, row_keys(np.zeros((N, 0, D))))  # rays, snaps and grids meet: each row once
     ok, used = _accept(model, geo, X, C, threshold)
     calls, rows_left = 1, rows_left - used
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(C)), np.inf)  # every accepted row
     rejected = np.where((~ok & ~np.isnan(C).any(-1))[..., None], C, np.nan)  # scored and refused: the brackets
+    asked = row_keys(np.where(np.isnan(C).any(-1, keepdims=True), np.nan, C))  # every row scored: never twice
     rounds_left = int(budget.calls) - 1
     tried_far = False
+    done = np.zeros(N, bool)
     while True:
         cap = rows_left // max(rounds_left, 1)  # this round's rows per agent
         per = int(cap.max())
-        # as many starts as the round's rows allow (a start's moves are about START_ROWS rows), each a changed set
-        S, dS = _starts(pool_C, pool_d, max(STARTS, min(MAX_STARTS, per // START_ROWS)), X)
+        # as many starts as each agent's rows allow (a start's moves are about START_ROWS rows), each a changed
+        # set; every count here is the agent's own, so an answer does not depend on the rest of the batch
+        n_starts = np.maximum(STARTS, np.minimum(MAX_STARTS, cap // START_ROWS))
+        S, dS = _starts(pool_C, pool_d, int(n_starts.max()), X)
+        dS[np.arange(dS.shape[1])[None, :] >= n_starts[:, None]] = np.inf
+        S[~np.isfinite(dS)] = np.nan
         found = np.isfinite(dS[:, 0])
         if rounds_left <= 0 or rows_left.max() <= 0:
             S, dS = S[:, :STARTS], dS[:, :STARTS]
             break
-        n_add = int(ADD_SHARE * per) if rounds_left > 1 else 0
-        M = _shortening_rows(geo, X, np.where(np.isfinite(dS)[..., None], S, np.nan), vocab, per - n_add,
-                             np.where(found, dS[:, 0], -np.inf), steps, _compact(rejected[:, ::-1], BRACKET_ROWS))
-        if n_add:
-            A = _nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), n_add,
-                               np.where(found, ADD_FAR * dS[:, 0], -np.inf))
-            M = np.concatenate([M, A], axis=1)
+        n_add = (ADD_SHARE * cap).astype(np.int64) if rounds_left > 1 else np.zeros(N, np.int64)
+        M = _shortening_rows(geo, X, S, vocab, per, np.where(found, dS[:, 0], -np.inf), steps,
+                             compact(rejected[:, ::-1], BRACKET_ROWS), cap - n_add)
+        if n_add.any():
+            A = nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), int(n_add.max()),
+                               np.where(found, ADD_FAR * dS[:, 0], -np.inf), n_add)
+            M = compact(np.concatenate([M, A], axis=1), per)
         if not found.all() and not tried_far:  # agents with no answer yet: the proposals pushed further
             F = _round_one(geo, X, np.asarray(P, float), None, per, FAR)
             if fallback is not None:  # those not tried in the first round
@@ -556,22 +530,30 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
             M = np.where(found[:, None, None], M, F)
             tried_far = True
+        M[np.arange(M.shape[1])[None, :] >= cap[:, None]] = np.nan  # each agent's own rows, then no repeats
+        M = fresh(M, asked)  # the moves, additions and screens overlap: a repeated row is a row lost
         spare = np.flatnonzero(found & ((~np.isnan(M).any(-1)).sum(1) < cap))
         if len(spare):  # rows the moves leave unused: single-feature screens and additions nearer than the answer
             Xs = X[spare]
             Sc = screens(geo, Xs, vocab)
-            E = np.concatenate([Sc, _additions(geo, Xs, S[spare, 0], vocab, Sc)], axis=1)
-            E = _nearest_first(geo, Xs, E, per, dS[spare, 0])
-            M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)
-            M[spare] = _compact(np.concatenate([M[spare], E], axis=1), M.shape[1])
+            E = [Sc, _additions(geo, Xs, S[spare, 0], vocab, Sc)]
+            if steps and vocab is not None:  # in steps: the vocabulary's corners, nearest first (corners.py)
+                E.append(nearest_corners(geo, Xs, vocab, min(int(budget.rows), CORNERS))[0])  # the agent's own
+            E = nearest_first(geo, Xs, fresh(np.concatenate(E, axis=1), asked[spare]), per, dS[spare, 0], cap[spare])
+            M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)
+            M[spare] = compact(np.concatenate([M[spare], E], axis=1), M.shape[1])  # all kept until the repeats go
+            M = fresh(M, asked)[:, :per]
         M[np.arange(M.shape[1])[None, :] >= cap[:, None]] = np.nan
-        if np.isnan(M).all():
+        done |= np.isnan(M).all(axis=(1, 2))  # an agent with nothing left to ask stops, as it would alone
+        M[done] = np.nan
+        if done.all():
             break
         ok, used = _accept(model, geo, X, M, threshold)
         calls, rows_left, rounds_left = calls + 1, rows_left - used, rounds_left - 1
         dm = np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(M)), np.inf)
         pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
         rejected = np.concatenate([rejected, np.where((~ok & ~np.isnan(M).any(-1))[..., None], M, np.nan)], axis=1)
+        asked = np.concatenate([asked, row_keys(M)], axis=1)
     B = np.where(found[:, None], S[:, 0], np.nan)
     dB = dS[:, 0]
     return SearchResult(B, dB, found, calls, int(budget.rows) - rows_left, S[:, 1:])

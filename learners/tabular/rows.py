@@ -1,0 +1,75 @@
+"""Row bookkeeping for ``budget_search``'s rounds: each agent's candidate rows cut to its own count nearest
+first (``nearest_first``), packed (``compact``), and kept only where new (``fresh``): a row asked twice
+is a row of the budget spent for nothing (issue 56)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from learners.tabular.geometry import WorldGeometry
+
+__all__ = ["compact", "fresh", "nearest_first", "row_keys"]
+
+def row_keys(C: np.ndarray) -> np.ndarray:
+    """(...) each row of ``C`` (..., D) as one opaque value of its bytes: equal rows, equal keys, exactly
+    (a float projection would differ in its last bits between two matrix products of the same row)."""
+    C = np.ascontiguousarray(C, float)
+    return C.view(np.dtype((np.void, 8 * C.shape[-1])))[..., 0]
+
+
+def fresh(M: np.ndarray, asked: np.ndarray) -> np.ndarray:
+    """``M`` (N, Q, D) with every row that repeats an earlier row of ``M`` or one of ``asked`` (N, A) (the
+    ``row_keys`` of the rows already scored) set to NaN, the rest packed to the front in order."""
+    N, Q, _ = M.shape
+    both = np.concatenate([asked, row_keys(M)], axis=1)  # the asked rows first: a repeat of one of them goes
+    order = np.argsort(both, axis=1, kind="stable")  # equal keys together, in their original order
+    s = np.take_along_axis(both, order, 1)
+    repeat_sorted = np.zeros(s.shape, bool)
+    repeat_sorted[:, 1:] = s[:, 1:] == s[:, :-1]
+    repeat = np.zeros_like(repeat_sorted)
+    np.put_along_axis(repeat, order, repeat_sorted, 1)
+    out = M.copy()
+    out[repeat[:, asked.shape[1]:]] = np.nan  # (a NaN row repeating a NaN row stays NaN)
+    return compact(out, Q)
+
+
+def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, below: np.ndarray,
+                   caps: np.ndarray | None = None) -> np.ndarray:
+    """``C`` (N, Q, D) cut to ``rows`` distinct rows per agent that are nearer than ``below`` (N,) and keep the
+    world's rules, nearest first; where an agent has more, they are spread evenly over its nearness ranks
+    (the boldest shrink to the mildest: the nearest alone are mostly rejected, and a row within 1% of the
+    optimum is often a mild one); the rest NaN."""
+    N, Q, D = C.shape
+    d = np.where(np.isnan(C).any(-1), np.inf, geo.distance(X[:, None, :], np.nan_to_num(C)))
+    d[d >= below[:, None] - 1e-15] = np.inf
+    if geo.gate is not None:
+        d[~geo.keeps(X[:, None, :], np.nan_to_num(C))] = np.inf
+    order = np.argsort(d, axis=1, kind="stable")
+    d = np.take_along_axis(d, order, 1)
+    C = np.take_along_axis(C, order[:, :, None], 1)
+    same = np.zeros_like(d, bool)  # a row equal to the previous one (same distance first) is not scored twice
+    same[:, 1:] = (np.abs(C[:, 1:] - C[:, :-1]).max(-1) == 0) & np.isfinite(d[:, 1:])
+    d[same] = np.inf
+    order = np.argsort(d, axis=1, kind="stable")
+    n = np.isfinite(d).sum(1)
+    k = np.full(N, rows) if caps is None else np.clip(np.asarray(caps, np.int64), 0, rows)  # each agent's own rows
+    pos = np.arange(rows)[None, :]
+    if (n > k).any():  # more candidates than rows: evenly spaced over the nearness ranks
+        pick = np.floor(pos / np.maximum(k - 1, 1)[:, None] * np.maximum(n - 1, 0)[:, None]).astype(int)
+        pick = np.where((n > k)[:, None], np.minimum(pick, np.maximum(n - 1, 0)[:, None]), pos)
+        order = np.take_along_axis(order, np.minimum(pick, order.shape[1] - 1), 1)
+    else:
+        order = order[:, :rows]
+    out = np.take_along_axis(C, order[:, :, None], 1)
+    out = np.pad(out, ((0, 0), (0, rows - out.shape[1]), (0, 0)), constant_values=np.nan)
+    d = np.pad(np.take_along_axis(d, order, 1), ((0, 0), (0, rows - order.shape[1])), constant_values=np.inf)
+    out[~np.isfinite(d) | (pos >= k[:, None])] = np.nan
+    return out
+
+
+def compact(C: np.ndarray, rows: int) -> np.ndarray:
+    """(N, rows, D) each agent's first ``rows`` finite rows of ``C`` (N, Q, D), in order (NaN padded)."""
+    live = ~np.isnan(C).any(-1)
+    order = np.argsort(~live, axis=1, kind="stable")[:, :rows]
+    out = np.take_along_axis(C, order[:, :, None], 1)
+    return np.pad(out, ((0, 0), (0, rows - out.shape[1]), (0, 0)), constant_values=np.nan)
