@@ -534,12 +534,15 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         M = fresh(M, asked)  # the moves, additions and screens overlap: a repeated row is a row lost
         spare = np.flatnonzero(found & ((~np.isnan(M).any(-1)).sum(1) < cap))
         if len(spare):  # rows the moves leave unused: single-feature screens and additions nearer than the answer
-            Xs = X[spare]
-            Sc = screens(geo, Xs, vocab)
-            E = [Sc, _additions(geo, Xs, S[spare, 0], vocab, Sc)]
-            if steps and vocab is not None:  # in steps: the vocabulary's corners, nearest first (corners.py)
-                E.append(nearest_corners(geo, Xs, vocab, min(int(budget.rows), CORNERS))[0])  # the agent's own
-            E = nearest_first(geo, Xs, fresh(np.concatenate(E, axis=1), asked[spare]), per, dS[spare, 0], cap[spare])
+            E = np.full((len(spare), per, D), np.nan)
+            for lo in range(0, len(spare), MOVE_BLOCK):  # a block of agents at a time (memory: corners x D)
+                a = spare[lo:lo + MOVE_BLOCK]
+                Sc = screens(geo, X[a], vocab)
+                parts = [Sc, _additions(geo, X[a], S[a, 0], vocab, Sc)]
+                if steps and vocab is not None:  # in steps: the vocabulary's corners, nearest first (corners.py)
+                    parts.append(nearest_corners(geo, X[a], vocab, min(int(budget.rows), CORNERS))[0])
+                E[lo:lo + MOVE_BLOCK] = nearest_first(geo, X[a], fresh(np.concatenate(parts, axis=1), asked[a]), per,
+                                                      dS[a, 0], cap[a])
             M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)
             M[spare] = compact(np.concatenate([M[spare], E], axis=1), M.shape[1])  # all kept until the repeats go
             M = fresh(M, asked)[:, :per]

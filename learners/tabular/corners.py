@@ -14,8 +14,9 @@ held-out agents of the four forests MACE's optimum was a corner for .78 (German:
 features the vocabulary lacks) to .96 of them, but many nearer corners are refused first: among the
 corners that change exactly the optimum's columns, a median of 4 (German) to 28 (Credit) and a 90th
 percentile of 81 to 520 are nearer. So the enumeration alone is within 1% on .53-.60 of the agents at
-256 rows (``benchmarks/forest_corners.py``), below ``budget_search``; it stays a diagnostic of how far a
-black-box search must look, and the exact listing it is tested for.
+256 rows (``benchmarks/forest_corners.py``), below ``budget_search``. What the enumeration is for: the
+rows a round has left once its moves, additions and screens are asked (each row once: ``rows.fresh``),
+for a model in steps, go to the nearest corners not yet asked that are nearer than the answer.
 """
 
 from __future__ import annotations
