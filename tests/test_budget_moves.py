@@ -18,10 +18,12 @@ from learners.tabular.budget_search import (
     TRADE_BACKS,
     TRADE_SHARES,
     _brackets,
+    _moves,
     _moves_one,
     _trades,
     value_vocabulary,
 )
+from learners.tabular.rows import nearest_first
 from learners.tabular.slides import SLIDE_BACKS, SLIDE_SHARES, slides
 from tests.tabular_worlds import german_train_split, toy_mlp_world
 
@@ -221,3 +223,62 @@ def test_an_answer_does_not_depend_on_the_rest_of_the_batch(german, budget):
         assert one.found[0] == batch.found[i]
         np.testing.assert_array_equal(one.CF[0], batch.CF[i])
         assert one.rows[0] == batch.rows[i]
+
+
+def test_moves_of_all_starts_at_once_are_each_starts_own(german):
+    """``_moves`` builds every start's moves in one call (a request of one agent pays the numpy overhead
+    once, not per start); per agent and start, the rows are those ``_moves_one`` builds for that start
+    alone (the second route), as a set: the layout of NaN rows may differ with the batch."""
+    world, labels, test = german
+    geo = WorldGeometry.of(world)
+    vocab = value_vocabulary(geo, labels.X, labels.CF)
+    X = test[:5]
+    rng = np.random.default_rng(3)
+    S = geo.project(X, X[:, None, :] + rng.normal(0, 0.3, (5, 3, X.shape[1])) * geo.span * (rng.random((5, 3, X.shape[1])) < 0.3))
+    S[1, 2] = np.nan  # a start that is not there moves nothing
+    for steps in (False, True):
+        M = _moves(geo, X, S, vocab, steps).reshape(5, 3, -1, X.shape[1])
+        for t in range(3):
+            alone = _moves_one(geo, X, S[:, t], vocab, steps)
+            for i in range(5):
+                a, b = M[i, t], alone[i]
+                a, b = a[~np.isnan(a).any(-1)], b[~np.isnan(b).any(-1)]
+                assert np.array_equal(np.unique(a, axis=0), np.unique(b, axis=0))
+
+
+def _nearest_first_by_loop(geo, X, C, rows, below, caps):
+    """Per agent: the rows nearer than ``below``, sorted by distance (stable), a row equal to the one
+    before it dropped, then ``caps`` of them spread over the nearness ranks (the second route)."""
+    out = np.full((len(X), rows, X.shape[1]), np.nan)
+    for i in range(len(X)):
+        live = [q for q in range(C.shape[1]) if not np.isnan(C[i, q]).any()]
+        d = {q: float(geo.distance(X[i:i + 1], C[i, q][None])[0]) for q in live}
+        ranked = sorted((q for q in live if d[q] < below[i] - 1e-15), key=lambda q: d[q])
+        kept = [q for j, q in enumerate(ranked) if j == 0 or not np.array_equal(C[i, q], C[i, ranked[j - 1]])]
+        k = min(rows, int(caps[i]))
+        n = len(kept)
+        picks = range(min(n, k)) if n <= k else [int(np.floor(p / max(k - 1, 1) * (n - 1))) for p in range(k)]
+        for p, j in enumerate(picks):
+            out[i, p] = C[i, kept[j]]
+    return out
+
+
+def test_nearest_first_matches_a_loop(german):
+    """``rows.nearest_first`` compares only rows at equal distance when it drops repeats; against a loop
+    that compares every pair of neighbours in distance order, with repeated rows, NaN rows and caps."""
+    world, _, test = german
+    geo = WorldGeometry.of(world)
+    rng = np.random.default_rng(5)
+    X = test[:6]
+    for _ in range(25):
+        Q = int(rng.integers(1, 60))
+        C = geo.project(X, X[:, None, :] + rng.normal(0, 0.2, (6, Q, X.shape[1])) * geo.span
+                        * (rng.random((6, Q, X.shape[1])) < 0.3))
+        C[:, rng.integers(0, Q, Q // 3)] = C[:, rng.integers(0, Q, Q // 3)]  # repeats
+        C[rng.random((6, Q)) < 0.1] = np.nan
+        rows = int(rng.integers(1, 30))
+        below = np.where(rng.random(6) < 0.3, np.inf, rng.random(6) * 2)
+        caps = rng.integers(0, rows + 1, 6)
+        got = nearest_first(geo, X, C, rows, below, caps)
+        want = _nearest_first_by_loop(geo, X, C, rows, below, caps)
+        assert np.array_equal(got, want, equal_nan=True)

@@ -182,13 +182,12 @@ def screens(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None = 
                 parts.append(moved(flips, 1.0 - X[:, flips]))
             if vocab is not None:  # the values the labels move a column to nearest the agent (a forest's splits)
                 F = first_vocab_values(geo, X, vocab, SCREEN_VOCAB)
-                for c in num:
-                    if not len(vocab[c]):
-                        continue
-                    for step in range(SCREEN_VOCAB):
-                        for side in (0, 1):  # above the agent, then below
-                            vals = np.where(np.isnan(F[side, :, c, step]), X[:, c], F[side, :, c, step])
-                            parts.append(moved(np.array([c]), vals[:, None]))
+                # per column, each step, above the agent then below: one array op for them all
+                order = [(c, step, side) for c in num if len(vocab[c]) for step in range(SCREEN_VOCAB) for side in (0, 1)]
+                if order:
+                    c_, step_, side_ = np.array(order).T
+                    vals = F[side_, :, c_, step_].T  # (N, len(order))
+                    parts.append(moved(c_, np.where(np.isnan(vals), X[:, c_], vals)))
     C = np.concatenate(parts, axis=1)
     bad = np.isnan(C).any(-1)
     C = geo.project(X, np.nan_to_num(C))
@@ -217,8 +216,11 @@ def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndar
            lo: np.ndarray | None = None) -> np.ndarray:
     """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows);
     ``lo`` (N, T): the bracket of each start's ray (``_brackets``)."""
-    return np.concatenate([_moves_one(geo, X, S[:, t], vocab, steps, None if lo is None else lo[:, t])
-                           for t in range(S.shape[1])], axis=1)
+    N, T, D = S.shape
+    # every start at once (start-major per agent): one call, not T, where a request is one agent (latency)
+    M = _moves_one(geo, np.repeat(X, T, axis=0), S.reshape(N * T, D), vocab, steps,
+                   None if lo is None else lo.reshape(N * T))
+    return M.reshape(N, T * M.shape[1], D)
 
 
 def _brackets(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, R: np.ndarray) -> np.ndarray:

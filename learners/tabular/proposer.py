@@ -77,6 +77,7 @@ class ProposerParams:
     surrogate_hidden: tuple[int, ...] = (64, 64)  # the surrogate's MLP widths
     surrogate_epochs: int = 60  # its training epochs
     surrogate_search: int = 3  # answers per agent of the white-box search (change_value) on the surrogate, proposed first (0: none)
+    surrogate_piece_lp: bool = False  # the white-box search on the surrogate also solves each answer's piece MILP (exact on the surrogate only; 10-14 ms an answer)
     surrogate_rounds: int = 1  # rounds asking the model about the search's answers on the surrogate for the training agents, refitting it
     surrogate_max_sigma: float = 0.15  # the surrogate is used only where its held-out logit error near the boundary is at most this
     corner_grid: float = 0.25  # of round one's rows, the proposals' changed sets on the vocabulary's values, where the model answers in steps (probed at fit time; 0: never)
@@ -159,7 +160,7 @@ class ProposerGenerator(TabularGenerator):
                 break
             self.__dict__.pop("_surrogate_world", None)
             if self.inner_ is None:  # the white-box search, on our own model
-                self.inner_ = ChangeValueGenerator().fit(replace(world, model=sur.as_model()), labels, seed=seed)
+                self.inner_ = ChangeValueGenerator(piece_lp=bool(p.surrogate_piece_lp)).fit(replace(world, model=sur.as_model()), labels, seed=seed)
             if r == rounds:
                 break
             A = self._surrogate_answers(world, self.X_)  # (M, k, D)

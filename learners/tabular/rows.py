@@ -44,13 +44,15 @@ def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, b
     d[d >= below[:, None] - 1e-15] = np.inf
     if geo.gate is not None:
         d[~geo.keeps(X[:, None, :], np.nan_to_num(C))] = np.inf
-    order = np.argsort(d, axis=1, kind="stable")
-    d = np.take_along_axis(d, order, 1)
-    C = np.take_along_axis(C, order[:, :, None], 1)
-    same = np.zeros_like(d, bool)  # a row equal to the previous one (same distance first) is not scored twice
-    same[:, 1:] = (np.abs(C[:, 1:] - C[:, :-1]).max(-1) == 0) & np.isfinite(d[:, 1:])
-    d[same] = np.inf
-    order = np.argsort(d, axis=1, kind="stable")
+    first = np.argsort(d, axis=1, kind="stable")
+    d = np.take_along_axis(d, first, 1)  # nearest first; ``first`` maps back to the rows of C
+    # a row equal to the previous one is not scored twice; equal rows have equal distances, so only the
+    # ties are compared (the candidates are many, the ties few)
+    n_tie, j = np.nonzero((d[:, 1:] == d[:, :-1]) & np.isfinite(d[:, 1:]))
+    if len(n_tie):
+        equal = (C[n_tie, first[n_tie, j + 1]] == C[n_tie, first[n_tie, j]]).all(-1)
+        d[n_tie[equal], j[equal] + 1] = np.inf
+    order = np.argsort(d, axis=1, kind="stable")  # positions in the nearest-first order
     n = np.isfinite(d).sum(1)
     k = np.full(N, rows) if caps is None else np.clip(np.asarray(caps, np.int64), 0, rows)  # each agent's own rows
     pos = np.arange(rows)[None, :]
@@ -60,7 +62,7 @@ def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, b
         order = np.take_along_axis(order, np.minimum(pick, order.shape[1] - 1), 1)
     else:
         order = order[:, :rows]
-    out = np.take_along_axis(C, order[:, :, None], 1)
+    out = np.take_along_axis(C, np.take_along_axis(first, order, 1)[:, :, None], 1)
     out = np.pad(out, ((0, 0), (0, rows - out.shape[1]), (0, 0)), constant_values=np.nan)
     d = np.pad(np.take_along_axis(d, order, 1), ((0, 0), (0, rows - order.shape[1])), constant_values=np.inf)
     out[~np.isfinite(d) | (pos >= k[:, None])] = np.nan
