@@ -2,6 +2,7 @@
 
     python benchmarks/blackbox_generators.py                     # 8 cells, 500 labels, 100 held-out agents
     python benchmarks/blackbox_generators.py --cells german/forest --budgets 1x64,2x256,8x2000 --latency-ms 20
+    python benchmarks/blackbox_generators.py --remote-only          # the remote timings again, alone
 
 Per cell (data set x model, seed 0; labels from ``benchmarks/tabular_generators.py``'s cache, the same
 ``Cell``: held-out rejected *test* rows labelled by MACE with a certificate, training agents labelled at
@@ -22,7 +23,9 @@ rel_tol 1e-2):
   **valid**: accepted by the real model, no constraint broken; rows per answer (median, max) and calls;
 - ``--latency-ms``: the model behind a fixed wait per call (a remote scoring API); the first
   ``--remote-agents`` agents answered one request at a time, end-to-end p50/p99 per answer for the
-  proposer and the no-network search at the largest budget with 2 calls or fewer, and GeCo.
+  proposer, the proposer with its surrogate and the no-network search at the largest budget with 2 calls
+  or fewer, and GeCo. Two cells run at once disturb each other's timings: ``--remote-only`` times the
+  generators each cell's run saved (``--generators``) again, alone, and keeps the cell's other figures.
 
 Writes ``benchmarks/results/blackbox_generators.{md,json}``, one JSON per cell under
 ``benchmarks/results/blackbox_generators/`` (reused unless ``--force``), and ``frontier.png`` there
@@ -51,7 +54,7 @@ from benchmarks.tabular_generators import CELLS, Cell  # noqa: E402
 from benchmarks.warmup import warming_up  # noqa: E402
 from envs.black_box import BlackBoxModel, Budget  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
-from learners.tabular import TabularLabels, build_tabular_generator  # noqa: E402
+from learners.tabular import TabularGenerator, TabularLabels, build_tabular_generator  # noqa: E402
 
 OUT = Path("benchmarks/results")
 METHODS = {"proposer": {"proposals": "network"}, "proposer_expert": {"proposals": "network", "expert_rounds": 1},
@@ -112,6 +115,9 @@ def run_geco(world: Any, domain: np.ndarray, X: np.ndarray, mace_d: np.ndarray, 
     return m
 
 
+REMOTE = ("proposer", "proposer_surrogate", "search_no_net")  # the generators timed against the remote model
+
+
 def remote(gens: dict[str, Any], world: Any, domain: np.ndarray, X: np.ndarray, budget: Budget, latency: float
            ) -> dict[str, Any]:
     """End-to-end ms per answer, one agent per request, the model behind ``latency`` seconds per call."""
@@ -163,20 +169,47 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
             out["methods"][name].append(m)
             print(f"[{cell}] {name} {b.calls}x{b.rows}: optimal {m['optimal_share']:.3f}, valid {m['validity']}, "
                   f"rows median {m['rows_median']:.0f}", flush=True)
+    for name in REMOTE:  # kept for ``--remote-only`` (the latency measured alone, one process)
+        gens[name].save(Path(args.generators) / cell.replace("/", "_") / name)
     out["geco"] = run_geco(world, c.build.data.X_train, test, mace_d, mace_ok)
     print(f"[{cell}] geco: optimal {out['geco']['optimal_share']:.3f}, rows median {out['geco']['rows_median']:.0f}",
           flush=True)
     if args.latency_ms > 0:
-        small = max((b for b in budgets if b.calls <= 2), key=lambda b: (b.calls, b.rows), default=budgets[0])
-        out["remote"] = {"latency_ms": args.latency_ms, "budget": {"calls": small.calls, "rows": small.rows},
-                         **remote({k: gens[k] for k in ("proposer", "proposer_surrogate", "search_no_net")}, world,
-                                  c.build.data.X_train,
-                                  test[: args.remote_agents], small, args.latency_ms / 1e3)}
-        print(f"[{cell}] remote {args.latency_ms} ms/call: " + ", ".join(
-            f"{k} p50 {v['p50_ms']:.0f} ms" for k, v in out["remote"].items() if isinstance(v, dict) and "p50_ms" in v),
-            flush=True)
+        out["remote"] = remote_entry(cell, c, {k: gens[k] for k in REMOTE}, budgets, args)
     out["load_average"] = os.getloadavg()[0]
     return out
+
+
+def remote_entry(cell: str, c: Cell, gens: dict[str, Any], budgets: list[Budget], args: argparse.Namespace
+                 ) -> dict[str, Any]:
+    """The cell's ``remote`` record at the largest budget with 2 calls or fewer, and the load it ran under."""
+    small = max((b for b in budgets if b.calls <= 2), key=lambda b: (b.calls, b.rows), default=budgets[0])
+    load = os.getloadavg()[0]
+    r = {"latency_ms": args.latency_ms, "budget": {"calls": small.calls, "rows": small.rows},
+         "alone": bool(args.remote_only), "load_average": load,
+         **remote(gens, c.build.world, c.build.data.X_train, c.test[: args.remote_agents], small, args.latency_ms / 1e3)}
+    print(f"[{cell}] remote {args.latency_ms} ms/call: " + ", ".join(
+        f"{k} p50 {v['p50_ms']:.0f} ms" for k, v in r.items() if isinstance(v, dict) and "p50_ms" in v), flush=True)
+    return r
+
+
+def remote_only(cell: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``--remote-only``: the cell's saved generators (from its full run) timed again against the remote model,
+    alone on the machine; the cell's other figures are kept."""
+    if not path.exists():
+        raise SystemExit(f"--remote-only: {path} is missing; run the cell first (without --remote-only)")
+    out = json.loads(path.read_text())
+    where = Path(args.generators) / cell.replace("/", "_")
+    missing = [k for k in REMOTE if not (where / k).exists()]
+    if missing:
+        raise SystemExit(f"--remote-only: no saved generators {missing} under {where}; rerun the cell with --force")
+    gens = {k: TabularGenerator.load(where / k) for k in REMOTE}
+    out["remote"] = remote_entry(cell, Cell.of(cell, args), gens, parse_budgets(args.budgets), args)
+    return out
+
+
+def _load(r: dict[str, Any]) -> str:
+    return f" (load {r['load_average']:.1f})" if "load_average" in r else ""
 
 
 def report(cells: list[dict[str, Any]], command: str) -> str:
@@ -205,7 +238,10 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
                      f"{g['ms_per_agent']:.1f} |")
     if any("remote" in c for c in cells):
         lines += ["", "## A remote model (a fixed wait per call), one agent per request", "",
-                  "| data | model | latency per call | budget | method | p50 ms | p99 ms | agents |", "|---|---|---|---|---|---:|---:|---:|"]
+                  "Measured *alone*: `--remote-only`, the saved generators timed with nothing else running (load: the "
+                  "1-minute load average when it started); otherwise during the full run, beside whatever else ran.", "",
+                  "| data | model | latency per call | budget | method | p50 ms | p99 ms | agents | measured |",
+                  "|---|---|---|---|---|---:|---:|---:|---|"]
         for c in cells:
             r = c.get("remote")
             if not r:
@@ -214,7 +250,9 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
             for k, v in r.items():
                 if isinstance(v, dict) and "p50_ms" in v:
                     lines.append(f"| {d} | {m} | {r['latency_ms']} ms | {r['budget']['calls']} x {r['budget']['rows']} | "
-                                 f"{NAMES.get(k, k)} | {v['p50_ms']:.1f} | {v['p99_ms']:.1f} | {v['agents']} |")
+                                 f"{NAMES.get(k, k)} | {v['p50_ms']:.1f} | {v['p99_ms']:.1f} | {v['agents']} | "
+                                 f"{'alone' if r.get('alone') else 'in the run'}"
+                                 f"{_load(r)} |")
     lines += ["", "Training: " + "; ".join(
         f"{c['cell']} expert iteration {c['training']['proposer_expert']['model_calls']} calls, "
         f"{c['training']['proposer_expert']['model_rows']:,} rows, {c['training']['proposer_expert']['seconds']:.0f} s"
@@ -293,6 +331,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache", default="data_cache/tabular_generators", help="label chunks (resumable)")
     p.add_argument("--out", default=str(OUT), help="results directory")
     p.add_argument("--force", action="store_true", help="recompute cells whose JSON exists")
+    p.add_argument("--generators", default="data_cache/blackbox_generators",
+                   help="where each cell's generators for the remote pass are saved")
+    p.add_argument("--remote-only", action="store_true",
+                   help="only the remote timings again, from the saved generators (run it alone on the machine)")
     args = p.parse_args(argv)
     # what Cell.of reads of tabular_generators' arguments
     args.sizes_for, args.numeric_scale, args.resample_prob, args.rules, args.quiet = [], 0.05, 0.15, False, True
@@ -304,7 +346,10 @@ def main(argv: list[str] | None = None) -> None:
         if cell not in CELLS:
             raise SystemExit(f"--cells: unknown cell {cell!r}; known: {', '.join(CELLS)}")
         path = cell_dir / f"{cell.replace('/', '_')}.json"
-        cells.append(json.loads(path.read_text()) if path.exists() and not args.force else save(run_cell(cell, args), path))
+        if args.remote_only:
+            cells.append(save(remote_only(cell, path, args), path))
+        else:
+            cells.append(json.loads(path.read_text()) if path.exists() and not args.force else save(run_cell(cell, args), path))
     command = "python benchmarks/blackbox_generators.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
     (out / "blackbox_generators.md").write_text(report(cells, command))
     (out / "blackbox_generators.json").write_text(json.dumps(cells, indent=1, default=float))
