@@ -497,7 +497,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     ok, used = _accept(model, geo, X, C, threshold)
     calls, rows_left = 1, rows_left - used
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(C)), np.inf)  # every accepted row
-    rejected = np.where((~ok & ~np.isnan(C).any(-1))[..., None], C, np.nan)  # scored and refused: the brackets
+    # scored and refused, the latest first: the brackets (only the latest BRACKET_ROWS kept: memory)
+    recent = compact(np.where((~ok & ~np.isnan(C).any(-1))[..., None], C, np.nan)[:, ::-1], BRACKET_ROWS)
     asked = row_keys(np.where(np.isnan(C).any(-1, keepdims=True), np.nan, C))  # every row scored: never twice
     rounds_left = int(budget.calls) - 1
     tried_far = False
@@ -517,7 +518,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             break
         n_add = (ADD_SHARE * cap).astype(np.int64) if rounds_left > 1 else np.zeros(N, np.int64)
         M = _shortening_rows(geo, X, S, vocab, per, np.where(found, dS[:, 0], -np.inf), steps,
-                             compact(rejected[:, ::-1], BRACKET_ROWS), cap - n_add)
+                             recent, cap - n_add)
         if n_add.any():
             A = nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), int(n_add.max()),
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf), n_add)
@@ -557,7 +558,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         calls, rows_left, rounds_left = calls + 1, rows_left - used, rounds_left - 1
         dm = np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(M)), np.inf)
         pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
-        rejected = np.concatenate([rejected, np.where((~ok & ~np.isnan(M).any(-1))[..., None], M, np.nan)], axis=1)
+        refused = np.where((~ok & ~np.isnan(M).any(-1))[..., None], M, np.nan)
+        recent = compact(np.concatenate([refused[:, ::-1], recent], axis=1), BRACKET_ROWS)
         asked = np.concatenate([asked, row_keys(M)], axis=1)
     B = np.where(found[:, None], S[:, 0], np.nan)
     dB = dS[:, 0]

@@ -48,6 +48,7 @@ from solvers.mace.distance import Norm
 
 Proposals = Literal["network", "averages", "neighbours"]
 FALLBACK_DONORS = 16  # training agents whose answers are transplanted for an agent none of whose first rows was accepted
+EXPERT_BLOCK = 250  # agents per search in an expert round (memory: at 6 x 2,000 a search keeps every row it scored)
 
 
 @dataclass
@@ -240,13 +241,16 @@ class ProposerGenerator(TabularGenerator):
         noise = rng.normal(0.0, 0.05, base.shape) * self.scale_span_ * geo.numeric
         A = geo.project(base, (base + noise)[:, None, :])[:, 0]
         A = A[~(model.predict_proba(A) > 0.5)]  # rejected ones only (one call)
-        res = budget_search(model, geo, A, self.candidates(world, A), Budget(int(p.expert_calls), int(p.expert_rows)),
-                            vocab=self.vocab_, surrogate=self.surrogate_,
-                            lead=int(p.surrogate_search) if self.inner_ is not None else 0, grid_share=self._grid_share(),
-                            steps=self._in_steps())
-        ok = res.found
+        CF, ok = np.full(A.shape, np.nan), np.zeros(len(A), bool)
+        for lo in range(0, len(A), EXPERT_BLOCK):  # a block of agents per search (memory: every row scored is
+            a = A[lo:lo + EXPERT_BLOCK]  # kept to be asked once; an answer does not depend on the batch)
+            res = budget_search(model, geo, a, self.candidates(world, a), Budget(int(p.expert_calls), int(p.expert_rows)),
+                                vocab=self.vocab_, surrogate=self.surrogate_,
+                                lead=int(p.surrogate_search) if self.inner_ is not None else 0,
+                                grid_share=self._grid_share(), steps=self._in_steps())
+            CF[lo:lo + len(a)], ok[lo:lo + len(a)] = res.CF, res.found
         Xs = np.concatenate([self._scaled(self.X_), self._scaled(A[ok])])
-        Ys = np.concatenate([self._delta(self.X_, self.CF_), self._delta(A[ok], res.CF[ok])])
+        Ys = np.concatenate([self._delta(self.X_, self.CF_), self._delta(A[ok], CF[ok])])
         self._train(Xs, Ys, int(p.expert_epochs), seed, progress, fresh=False)
         self.fit_info_["expert"].append({"agents": int(len(A)), "answered": int(ok.sum()), "calls": model.calls,
                                          "rows": model.rows, "seconds": time.perf_counter() - t0})
