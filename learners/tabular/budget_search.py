@@ -493,7 +493,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         if n_screen:
             C = np.concatenate([C, compact(screens(geo, X, vocab), n_screen)], axis=1)
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
-    C = fresh(C, row_keys(np.zeros((N, 0, D))))  # rays, snaps and grids meet: each row once
+    C = fresh(C)  # rays, snaps and grids meet: each row once
     ok, used = _accept(model, geo, X, C, threshold)
     calls, rows_left = 1, rows_left - used
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(C)), np.inf)  # every accepted row

@@ -10,6 +10,7 @@ from learners.tabular.geometry import WorldGeometry
 
 __all__ = ["compact", "fresh", "nearest_first", "row_keys"]
 
+
 def row_keys(C: np.ndarray) -> np.ndarray:
     """(...) each row of ``C`` (..., D) as one opaque value of its bytes: equal rows, equal keys, exactly
     (a float projection would differ in its last bits between two matrix products of the same row)."""
@@ -17,10 +18,12 @@ def row_keys(C: np.ndarray) -> np.ndarray:
     return C.view(np.dtype((np.void, 8 * C.shape[-1])))[..., 0]
 
 
-def fresh(M: np.ndarray, asked: np.ndarray) -> np.ndarray:
+def fresh(M: np.ndarray, asked: np.ndarray | None = None) -> np.ndarray:
     """``M`` (N, Q, D) with every row that repeats an earlier row of ``M`` or one of ``asked`` (N, A) (the
-    ``row_keys`` of the rows already scored) set to NaN, the rest packed to the front in order."""
+    ``row_keys`` of the rows already scored; none where None) set to NaN, the rest packed to the front in order."""
     N, Q, _ = M.shape
+    if asked is None:
+        asked = row_keys(np.zeros((N, 0, M.shape[2])))
     both = np.concatenate([asked, row_keys(M)], axis=1)  # the asked rows first: a repeat of one of them goes
     order = np.argsort(both, axis=1, kind="stable")  # equal keys together, in their original order
     s = np.take_along_axis(both, order, 1)
