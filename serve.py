@@ -5,6 +5,7 @@ A tabular run (a real data set: its config.yaml has a ``tabular:`` section) take
     python serve.py runs/adult_forest [--model NAME] [--fallback-budget-ms 50] [--max-diverse 5]
     python serve.py runs/adult_forest --batch-in people.csv --batch-out answers.csv [--n-diverse 0]
     python serve.py runs/adult_forest --batch-in people.parquet --batch-out answers.parquet --ray auto
+    python serve.py runs/remote_german_mlp --model proposer --model-latency-ms 20   # a remote model, simulated
 
 Big batches over HTTP: POST /recommend/batch answers up to --max-batch records, 250 at a time off
 the event loop; POST /jobs takes the same body as a background job (GET /jobs/{id} for progress and
@@ -40,7 +41,8 @@ WORKER_WARMUP_S = 900.0  # the longest wait for the batch worker's warm-up befor
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="a trained run directory (runs/NAME)")
-    p.add_argument("--model", default=None, help="model name in the run (default: the config's first generator)")
+    p.add_argument("--model", default=None, help="model name in the run (default: the config's first generator; "
+                   "tabular: none serves the fallback chain alone)")
     p.add_argument("--filter", default="all", help="the CFE-frequency filter the model was trained on")
     p.add_argument("--seed", type=int, default=0, help="the training seed of the model")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
@@ -49,6 +51,9 @@ def main(argv=None) -> int:
                    help=f"time the exact fallback may take per request (default {SERVER_BUDGET_MS:g} ms when "
                         "serving, no limit with --batch-in; 'inf' for no limit)")
     p.add_argument("--max-batch", type=int, default=10_000, help="largest batch per request (422 above)")
+    p.add_argument("--model-latency-ms", type=float, default=0.0,
+                   help="tabular: the model behind a round trip of this many ms a call (a remote scoring API, "
+                        "simulated): predict_proba only, GeCo the only fallback (default 0: in process)")
     p.add_argument("--batch-in", default=None, help="offline: CSV/Parquet of agents (f0..f{n-1} or list column x; "
                                                     "optional group)")
     p.add_argument("--batch-out", default=None, help="offline: where to write the answers (.csv or .parquet)")
@@ -87,6 +92,8 @@ def main(argv=None) -> int:
                    help="with --autoscale: ongoing requests per replica the autoscaler aims at")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
+    if not args.model_latency_ms >= 0:
+        p.error(f"--model-latency-ms: must be >= 0, got {args.model_latency_ms}")
     if (args.batch_in is None) != (args.batch_out is None):
         p.error("--batch-in and --batch-out go together")
     if args.ray and not args.batch_in:
@@ -110,6 +117,10 @@ def main(argv=None) -> int:
             args.keys = KeyStore.configured(args.api_keys)
     except (PreflightError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.model_latency_ms and family != "tabular":
+        print(f"error: --model-latency-ms: only a tabular run's model can be served behind a round trip "
+              f"(this run is {family})", file=sys.stderr)
         return 2
     if args.batch_in:
         return _offline(args, family, budget_s)
@@ -154,7 +165,8 @@ def _offline(args: argparse.Namespace, family: str, budget_s: float) -> int:
             from serving.batch import recommend_raw_file, recommend_raw_parquet
             from serving.tabular import TabularService
 
-            svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, max(args.max_diverse, args.n_diverse))
+            svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, max(args.max_diverse, args.n_diverse),
+                                 model_latency_s=args.model_latency_ms / 1e3)
             if args.ray:
                 counts = recommend_raw_parquet(svc, args.batch_in, args.batch_out,
                                                args.work_dir or f"{args.batch_out}.chunks", compute=_ray_compute(args),
@@ -253,10 +265,11 @@ def _tabular_builder(args: argparse.Namespace, budget_s: float):
         run = load_run(args.run_dir)  # the fingerprints checked
         set_phase("compiling the run's search kernels (first start on this machine only; cached after)")
         svc = TabularService(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse, run=run,
-                             fallback_process=True)
+                             fallback_process=True, model_latency_s=args.model_latency_ms / 1e3)
         # Batches and jobs in a process of their own, so a single request never waits for a batch's GIL;
         # it loads and warms up beside this process's warm-up, and the server is ready when both are.
-        svc.batch_worker = BatchWorker(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse)
+        svc.batch_worker = BatchWorker(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse,
+                                       model_latency_s=args.model_latency_ms / 1e3)
         worker_ready = svc.batch_worker.start()
         set_phase("warming up the generator on the run's records")
         warm_up_tabular(svc)

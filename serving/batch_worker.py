@@ -57,8 +57,9 @@ class BatchWorker:
     """One child process answering batch chunks of a tabular run (see the module)."""
 
     def __init__(self, run_dir: str, model: str | None, fallback_budget_s: float | None, max_batch: int,
-                 max_diverse: int):
+                 max_diverse: int, model_latency_s: float = 0.0):
         self._args = (str(run_dir), model, fallback_budget_s, max_batch, max_diverse)
+        self._kwargs = {"model_latency_s": float(model_latency_s)}  # the same remote model as the server's
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
         self.restarts = 0
@@ -72,7 +73,7 @@ class BatchWorker:
                 import multiprocessing
 
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_init, initargs=(self._args, {}))
+                                                 initializer=_init, initargs=(self._args, self._kwargs))
             return self._pool
 
     def start(self) -> Any:

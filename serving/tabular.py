@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from serving.alternatives import diverse, nearest_first
 from serving.fallback import BackgroundCache
 from serving.processes import FALLBACK_NICE, lower_priority, stop_pool, stop_resource_tracker
 from serving.records import RecordCodec, RecordError
+from serving.remote_model import RemoteModel
 from serving.service import InputError, ServiceError
 from serving.tabular_answers import (
     METHODS,
@@ -57,7 +58,8 @@ from serving.tabular_answers import (
     fallback_chain,
     service_stats,
 )
-from serving.tabular_rules import broken_rule, count_refusals, merge, no_recourse_rules
+from serving.tabular_chain import Answer, FallbackChain
+from serving.tabular_rules import broken_rule, count_refusals, merge
 from serving.tabular_runs import is_tabular_run, load_run, run_fingerprint  # noqa: F401  (is_tabular_run: re-exported)
 
 log = logging.getLogger("recourse_gym.serve")
@@ -98,30 +100,28 @@ def _process_call(name: str, *args: Any) -> Any:
     return getattr(solver, name)(*args)
 
 
-@dataclass
-class Answer:
-    """The answer for one record (encoded rows; made JSON-ready by :meth:`TabularService.records`)."""
-
-    status: str  # ok | no_recourse | already_positive | unknown
-    cf: np.ndarray | None = None
-    distance: float | None = None
-    method: str = "fallback"
-    kind: str = "fallback"  # generator | geco | mace | model | fallback: what the counters count
-    optimal: bool | None = None
-    verified: bool = False
-    alternatives: list[tuple[np.ndarray, float, str]] = field(default_factory=list)
-    budget_exceeded: bool = False
-    refused_by: tuple[str, ...] = ()  # the world's rules that refused a candidate (said when none is served)
+NO_GENERATOR = "none"  # ``model="none"``: no generator; every record goes to the fallback chain
 
 
-class TabularService:
+class NoGenerator:
+    """The generator of ``model="none"``: answers nothing, so the fallback chain answers every record."""
+
+    method = NO_GENERATOR
+
+    def recommend(self, world: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(NaN rows, inf distances): no proposal for any record."""
+        X = np.atleast_2d(X)
+        return np.full(X.shape, np.nan), np.full(len(X), np.inf)
+
+
+class TabularService(FallbackChain):
     """One tabular run: its world, generator, the GeCo -> MACE fallback chain, counters, provenance."""
 
     kind = "tabular"
 
     def __init__(self, run_dir: str | Path, model: str | None = None, fallback_budget_s: float | None = 0.05,
                  max_batch: int = 10_000, max_diverse: int = 5, *, run: Any = None,
-                 geco_data: np.ndarray | None = None, fallback_process: bool = False):
+                 geco_data: np.ndarray | None = None, fallback_process: bool = False, model_latency_s: float = 0.0):
         if max_batch < 1:
             raise ServiceError(f"max_batch: must be >= 1, got {max_batch}")
         if fallback_budget_s is not None and not fallback_budget_s >= 0:
@@ -129,8 +129,14 @@ class TabularService:
         self.run_dir = Path(run_dir)
         self.fallback_budget_s = None if fallback_budget_s is None or math.isinf(fallback_budget_s) else fallback_budget_s
         self.max_batch, self.max_diverse = max_batch, max_diverse
+        if not model_latency_s >= 0:
+            raise ServiceError(f"model_latency_s: must be >= 0, got {model_latency_s}")
         self.run = run if run is not None else self._load_run()
         self.world = self.run.world
+        self.remote: RemoteModel | None = None  # the model behind a round trip: predict_proba only, GeCo only
+        if model_latency_s > 0:
+            self.remote = RemoteModel(self.world.model, latency_s=model_latency_s)
+            self.world = replace(self.world, model=self.remote)
         cfg = self.run.config
         self.config = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else dict(cfg or {})
         self.tab = dict(self.config.get("tabular") or {})
@@ -138,8 +144,11 @@ class TabularService:
         if not gens:
             raise ServiceError(f"model: run {self.run_dir.name} has no trained generator")
         name = model if model is not None else next(iter(gens))
+        if name == NO_GENERATOR:  # the fallback chain alone: the solvers' own latency, a baseline
+            gens[name] = NoGenerator()
         if name not in gens:
-            raise ServiceError(f"model: {name!r} is not a generator of this run; known: {sorted(gens)}")
+            raise ServiceError(f"model: {name!r} is not a generator of this run; known: {sorted(gens)} "
+                               f"(or {NO_GENERATOR!r}: the fallback chain alone)")
         self.model_name, self.generator = name, gens[name]
         self._gen_params = set(inspect.signature(self.generator.recommend).parameters)
         self.mace_params = dict(self.run.mace_params or {})
@@ -148,7 +157,8 @@ class TabularService:
                                  None if rules is None else rules.cost)  # the distance MACE certifies
         self.oracle = self.run.user_oracle() if hasattr(self.run, "user_oracle") else None  # issue 54 item 4
         self.batch_worker: Any = None  # serving.batch_worker.BatchWorker: batch chunks in a process of their own
-        self.black_box = bool(getattr(self.run, "black_box", False))  # GeCo only, nothing certified
+        # GeCo only, nothing certified: the user's model without a white box, or a model behind a round trip
+        self.black_box = bool(getattr(self.run, "black_box", False)) or self.remote is not None
         self.fingerprint = self._fingerprint()
         self._probe()
         self.geco = self._fit_geco(geco_data)
@@ -183,7 +193,7 @@ class TabularService:
         return load_run(self.run_dir)
 
     def _fingerprint(self) -> dict[str, str]:
-        return run_fingerprint(self.run_dir, self.world)
+        return run_fingerprint(self.run_dir, self.run.world)  # the run's model, also when served remote
 
     def example_row(self) -> np.ndarray:
         """An encoded record of each feature's first value (lowest number, first level)."""
@@ -199,8 +209,10 @@ class TabularService:
             cf, dist = self.generator.recommend(self.world, row)
             cf, dist = np.asarray(cf, float), np.asarray(dist, float)
         except Exception as err:
+            hint = ("; a remote model is seen through predict_proba only: serve a proposer generator, which "
+                    "only calls it") if self.remote is not None else ""
             raise ServiceError(f"model: generator {self.model_name!r} cannot answer on this world "
-                               f"({type(err).__name__}: {err})") from err
+                               f"({type(err).__name__}: {err}){hint}") from err
         if cf.shape != row.shape or dist.shape != (1,):
             raise ServiceError(f"model: generator {self.model_name!r} returned shapes {cf.shape}, {dist.shape} "
                                f"for 1 record of {row.shape[1]} columns")
@@ -287,8 +299,26 @@ class TabularService:
     def first_pass(self, X: np.ndarray, n_diverse: int = 0) -> tuple[list[Answer], np.ndarray]:
         """The model's own acceptance and the generator's verified answers (and its verified
         alternatives), batched, never waiting; returns the answers so far and the indices that
-        need the fallback chain."""
+        need the fallback chain. Against a remote model, the generator answers every record first and the
+        records ride along its first call, and the checks reuse the model's answers (2 round trips, not 4)."""
         n_diverse = max(0, min(int(n_diverse), self.max_diverse))
+        if self.remote is None:
+            return self._first_pass(X, n_diverse, None)
+        with self.remote.request(X):
+            return self._first_pass(X, n_diverse, self._try_generate(X, n_diverse))
+
+    def _try_generate(self, X: np.ndarray, n_diverse: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`_generate`, or NaN rows (the fallback answers) where the generator fails."""
+        try:
+            return self._generate(X, n_diverse)
+        except Exception:
+            log.exception("generator %s failed on %d records; using the fallback", self.model_name, len(X))
+            return np.full(X.shape, np.nan), None
+
+    def _first_pass(self, X: np.ndarray, n_diverse: int, early: tuple[np.ndarray, np.ndarray | None] | None
+                    ) -> tuple[list[Answer], np.ndarray]:
+        """:meth:`first_pass`; ``early``: the generator's answers for every record, asked before the model's
+        own acceptance (None: ask it for the rejected records only)."""
         B = len(X)
         answers: list[Answer] = [Answer("unknown") for _ in range(B)]
         accepted = self.world.accepts(X)
@@ -297,12 +327,10 @@ class TabularService:
         todo = np.flatnonzero(~accepted)
         if not len(todo):
             return answers, todo
-        alts = None
-        try:
-            CF, alts = self._generate(X[todo], n_diverse)
-        except Exception:
-            log.exception("generator %s failed on %d records; using the fallback", self.model_name, len(todo))
-            CF = np.full((len(todo), X.shape[1]), np.nan)
+        if early is None:
+            CF, alts = self._try_generate(X[todo], n_diverse)
+        else:
+            CF, alts = early[0][todo], None if early[1] is None else early[1][todo]
         none = np.isnan(CF).all(1)
         ok, rule, live = ~none, np.full(len(todo), None, object), ~none
         if live.any():
@@ -475,74 +503,6 @@ class TabularService:
                 log.error("fallback process died (%s) after %d restarts; solving in the server process from now on",
                           err or "killed", MAX_RESTARTS)
         stop_pool(pool)
-
-    def _geco_answers(self, x: np.ndarray) -> list[tuple[np.ndarray, float, str]]:
-        """GeCo's verified counterfactuals for one record, nearest first (cached by record)."""
-        key = ("geco", x.tobytes())
-        hit = self.jobs.get([key])[0]
-        if hit is not None:
-            return hit
-        out = self._in_process("_geco_answers_here", x)
-        self.jobs.put([key], [out])
-        return out
-
-    def _geco_answers_here(self, x: np.ndarray) -> list[tuple[np.ndarray, float, str]]:
-        return self._geco_search(x)[0]
-
-    def _geco_search(self, x: np.ndarray) -> tuple[list[tuple[np.ndarray, float, str]], tuple[str, ...]]:
-        """GeCo's verified counterfactuals for ``x``, nearest first, and the rules that refused others."""
-        rs = self.geco.solve(self.world, x)
-        rows = [r.final_state for r in rs if r.status == "ok" and r.final_state is not None]
-        out: list[tuple[np.ndarray, float, str]] = []
-        if not rows:
-            return out, ()
-        CF = np.vstack(rows)
-        ok, rule = self.check(np.repeat(x[None], len(CF), 0), CF)
-        dist = self.codec.distance(np.repeat(x[None], len(CF), 0), CF)
-        out = sorted(((CF[j], float(dist[j]), "geco") for j in np.flatnonzero(ok)), key=lambda t: t[1])
-        return out, merge(rule)
-
-    def _chain(self, x: np.ndarray, n_diverse: int) -> Answer:
-        """GeCo, then MACE (GeCo only on a black box): the answer for a record the generator could not answer."""
-        return self._in_process("_chain_here", x, n_diverse)
-
-    def _chain_here(self, x: np.ndarray, n_diverse: int) -> Answer:
-        refused: tuple[str, ...] = ()  # the rules that refused GeCo's candidates (said if nothing is found)
-        if self.geco is not None:
-            key = ("geco", x.tobytes())
-            try:
-                found = self.jobs.get([key])[0]
-                if found is None:
-                    found, refused = self._geco_search(x)
-                    self.jobs.put([key], [found])
-            except Exception:
-                log.exception("GeCo failed; trying MACE")
-                found = []
-            if found:
-                cf, d, _ = found[0]
-                return Answer("ok", cf, d, "geco", "geco", None, True, found[1:])
-        if getattr(self, "black_box", False):  # MACE cannot read the user's model: no proof, no answer
-            return Answer("unknown", method="geco", kind="fallback", refused_by=refused)
-        from solvers.mace import MACE
-
-        rs = MACE(**{**self.mace_params, "n_diverse": 1 + n_diverse}).solve(self.world, x)
-        first = rs[0]
-        if first.status == "no_recourse":  # MACE's proof: no plausible counterfactual (that keeps the rules)
-            why = no_recourse_rules(self, x, first.extra.get("reason"))
-            return Answer("no_recourse", method="mace", kind="mace", optimal=True, verified=False,
-                          refused_by=merge(why, refused if why else ()))
-        if first.status != "ok":
-            log.warning("MACE gave up: %s", first.extra.get("reason", first.status))
-            return Answer("unknown", method="mace", kind="fallback", refused_by=refused)
-        CF = np.vstack([r.final_state for r in rs])
-        X = np.repeat(x[None], len(CF), 0)
-        (ok, rule), dist = self.check(X, CF), self.codec.distance(X, CF)
-        if not ok[0]:
-            log.error("MACE's counterfactual failed the serving checks: %s",
-                      rule[0] or self.codec.violations(x, CF[0])[0] or "the model rejects it")
-            return Answer("unknown", method="mace", kind="fallback", refused_by=merge(refused, rule[0]))
-        alts = [(CF[j], float(dist[j]), "mace") for j in range(1, len(CF)) if ok[j]]
-        return Answer("ok", CF[0], float(dist[0]), "mace", "mace", bool(first.optimal), True, alts)
 
     # ------------------------------------------------------------------ answers
     def count(self, answers: list[Answer]) -> None:

@@ -88,4 +88,6 @@ def describe_service(svc: Any) -> dict[str, Any]:
         "counters": st["counters"], "rates": st["rates"],
         "rules": None if svc.rules is None else list(svc.rules.names),
         "rule_refusals": dict(svc.rule_refusals),
+        "remote_model": None if getattr(svc, "remote", None) is None else {
+            "latency_ms": svc.remote.latency_s * 1e3, "calls": svc.remote.calls, "rows": svc.remote.rows},
     }

@@ -61,7 +61,10 @@ def create_tabular_app(run_dir: str | Path, model: str | None = None, fallback_b
         t0 = time.perf_counter()
         X = svc.parse([to_record(req)], single=True)
         n_div = req.n_diverse  # type: ignore[attr-defined]
-        answers, bad = svc.first_pass(X, n_div)
+        if svc.remote is None:  # in-process generator: answered on the event loop, no thread hand-over
+            answers, bad = svc.first_pass(X, n_div)
+        else:  # a remote model's round trips wait off the event loop, so requests overlap
+            answers, bad = await run_in_threadpool(svc.first_pass, X, n_div)
         if len(bad) or (n_div and any(len(a.alternatives) < n_div for a in answers if a.kind == "generator")):  # only a fallback (which may wait up to the budget) leaves the event loop
             t_end = time.perf_counter() + (float("inf") if svc.fallback_budget_s is None else svc.fallback_budget_s)
             await run_in_threadpool(svc.complete, X, answers, bad, n_div, t_end)

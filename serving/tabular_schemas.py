@@ -165,3 +165,6 @@ class TabularModelInfo(BaseModel):
                                     "null: the schema's mutability only")
     rule_refusals: dict[str, int] = Field(default_factory=dict, description="generator answers refused per rule name "
                                           "(sent to the fallback)")
+    remote_model: dict[str, Any] | None = Field(None, description="a model behind a round trip (serve.py "
+                                                "--model-latency-ms): latency_ms per call, calls and rows so far; null: "
+                                                "the run's own model, in process")

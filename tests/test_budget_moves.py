@@ -253,7 +253,8 @@ def _nearest_first_by_loop(geo, X, C, rows, below, caps):
     for i in range(len(X)):
         live = [q for q in range(C.shape[1]) if not np.isnan(C[i, q]).any()]
         d = {q: float(geo.distance(X[i:i + 1], C[i, q][None])[0]) for q in live}
-        ranked = sorted((q for q in live if d[q] < below[i] - 1e-15), key=lambda q: d[q])
+        ranked = sorted((q for q in live if d[q] < below[i] - 1e-15 and geo.keeps(X[i], C[i, q][None])[0]),
+                        key=lambda q: d[q])
         kept = [q for j, q in enumerate(ranked) if j == 0 or not np.array_equal(C[i, q], C[i, ranked[j - 1]])]
         k = min(rows, int(caps[i]))
         n = len(kept)
@@ -263,22 +264,28 @@ def _nearest_first_by_loop(geo, X, C, rows, below, caps):
     return out
 
 
-def test_nearest_first_matches_a_loop(german):
-    """``rows.nearest_first`` compares only rows at equal distance when it drops repeats; against a loop
-    that compares every pair of neighbours in distance order, with repeated rows, NaN rows and caps."""
+@pytest.mark.parametrize("agents", [6, 1])
+@pytest.mark.parametrize("rules", [False, True])
+def test_nearest_first_matches_a_loop(german, rules, agents):
+    """``rows.nearest_first`` compares only rows at equal distance when it drops repeats, and checks the
+    world's rules (German's default: weights, steps, PLAF) only on rows still in the running; against a
+    loop that compares every pair of neighbours in distance order, with repeated rows, NaN rows and caps."""
+    from data_gen.default_rules import default_rules
+
     world, _, test = german
+    world = replace(world, rules=default_rules("german")) if rules else world
     geo = WorldGeometry.of(world)
     rng = np.random.default_rng(5)
-    X = test[:6]
+    X, n = test[:agents], agents
     for _ in range(25):
         Q = int(rng.integers(1, 60))
-        C = geo.project(X, X[:, None, :] + rng.normal(0, 0.2, (6, Q, X.shape[1])) * geo.span
-                        * (rng.random((6, Q, X.shape[1])) < 0.3))
+        C = geo.project(X, X[:, None, :] + rng.normal(0, 0.2, (n, Q, X.shape[1])) * geo.span
+                        * (rng.random((n, Q, X.shape[1])) < 0.3))
         C[:, rng.integers(0, Q, Q // 3)] = C[:, rng.integers(0, Q, Q // 3)]  # repeats
-        C[rng.random((6, Q)) < 0.1] = np.nan
+        C[rng.random((n, Q)) < 0.1] = np.nan
         rows = int(rng.integers(1, 30))
-        below = np.where(rng.random(6) < 0.3, np.inf, rng.random(6) * 2)
-        caps = rng.integers(0, rows + 1, 6)
+        below = np.where(rng.random(n) < 0.3, np.inf, rng.random(n) * 2)
+        caps = rng.integers(0, rows + 1, n)
         got = nearest_first(geo, X, C, rows, below, caps)
         want = _nearest_first_by_loop(geo, X, C, rows, below, caps)
         assert np.array_equal(got, want, equal_nan=True)

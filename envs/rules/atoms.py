@@ -15,9 +15,17 @@ OP_CODES = {"<=": 0, "<": 1, ">=": 2, ">": 3, "=": 4, "==": 4, "!=": 5}
 NEGATION = {"<=": ">", "<": ">=", ">=": "<", ">": "<=", "=": "!=", "==": "!=", "!=": "="}
 
 
+# Per op code (OP_CODES): ``e op 0`` reads as ``a >= -t`` (or ``a > t`` where strict) for a = sign·e, or
+# sign·|e| for = and !=; one product and one comparison per entry, whatever the mix of ops.
+_SIGN = np.array([-1.0, -1.0, 1.0, 1.0, -1.0, 1.0])
+_ABS = np.array([False, False, False, False, True, True])
+_STRICT = np.array([False, True, False, True, False, True])
+
+
 def truth(op: np.ndarray | int, e: np.ndarray, s: np.ndarray, tol: float = TOL) -> np.ndarray:
     """Whether ``e op 0`` holds (op codes of ``OP_CODES``, one per column or one for all) with slack tol·s."""
-    op = np.broadcast_to(np.asarray(op), np.shape(e))
-    t = tol * s
-    return np.select([op == 0, op == 1, op == 2, op == 3, op == 4],
-                     [e <= t, e < -t, e >= -t, e > t, np.abs(e) <= t], np.abs(e) > t)
+    op = np.asarray(op)
+    e = np.asarray(e, float)
+    t = tol * np.asarray(s, float)
+    a = np.where(_ABS[op], np.abs(e), e) * _SIGN[op]  # negation is exact: no reading changes
+    return np.where(_STRICT[op], a > t, a >= -t)

@@ -35,7 +35,7 @@ import numpy as np
 from envs.black_box import Budget
 from learners.tabular.corners import nearest_corners
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.rows import compact, fresh, nearest_first, row_keys
+from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.slides import slides
 from learners.tabular.steps import corner_grid, first_vocab_values
 
@@ -190,7 +190,7 @@ def screens(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None = 
                     parts.append(moved(c_, np.where(np.isnan(vals), X[:, c_], vals)))
     C = np.concatenate(parts, axis=1)
     bad = np.isnan(C).any(-1)
-    C = geo.project(X, np.nan_to_num(C))
+    C = geo.project(X, nan_as_zero(C))
     bad |= (np.abs(C - X[:, None, :]) <= 1e-12).all(-1)  # a move the box clipped back to the agent
     C[bad] = np.nan
     return C
@@ -230,7 +230,7 @@ def _brackets(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, R: np.ndarray) -
     if not R.shape[1]:
         return np.zeros(S.shape[:2])
     num = geo.numeric
-    dS = np.nan_to_num(S - X[:, None, :])  # (N, T, D)
+    dS = nan_as_zero(S - X[:, None, :])  # (N, T, D)
     real = num & ~geo.rounded
     # f is read off one column: the largest real change, else the integer change of the most steps (its
     # rounding error, 0.5 / steps, the smallest)
@@ -284,7 +284,7 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
                 R[:, :, c] = np.where(moved[:, None], np.where(up[:, None], F[1, :, c, :STEP_FLIPS], F[0, :, c, :STEP_FLIPS]), np.nan)
                 parts.append(R)
     g = np.asarray(PAIR_FRACTIONS)  # two numeric changes shrunk together, on a grid (an optimum trading them)
-    changed = np.abs(np.nan_to_num(B) - X) > 1e-12
+    changed = np.abs(nan_as_zero(B) - X) > 1e-12
     for i, c1 in enumerate(num):
         for c2 in num[i + 1:]:
             both = changed[:, c1] & changed[:, c2]
@@ -313,7 +313,7 @@ def _projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np
     """The rows ``parts`` (each (N, Q_i, D)) side by side, projected onto the agents' boxes; NaN rows stay NaN."""
     C = np.concatenate(parts, axis=1)
     bad = np.isnan(C).any(-1)
-    C = geo.project(X, np.nan_to_num(C))
+    C = geo.project(X, nan_as_zero(C))
     C[bad] = np.nan
     return C
 
@@ -327,7 +327,7 @@ def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarra
     ints = num[geo.rounded[num]]
     if not len(ints) or len(num) < 2:
         return []
-    Bn = np.nan_to_num(B)
+    Bn = nan_as_zero(B)
     c, k = np.repeat(ints, len(TRADE_BACKS)), np.tile(np.asarray(TRADE_BACKS), len(ints))
     live = changed[:, c] & (np.abs(Bn[:, c] - X[:, c]) > k - 1e-9)
     keep = np.flatnonzero(live.any(0))  # the (column, steps) some agent can give back
@@ -361,8 +361,8 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     ``B`` leaves at the agent's value) and their numeric changes scaled by ``ADD_SHRINK``: a changed set
     that needs a feature the proposals left out is reached by adding it, then shrinking (a later round)."""
     Sc = screens(geo, X, vocab) if Sc is None else Sc
-    moves = np.abs(np.nan_to_num(Sc) - X[:, None, :]) > 1e-12
-    changed = np.abs(np.nan_to_num(B) - X) > 1e-12
+    moves = np.abs(nan_as_zero(Sc) - X[:, None, :]) > 1e-12
+    changed = np.abs(nan_as_zero(B) - X) > 1e-12
     dead = (moves & changed[:, None, :]).any(-1) | np.isnan(Sc).any(-1) | np.isnan(B).any(-1)[:, None]
     num = geo.numeric
     out = []
@@ -405,7 +405,7 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
     key = d.copy()
     if X is not None and C.shape[1] > 1:  # a row whose changed set a nearer row has ranks after every first
         N, Q = d.shape
-        moved = np.packbits(np.abs(np.nan_to_num(C) - X[:, None, :]) > 1e-12, axis=-1)  # (N, Q, bytes)
+        moved = np.packbits(np.abs(nan_as_zero(C) - X[:, None, :]) > 1e-12, axis=-1)  # (N, Q, bytes)
         agent = np.repeat(np.arange(N, dtype=np.int64), Q).view(np.uint8).reshape(N * Q, 8)
         _, first = np.unique(np.concatenate([agent, moved.reshape(N * Q, -1)], 1), axis=0, return_index=True)
         repeat = np.ones(N * Q, bool)
@@ -496,7 +496,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     C = fresh(C)  # rays, snaps and grids meet: each row once
     ok, used = _accept(model, geo, X, C, threshold)
     calls, rows_left = 1, rows_left - used
-    pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(C)), np.inf)  # every accepted row
+    pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], nan_as_zero(C)), np.inf)  # every accepted row
     # scored and refused, the latest first: the brackets (only the latest BRACKET_ROWS kept: memory)
     recent = compact(np.where((~ok & ~np.isnan(C).any(-1))[..., None], C, np.nan)[:, ::-1], BRACKET_ROWS)
     asked = row_keys(np.where(np.isnan(C).any(-1, keepdims=True), np.nan, C))  # every row scored: never twice
@@ -556,7 +556,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             break
         ok, used = _accept(model, geo, X, M, threshold)
         calls, rows_left, rounds_left = calls + 1, rows_left - used, rounds_left - 1
-        dm = np.where(ok, geo.distance(X[:, None, :], np.nan_to_num(M)), np.inf)
+        dm = np.where(ok, geo.distance(X[:, None, :], nan_as_zero(M)), np.inf)
         pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
         refused = np.where((~ok & ~np.isnan(M).any(-1))[..., None], M, np.nan)
         recent = compact(np.concatenate([refused[:, ::-1], recent], axis=1), BRACKET_ROWS)

@@ -18,6 +18,7 @@ from envs.tabular import TabularWorld
 from learners.tabular.rules import RuleGate
 from solvers.mace.distance import Norm, distance_features, norm_weights
 
+BOXES_KEPT = 4  # agents' boxes kept per geometry (a search asks the same few several times)
 MARGIN = 1e-6  # LR/MLP white boxes are float64 copies: an answer must clear this score to be sure
 
 
@@ -98,7 +99,15 @@ class WorldGeometry:
         lo = np.where(raise_lo, np.maximum(self.lower, X), self.lower)
         hi = np.where(cut_hi, np.minimum(self.upper, X), self.upper)
         if self.gate is not None:
+            # A search asks the same agents' boxes several times, and the rules' narrowing loops over
+            # rules: the last few answers are kept (one tuple, swapped whole: safe across request threads).
+            key = (lo.shape, np.ascontiguousarray(X, float).tobytes())
+            kept = self.__dict__.get("_boxes", ())
+            for k, klo, khi in kept:
+                if k == key:
+                    return klo.copy(), khi.copy()
             lo, hi = self.gate.box(np.broadcast_to(X, lo.shape), lo, hi)
+            self.__dict__["_boxes"] = ((key, lo.copy(), hi.copy()), *kept[:BOXES_KEPT - 1])
         return lo, hi
 
     def keeps(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:

@@ -18,6 +18,13 @@ def row_keys(C: np.ndarray) -> np.ndarray:
     return C.view(np.dtype((np.void, 8 * C.shape[-1])))[..., 0]
 
 
+def nan_as_zero(a: np.ndarray) -> np.ndarray:
+    """``a`` with NaN read as 0 (where a row's unused entries are NaN): ``np.nan_to_num`` in 2 passes, not 6;
+    an infinite entry stays infinite (the searches' rows hold none)."""
+    a = np.asarray(a, float)
+    return np.where(np.isnan(a), 0.0, a)
+
+
 def fresh(M: np.ndarray, asked: np.ndarray | None = None) -> np.ndarray:
     """``M`` (N, Q, D) with every row that repeats an earlier row of ``M`` or one of ``asked`` (N, A) (the
     ``row_keys`` of the rows already scored; none where None) set to NaN, the rest packed to the front in order."""
@@ -43,10 +50,13 @@ def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, b
     (the boldest shrink to the mildest: the nearest alone are mostly rejected, and a row within 1% of the
     optimum is often a mild one); the rest NaN."""
     N, Q, D = C.shape
-    d = np.where(np.isnan(C).any(-1), np.inf, geo.distance(X[:, None, :], np.nan_to_num(C)))
+    d = np.full((N, Q), np.inf)
+    n_i, q_i = np.nonzero(~np.isnan(C).any(-1))  # the real rows (the rest are NaN padding): measured alone
+    d[n_i, q_i] = geo.distance(X[n_i], C[n_i, q_i])
     d[d >= below[:, None] - 1e-15] = np.inf
-    if geo.gate is not None:
-        d[~geo.keeps(X[:, None, :], np.nan_to_num(C))] = np.inf
+    if geo.gate is not None:  # the rules, on the rows still in the running only (one agent: its side once)
+        n_i, q_i = np.nonzero(np.isfinite(d))
+        d[n_i, q_i] = np.where(geo.keeps(X[:1] if N == 1 else X[n_i], C[n_i, q_i]), d[n_i, q_i], np.inf)
     first = np.argsort(d, axis=1, kind="stable")
     d = np.take_along_axis(d, first, 1)  # nearest first; ``first`` maps back to the rows of C
     # a row equal to the previous one is not scored twice; equal rows have equal distances, so only the

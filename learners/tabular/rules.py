@@ -83,7 +83,10 @@ class RuleGate:
         if not self.rules.constraining:
             return np.ones(shape, bool)
         D = C.shape[-1]
-        X = np.broadcast_to(np.asarray(X, float), C.shape).reshape(-1, D)
+        X = np.asarray(X, float)
+        if X.size == D:  # one agent for every row (a request of one record): its side of each atom once
+            return self.rules.holds(X.reshape(D), C.reshape(-1, D)).reshape(shape)
+        X = np.broadcast_to(X, C.shape).reshape(-1, D)
         return self.rules.holds(X, C.reshape(-1, D)).reshape(shape)
 
     def box(self, X: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
