@@ -1,7 +1,8 @@
 """Serving against a remote model (issue 56, item 4): end-to-end ms per answer over HTTP, per method.
 
-    python train.py configs/remote_german_mlp.yaml          # once: MACE labels and the three generators
-    python benchmarks/serving_remote.py                      # --run runs/remote_german_mlp --latency-ms 20
+    python train.py configs/remote_german_mlp.yaml          # once each: MACE labels and the generators
+    python train.py configs/remote_german_forest.yaml
+    python benchmarks/serving_remote.py                      # --runs runs/remote_german_mlp ... --latency-ms 20
 
 The run's model is served behind a round trip of ``--latency-ms`` per call (``serve.py
 --model-latency-ms``: ``predict_proba`` only; within a request the model's answers are remembered per
@@ -189,14 +190,10 @@ def score(run: Any, records: list[dict], answers: list[dict], mace_d: np.ndarray
             "optimal": float(np.mean(opt)) if opt else None, "mace_certified": len(opt)}
 
 
-def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+def run_benchmark(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     from evaluation.tabular_experiment import load_tabular_run
     from serving.records import RecordCodec
 
-    run_dir = Path(args.run)
-    if not (run_dir / "config.yaml").exists():
-        raise SystemExit(f"--run: {run_dir} is not a trained run; train it first: python train.py "
-                         "configs/remote_german_mlp.yaml")
     run = load_tabular_run(run_dir)
     X, mace_d = held_out(run)
     X, mace_d = X[: args.agents], mace_d[: args.agents]
@@ -211,7 +208,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     for name in METHODS:
         model = "none" if name == "geco" else name
         if model != "none" and model not in run.generators:
-            print(f"[{name}] not in this run: skipped", flush=True)
+            print(f"[{run_dir.name}: {name}] not in this run: skipped", flush=True)
             continue
         budget = args.geco_budget_ms if name == "geco" else args.budget_ms
         r = time_method(run_dir, model, records, warm, args.latency_ms, budget)
@@ -220,22 +217,27 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         r.update(score(run, records, r.pop("answers"), mace_d))
         r.pop("ms")
         out["methods"][name] = r
-        print(f"[{name}] p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, {r['calls_per_answer']:.2f} calls/answer, "
+        print(f"[{run_dir.name}: {name}] p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, {r['calls_per_answer']:.2f} calls/answer, "
               f"valid {r['valid']:.2f}, optimal {r['optimal']}", flush=True)
     if "proposer" in run.generators:
         out["memory"] = without_memory(run_dir, run, "proposer", X, args.latency_ms)
-        print("[proposer, service call] " + ", ".join(f"{k}: p50 {v['p50_ms']:.1f} ms, {v['calls_per_answer']:.2f} calls"
+        print(f"[{run_dir.name}: proposer, service call] " + ", ".join(f"{k}: p50 {v['p50_ms']:.1f} ms, {v['calls_per_answer']:.2f} calls"
                                                       for k, v in out["memory"].items()), flush=True)
     if args.concurrency > 1:
         out["concurrent"] = concurrent(run_dir, "proposer", records, warm, args.latency_ms, args.concurrency)
-        print(f"[proposer x {args.concurrency} clients] {out['concurrent']['answers_per_s']:.1f} answers/s, "
+        print(f"[{run_dir.name}: proposer x {args.concurrency} clients] {out['concurrent']['answers_per_s']:.1f} answers/s, "
               f"p50 {out['concurrent']['p50_ms']:.1f} ms", flush=True)
     return out
 
 
-def markdown(r: dict[str, Any], command: str) -> str:
-    lines = [f"# Serving against a remote model ({r['run']}, {r['latency_ms']:g} ms a call)", "",
-             f"`{command}`: `serve.py --model-latency-ms {r['latency_ms']:g}` in its own process on loopback, one "
+def markdown(runs: list[dict[str, Any]], command: str) -> str:
+    return "\n".join([f"# Serving against a remote model ({runs[0]['latency_ms']:g} ms a call)", "",
+                      f"`{command}`", ""] + [run_markdown(r) for r in runs])
+
+
+def run_markdown(r: dict[str, Any]) -> str:
+    lines = [f"## {r['run']}", "",
+             f"`serve.py --model-latency-ms {r['latency_ms']:g}` in its own process on loopback, one "
              f"keep-alive client, {r['agents']} held-out rejected agents one request each (after untimed warm-up "
              f"on other records); load average {r['load_average']:.1f} at the start. Calls and rows per answer "
              "are the server's round trips to the model (GeCo's: the same records in process). Valid: every "
@@ -265,7 +267,8 @@ def markdown(r: dict[str, Any], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", default="runs/remote_german_mlp", help="a trained tabular run with proposer generators")
+    p.add_argument("--runs", nargs="+", default=["runs/remote_german_mlp", "runs/remote_german_forest"],
+                   help="trained tabular runs with proposer generators (configs/remote_*.yaml)")
     p.add_argument("--latency-ms", type=float, default=20.0, help="the model's round trip per call")
     p.add_argument("--agents", type=int, default=100, help="held-out agents timed (at most the run's)")
     p.add_argument("--warm", type=int, default=5, help="other rejected records sent first, untimed")
@@ -276,11 +279,15 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if not args.latency_ms > 0:
         p.error(f"--latency-ms: must be > 0, got {args.latency_ms}")
-    r = run_benchmark(args)
+    missing = [d for d in args.runs if not (Path(d) / "config.yaml").exists()]
+    if missing:
+        raise SystemExit(f"--runs: {missing} not trained; first: python train.py configs/remote_german_mlp.yaml "
+                         "(and configs/remote_german_forest.yaml)")
+    runs = [run_benchmark(Path(d), args) for d in args.runs]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "serving_remote.json").write_text(json.dumps(r, indent=1))
-    (out / "serving_remote.md").write_text(markdown(r, "python benchmarks/serving_remote.py " + " ".join(
+    (out / "serving_remote.json").write_text(json.dumps({"runs": runs}, indent=1))
+    (out / "serving_remote.md").write_text(markdown(runs, "python benchmarks/serving_remote.py " + " ".join(
         sys.argv[1:] if argv is None else argv)))
     print(f"wrote {out / 'serving_remote.md'}")
 

@@ -177,3 +177,31 @@ def test_a_proposer_request_costs_its_search_calls_only(german):
                 assert world.accepts(answers[0].cf[None])[0]
     finally:
         svc.close()
+
+
+def test_the_benchmark_checks_answers_on_the_runs_own_model(german):
+    """``benchmarks/serving_remote.score``: an answer whose changes the run's model accepts is valid, one whose
+    change was undone is not (the check reads the raw record, not the server's word)."""
+    from benchmarks.serving_remote import markdown, score
+
+    world, neg = german
+    run = _run(world, neg, {"nearest": NearestAccepted(world, _accepted(world))})
+    svc = TabularService("german_forest", "nearest", None, run=run, geco_data=_accepted(world), model_latency_s=1e-4)
+    try:
+        X = neg[:4]
+        records = [svc.codec.decode(x) for x in X]
+        answers = svc.records(X, svc.first_pass(X)[0])
+    finally:
+        svc.close()
+    assert all(a["status"] == "ok" and a["changes"] for a in answers)
+    d = np.array([a["distance"] for a in answers])
+    good = score(run, records, answers, d)
+    assert good["valid"] == 1.0 and good["optimal"] == 1.0 and good["status"] == {"ok": 4}
+    undone = [dict(a, changes=[]) for a in answers[:1]] + answers[1:]  # an answer that changes nothing
+    bad = score(run, records, undone, d * 0.5)
+    assert bad["valid"] == 0.75 and "rejects it" in bad["problems"][0] and bad["optimal"] == 0.0
+    r = {"run": "x", "latency_ms": 20.0, "agents": 4, "load_average": 0.5, "methods": {
+        "proposer": {"p50_ms": 61.0, "p90_ms": 70.0, "p99_ms": 80.0, "max_ms": 90.0, "calls_per_answer": 2.0,
+                     "rows_per_answer": 190.0, **good}}}
+    md = markdown([r], "python benchmarks/serving_remote.py")
+    assert "| proposer (network) | 61.0 |" in md and "not met (61.0 ms)" in md
