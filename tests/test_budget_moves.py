@@ -289,3 +289,50 @@ def test_nearest_first_matches_a_loop(german, rules, agents):
         got = nearest_first(geo, X, C, rows, below, caps)
         want = _nearest_first_by_loop(geo, X, C, rows, below, caps)
         assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_an_agent_no_proposal_reached_gets_the_screens_in_round_two(german):
+    """Proposals that change nothing (every ray is the agent itself): round one's screens are the only rows
+    that can be accepted; where they are not, round two's unused rows go to the screens (one feature at a
+    time, coarsest first), within the budget, no row twice, every answer accepted by the model."""
+    from learners.tabular.budget_search import budget_search
+
+    world, labels, test = german
+    geo = WorldGeometry.of(world)
+    X = test[:10]
+    P = np.repeat(X[:, None, :], 4, axis=1)  # no change proposed
+    bb = BlackBoxModel(world.model)
+    with bb.budget(Budget(2, 40), agents=len(X)):  # round one: 20 rows, too few for any screen
+        res = budget_search(bb, geo, X, P, Budget(2, 40))
+    assert bb.calls == 2 and (res.rows <= 40).all()
+    assert res.found.sum() >= 5  # round two's screens answer them
+    assert world.accepts(res.CF[res.found]).all()
+
+
+def test_donors_answer_the_agents_nothing_else_reached_each_on_its_own(german):
+    """Agents still unanswered after the far round get their training neighbours' transplants in the later
+    rounds (``donors``), each agent's next donors after those its own rows reached: more agents answered
+    than without donors, every answer accepted, within the budget, and each agent's answer the same alone
+    as in the batch."""
+    from learners.tabular.budget_search import budget_search
+
+    world, labels, test = german
+    geo = WorldGeometry.of(world)
+    gen = build_tabular_generator("proposer", {"proposals": "averages"}).fit(world, labels)
+    X = test[:10]
+    P = np.repeat(X[:, None, :], 4, axis=1)  # no change proposed
+
+    def run(A: np.ndarray, with_donors: bool):
+        bb = BlackBoxModel(world.model)
+        donors = (lambda a, start, k: gen._donor_rows(A[a], start, k)) if with_donors else None
+        with bb.budget(Budget(4, 24), agents=len(A)):  # round two's 7 rows: too few screens for most
+            return budget_search(bb, geo, A, np.repeat(A[:, None, :], 4, axis=1), Budget(4, 24), donors=donors)
+
+    plain, helped = run(X, False), run(X, True)
+    assert helped.found.sum() > plain.found.sum() and (helped.rows <= 24).all()
+    assert world.accepts(helped.CF[helped.found]).all()
+    for i in range(len(X)):
+        alone = run(X[i:i + 1], True)
+        assert alone.found[0] == helped.found[i]
+        assert np.array_equal(alone.CF[0], helped.CF[i], equal_nan=True)
+    assert P.shape == (10, 4, X.shape[1])

@@ -458,12 +458,14 @@ def _first_round_with_surrogate(geo: WorldGeometry, X: np.ndarray, P: np.ndarray
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
-                  lead: int = 0, grid_share: float = 0.0, steps: bool = False) -> SearchResult:
+                  lead: int = 0, grid_share: float = 0.0, steps: bool = False, donors: Any = None) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
     the share of the rows the proposals' round takes when there are further rounds; ``fallback`` (N, F, D):
-    rows tried, with the proposals pushed further, for the agents none of whose first rows was accepted.
+    rows tried, with the proposals pushed further, for the agents none of whose first rows was accepted;
+    ``donors(agents, start, count)`` (N', count, D): rows for agents still without an answer in a later round
+    (the transplants of their training neighbours ranked ``start`` on), until one is accepted or none is left.
     A first round of ``SCREEN_MIN_ROWS`` rows or more gives a share ``SCREEN_SHARE`` to ``screens``.
     ``surrogate`` (a ``learners.tabular.surrogate.Surrogate``): the first round also builds many more
     candidates (the proposals on ``POOL_SCALES`` rays, the screens) and asks the model about a share
@@ -501,7 +503,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     recent = compact(np.where((~ok & ~np.isnan(C).any(-1))[..., None], C, np.nan)[:, ::-1], BRACKET_ROWS)
     asked = row_keys(np.where(np.isnan(C).any(-1, keepdims=True), np.nan, C))  # every row scored: never twice
     rounds_left = int(budget.calls) - 1
-    tried_far = False
+    tried_far, donor_at = False, np.zeros(N, np.int64)  # donor_at: each agent's next donor rank
     done = np.zeros(N, bool)
     while True:
         cap = rows_left // max(rounds_left, 1)  # this round's rows per agent
@@ -523,13 +525,28 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             A = nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), int(n_add.max()),
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf), n_add)
             M = compact(np.concatenate([M, A], axis=1), per)
-        if not found.all() and not tried_far:  # agents with no answer yet: the proposals pushed further
-            F = _round_one(geo, X, np.asarray(P, float), None, per, FAR)
-            if fallback is not None:  # those not tried in the first round
-                e = min(fallback.shape[1], int(first * EXTRA_SHARE))
-                F = np.concatenate([geo.project(X, np.asarray(fallback[:, e:], float)), F], axis=1)[:, :per]
+        if not found.all() and (not tried_far or donors is not None):  # agents with no answer yet
+            F = np.full((N, per, D), np.nan)
+            if not tried_far:  # the proposals pushed further, and the fallback rows not tried in the first round
+                F = _round_one(geo, X, np.asarray(P, float), None, per, FAR)
+                if fallback is not None:
+                    e = min(fallback.shape[1], int(first * EXTRA_SHARE))
+                    F = np.concatenate([geo.project(X, np.asarray(fallback[:, e:], float)), F], axis=1)[:, :per]
+                F = np.pad(F, ((0, 0), (0, max(0, per - F.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
+            lost = np.flatnonzero(~found)
+            for lo in range(0, len(lost), MOVE_BLOCK):  # the rows left: one feature at a time, then donors
+                a = lost[lo:lo + MOVE_BLOCK]
+                head = fresh(np.concatenate([F[a]] + ([] if tried_far else [screens(geo, X[a], vocab)]), axis=1),
+                             asked[a])[:, :per]  # rows asked before (a ray back at the agent) leave room
+                if donors is not None:
+                    T = np.asarray(donors(a, donor_at[a], per), float)
+                    T, gone = geo.project(X[a], nan_as_zero(T)), np.isnan(T).any(-1)  # NaN: past the last donor
+                    T[gone] = np.nan
+                    # each agent's next donors are those after the ones its own rows reached (batch-free)
+                    donor_at[a] += np.clip(cap[a] - (~np.isnan(head).any(-1)).sum(1), 0, (~gone).sum(1))
+                    head = fresh(np.concatenate([head, T], axis=1), asked[a])[:, :per]
+                F[a] = head
             F[~geo.keeps(X[:, None, :], F)] = np.nan
-            F = np.pad(F, ((0, 0), (0, max(0, per - F.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
             M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
             M = np.where(found[:, None, None], M, F)
             tried_far = True

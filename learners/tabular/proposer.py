@@ -303,6 +303,19 @@ class ProposerGenerator(TabularGenerator):
         moved = np.abs(self.CF_ - self.X_) > 1e-12
         return np.where(moved[idx], self.CF_[idx], X[:, None, :])
 
+    def _donor_rows(self, X: np.ndarray, start: np.ndarray, k: int) -> np.ndarray:
+        """(N, k, D) ``_transplants`` of each agent's training neighbours ranked ``start[i]`` to ``start[i] + k``
+        (NaN past the last): the rows of a later round for an agent no row has answered yet."""
+        n = len(self.X_)
+        idx = self._neighbours(X, min(n, int(np.max(start, initial=0)) + k))
+        rank = np.asarray(start, np.int64)[:, None] + np.arange(k)[None, :]
+        live = rank < idx.shape[1]
+        take = np.take_along_axis(idx, np.minimum(rank, idx.shape[1] - 1), 1) if idx.shape[1] else np.zeros_like(rank)
+        moved = np.abs(self.CF_ - self.X_) > 1e-12
+        out = np.where(moved[take], self.CF_[take], X[:, None, :])
+        out[~live] = np.nan
+        return out
+
     def _lent(self, X: np.ndarray, k: int) -> np.ndarray:
         """(N, k, D) the changes of the k nearest training agents, added to each agent."""
         idx = self._neighbours(X, min(k, len(self.X_)))
@@ -334,7 +347,8 @@ class ProposerGenerator(TabularGenerator):
         res = budget_search(world.model, geo, X, self.candidates(world, X), budget, vocab=self.vocab_,
                             fallback=self._transplants(X, FALLBACK_DONORS), surrogate=self.surrogate_,
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
-                            grid_share=self._grid_share(), steps=self._in_steps())
+                            grid_share=self._grid_share(), steps=self._in_steps(),
+                            donors=lambda a, start, k: self._donor_rows(X[a], start, k))
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)
