@@ -153,10 +153,17 @@ def test_no_generator_serves_the_fallback_chain(german):
         TabularService("german_forest", None, None, run=run, model_latency_s=-1)
 
 
+class _ReadsTheModel:
+    """A stand-in for a generator that reads the model's white box (as ``change_value`` reads a forest's splits)."""
+
+    def recommend(self, world, X):
+        return X + 0.0 * world.model.score(X)[:, None], np.zeros(len(X))
+
+
 def test_a_white_box_generator_is_refused_against_a_remote_model(german):
     world, neg = german
-    _, labels, _ = german_train_split()
-    gen = build_tabular_generator("nearest_cfe").fit(world, labels)
+    gen = _ReadsTheModel()
+    gen.recommend(world, neg[:2])  # it answers on the run's own model
     with pytest.raises(ServiceError, match="cannot answer on this world .* serve a proposer generator"):
         TabularService("german_forest", "cv", None, run=_run(world, neg, {"cv": gen}), geco_data=_accepted(world),
                        model_latency_s=0.001)
