@@ -32,14 +32,14 @@ class _Memo:
     """The model's answers of one request: sorted row keys and their P(accept)."""
 
     def __init__(self, pending: np.ndarray | None) -> None:
-        self.keys = row_keys(np.zeros((0, 1)))[:0]
+        self.keys: np.ndarray | None = None  # sorted row keys (their width is the first call's)
         self.proba = np.zeros(0)
         self.pending = pending  # rows sent along the next call (the request's own records)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(known, P) per key: whether the model answered that row already in this request, and its answer."""
         p = np.full(len(keys), np.nan)
-        if not len(self.keys) or not len(keys) or self.keys.dtype != keys.dtype:
+        if self.keys is None or not len(self.keys) or not len(keys) or self.keys.dtype != keys.dtype:
             return np.zeros(len(keys), bool), p
         at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
         known = self.keys[at] == keys
@@ -47,9 +47,9 @@ class _Memo:
         return known, p
 
     def add(self, keys: np.ndarray, proba: np.ndarray) -> None:
-        if len(self.keys) and self.keys.dtype != keys.dtype:
+        if self.keys is not None and self.keys.dtype != keys.dtype:
             return  # another width (cannot happen within one world): nothing remembered
-        keys = np.concatenate([self.keys, keys]) if len(self.keys) else keys
+        keys = keys if self.keys is None else np.concatenate([self.keys, keys])
         proba = np.concatenate([self.proba, proba])
         order = np.argsort(keys, kind="stable")
         self.keys, self.proba = keys[order], proba[order]
