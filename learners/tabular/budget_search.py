@@ -19,7 +19,9 @@ idea), ``budget_search`` spends its budget in rounds, every agent of the batch i
    between; two changes shrunk together; the whole numeric change scaled toward the agent; an integer
    column giving back a step or two while another column moves on by the distance that frees: a trade),
    ``rows`` of them spread from the nearest to the mildest, in one call; the nearest accepted replaces
-   the answer.
+   the answer. On a model in steps, with a round to follow, the moves also include ``step_trades``: one changed
+   column back a few of the vocabulary's values while another moves on a few (an answer one feature short
+   of the optimum's set).
 
 Every answer was itself accepted by a model call (no value is recomputed after its check) and lies in the
 agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent rows between rounds.
@@ -37,6 +39,7 @@ from learners.tabular.corners import nearest_corners
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.slides import slides
+from learners.tabular.step_trades import step_trades
 from learners.tabular.steps import corner_grid, first_vocab_values
 
 SCALES = (0.45, 0.7, 0.85, 1.0, 1.2, 1.5, 2.2)  # ray multiples of a proposal's numeric change in round 1
@@ -213,13 +216,13 @@ def _one_category_each(geo: WorldGeometry, X: np.ndarray) -> list[np.ndarray]:
 
 
 def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
-           lo: np.ndarray | None = None) -> np.ndarray:
+           lo: np.ndarray | None = None, trades: bool = False) -> np.ndarray:
     """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows);
     ``lo`` (N, T): the bracket of each start's ray (``_brackets``)."""
     N, T, D = S.shape
     # every start at once (start-major per agent): one call, not T, where a request is one agent (latency)
     M = _moves_one(geo, np.repeat(X, T, axis=0), S.reshape(N * T, D), vocab, steps,
-                   None if lo is None else lo.reshape(N * T))
+                   None if lo is None else lo.reshape(N * T), trades)
     return M.reshape(N, T * M.shape[1], D)
 
 
@@ -250,7 +253,7 @@ def _brackets(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, R: np.ndarray) -
 
 
 def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
-               lo: np.ndarray | None = None) -> np.ndarray:
+               lo: np.ndarray | None = None, trades: bool = False) -> np.ndarray:
     """(N, Q, D) rows that shorten each agent's answer ``B`` (N, D) by one move (NaN rows where B is NaN);
     where ``lo`` (N,) > 0 (a rejected row on the answer's ray), the whole change's ray is scaled inside
     (lo, 1) instead of ``RAY``."""
@@ -297,6 +300,8 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
             R[~both] = np.nan
             parts.append(R)
     parts += _trades(geo, X, B, changed)
+    if steps and trades and vocab is not None:  # in steps, a round to follow: along the splits (step_trades.py)
+        parts.append(step_trades(geo, X, B, vocab))
     if not steps:  # a smooth boundary: less of one real change, more of another
         parts.append(slides(geo, X, B))
     t = np.broadcast_to(np.asarray(RAY), (N, len(RAY)))
@@ -377,7 +382,7 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
 
 def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
                      below: np.ndarray, steps: bool = False, rejected: np.ndarray | None = None,
-                     caps: np.ndarray | None = None) -> np.ndarray:
+                     caps: np.ndarray | None = None, trades: bool = False) -> np.ndarray:
     """(N, rows, D) ``_nearest_first`` of ``_moves`` from the starts ``S`` (N, T, D), built ``MOVE_BLOCK`` agents
     at a time: the moves of all starts of a large batch would not fit in memory (a few thousand per
     agent), and only ``rows`` per agent survive."""
@@ -385,7 +390,7 @@ def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: li
     for lo in range(0, len(X), MOVE_BLOCK):
         sl = slice(lo, lo + MOVE_BLOCK)
         lo = None if rejected is None or steps else _brackets(geo, X[sl], S[sl], rejected[sl])
-        M = nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab, steps, lo), rows, below[sl],
+        M = nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab, steps, lo, trades), rows, below[sl],
                            None if caps is None else caps[sl])
         out[sl, : M.shape[1]] = M
     return out
@@ -520,7 +525,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             break
         n_add = (ADD_SHARE * cap).astype(np.int64) if rounds_left > 1 else np.zeros(N, np.int64)
         M = _shortening_rows(geo, X, S, vocab, per, np.where(found, dS[:, 0], -np.inf), steps,
-                             recent, cap - n_add)
+                             recent, cap - n_add, trades=rounds_left > 1)
         if n_add.any():
             A = nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), int(n_add.max()),
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf), n_add)
