@@ -336,3 +336,31 @@ def test_donors_answer_the_agents_nothing_else_reached_each_on_its_own(german):
         assert alone.found[0] == helped.found[i]
         assert np.array_equal(alone.CF[0], helped.CF[i], equal_nan=True)
     assert P.shape == (10, 4, X.shape[1])
+
+
+def test_found_agents_get_their_donors_in_a_round_a_later_round_follows(german):
+    """An answer found far out: where a round has rows its moves leave unused and a later round follows,
+    the training neighbours' transplants nearer than the answer are asked too. With donors that hold each
+    agent's MACE answer, every agent ends at most that far; the moves alone leave some farther."""
+    from learners.tabular.budget_search import budget_search
+
+    world, labels, _ = german
+    geo = WorldGeometry.of(world)
+    X, CF = labels.X[:12], labels.CF[:12]
+    P = (X + 3.0 * (CF - X))[:, None, :]  # one proposal, three times MACE's change
+
+    def donors(a, start, k):
+        out = np.full((len(a), k, X.shape[1]), np.nan)
+        out[:, 0] = np.where((start == 0)[:, None], CF[a], np.nan)
+        return out
+
+    def run(with_donors: bool):
+        bb = BlackBoxModel(world.model)
+        with bb.budget(Budget(3, 6000), agents=len(X)):
+            return budget_search(bb, geo, X, P, Budget(3, 6000), donors=donors if with_donors else None)
+
+    plain, helped = run(False), run(True)
+    d_mace = geo.distance(X, CF)
+    assert helped.found.all() and world.accepts(helped.CF).all()
+    assert (helped.distance <= d_mace * (1 + 1e-9)).all()
+    assert (plain.distance > d_mace * (1 + 1e-9)).any()

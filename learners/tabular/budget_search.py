@@ -36,19 +36,26 @@ import numpy as np
 
 from envs.black_box import Budget
 from learners.tabular.corners import nearest_corners
+from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: read by the proposer and the tests)
+    EXTRA_SHARE,
+    LEAD_LADDER,
+    SCALES,
+    _first_round_with_surrogate,
+    _round_one,
+    screens,
+)
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.slides import slides
 from learners.tabular.step_trades import step_trades
 from learners.tabular.steps import corner_grid, first_vocab_values
 
-SCALES = (0.45, 0.7, 0.85, 1.0, 1.2, 1.5, 2.2)  # ray multiples of a proposal's numeric change in round 1
-FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # and in a later round, for an agent none of whose rows was accepted
+FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # round one's rays (first_round.SCALES) further in a later round, for an agent none of whose rows was accepted
 # a numeric change shrunk to these fractions of itself (coarse far from the answer, fine near it)
 FRACTIONS = tuple(np.round(np.concatenate([np.linspace(0.05, 0.75, 8), 1 - np.geomspace(0.2, 0.004, 12)]), 6))
 RAY = tuple(np.round(1 - np.geomspace(0.6, 0.002, 20), 6))  # the whole numeric change scaled toward the agent
 PAIR_FRACTIONS = (0.0, 0.3, 0.6, 0.8, 0.9, 1.0)  # the grid of a pair of numeric changes (1.0: as it is)
-EXTRA_SHARE = 1 / 16  # of the first round's rows, at most this share for the fallback rows (coverage)
+SPARE_DONORS = 64  # the training neighbours' transplants offered to a round's unused rows
 CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows
 BRACKET_ROWS = 512  # the latest rejected rows per agent that bracket the starts' rays (memory: N x T x rows x D)
 STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest of each changed set first)
@@ -65,14 +72,6 @@ TRADE_BACKS = (1.0, 2.0)  # integer steps a changed integer column gives back in
 TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)  # of the room a give-back frees, the partner's move
 SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the screens (one feature at a time)
 SCREEN_MIN_ROWS = 512  # only where the first round has this many rows: below, the proposals need them all
-SCREEN_FRACTIONS = (1.0, 0.5, 0.25, 0.1, 0.03)  # a numeric screen's moves, as shares of the room either way
-SCREEN_VOCAB = 3  # vocabulary values per numeric column and direction in the screens
-# with a surrogate (``learners/tabular/surrogate.py``) the first round's candidates: each proposal on these rays
-POOL_SCALES = tuple(np.round(np.geomspace(0.3, 4.0, 40), 6))
-LEAD_SCALES = tuple(np.round(np.linspace(0.95, 1.15, 41), 6))  # and the ``lead`` proposals on these too (fine)
-# the ``lead`` proposals (a white-box search's answers on the surrogate) on these rays in round one, always
-LEAD_LADDER = (0.97, 0.985, 1.0, 1.01, 1.02, 1.035, 1.05, 1.075, 1.1, 1.15, 1.25, 1.4)
-PICK_SHARE = 0.5  # of round one's rows with a surrogate, the share it picks from the pool
 ADD_SHARE = 0.25  # of a refinement round's rows that a later round can shrink, the share for ``_additions``
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
 ADD_SHRINK = (0.5, 0.7, 0.85, 0.95)  # the answer's numeric changes scaled toward the agent when a feature is added
@@ -114,105 +113,6 @@ def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: 
     if live.any():
         ok[live] = model.predict_proba(C[live]) > threshold
     return ok, live.sum(1)
-
-
-def _snap(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray]) -> np.ndarray:
-    """``P`` (N, K, D) with each numeric change moved to the nearest vocabulary value at least as far from
-    the agent in its direction (unchanged where the vocabulary has none)."""
-    S = P.copy()
-    for c in np.flatnonzero(geo.numeric):
-        v = vocab[c]
-        if not len(v):
-            continue
-        x, p = np.broadcast_to(X[:, None, c], P.shape[:2]), P[:, :, c]
-        up, down = p > x + 1e-12, p < x - 1e-12
-        i_up = np.clip(np.searchsorted(v, p, "left"), 0, len(v) - 1)  # first value >= p
-        i_dn = np.clip(np.searchsorted(v, p, "right") - 1, 0, len(v) - 1)  # last value <= p
-        S[:, :, c] = np.where(up & (v[i_up] >= p), v[i_up], np.where(down & (v[i_dn] <= p), v[i_dn], p))
-    return S
-
-
-def _round_one(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
-               scales: tuple[float, ...] = SCALES, extra: np.ndarray | None = None) -> np.ndarray:
-    """(N, Q, D) the first round's rows: proposals on rays and snapped, projected, at most ``rows`` per agent;
-    ``extra`` (N, E, D) rows first, as they are (a share ``EXTRA_SHARE`` of the rows at most)."""
-    num = geo.numeric
-    scales = np.asarray(scales)
-    if extra is not None and extra.shape[1]:
-        e = min(extra.shape[1], int(rows * EXTRA_SHARE))
-        if e:
-            head = geo.project(X, np.asarray(extra[:, :e], float))
-            return np.concatenate([head, _round_one(geo, X, P, vocab, rows - e, tuple(scales))], axis=1)
-    K = P.shape[1]
-    per = len(scales) + (1 if vocab is not None else 0)
-    k = max(1, min(K, -(-rows // per)))  # proposals kept (the first k: the caller orders them; the last in part)
-    P = P[:, :k]
-    ray = np.repeat(P[:, :, None, :], len(scales), axis=2)
-    ray[..., num] = X[:, None, None, num] + scales[None, None, :, None] * (P[:, :, None, num] - X[:, None, None, num])
-    parts = [ray.reshape(len(X), k * len(scales), -1)]
-    if vocab is not None:
-        parts.append(_snap(geo, X, P, vocab))
-    C = geo.project(X, np.concatenate(parts, axis=1))
-    return C[:, :rows]
-
-
-def screens(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None = None) -> np.ndarray:
-    """(N, Q, D) one feature changed at a time: each mutable numeric column moved by ``SCREEN_FRACTIONS``
-    of its room either way, each other category of a one-hot group, each binary flipped; ordered so that a
-    cut keeps the coarsest first (every feature to its bound, then every category, then each numeric column
-    at its ``SCREEN_VOCAB`` vocabulary values nearest the agent either way, then the finer moves).
-    A proposal names the features the labels changed; these tell the search which single features flip
-    the model for this agent at all, and bracket where (the refinement then shrinks them)."""
-    N, D = X.shape
-    lo, hi = geo.box(X)
-    num = np.flatnonzero(geo.numeric & ~geo.fixed)
-    parts = []
-
-    def moved(cols: np.ndarray, vals: np.ndarray) -> np.ndarray:  # (N, len(cols), D) one column set per row
-        R = np.repeat(X[:, None, :], len(cols), axis=1)
-        R[:, np.arange(len(cols)), cols] = vals
-        R[np.abs(vals - X[:, cols]) <= 1e-12] = np.nan  # no move: no row
-        return R
-
-    for i, f in enumerate(SCREEN_FRACTIONS):
-        up = X[:, num] + f * (hi[:, num] - X[:, num])
-        down = X[:, num] - f * (X[:, num] - lo[:, num])
-        parts += [moved(num, up), moved(num, down)]
-        if i == 0:  # the categories, flips and vocabulary values after every numeric feature at its bound
-            parts += _one_category_each(geo, X)
-            flips = np.flatnonzero((np.array(geo.raw_kinds)[geo.raw_of_column] == "binary") & ~geo.fixed)
-            if len(flips):
-                parts.append(moved(flips, 1.0 - X[:, flips]))
-            if vocab is not None:  # the values the labels move a column to nearest the agent (a forest's splits)
-                F = first_vocab_values(geo, X, vocab, SCREEN_VOCAB)
-                # per column, each step, above the agent then below: one array op for them all
-                order = [(c, step, side) for c in num if len(vocab[c]) for step in range(SCREEN_VOCAB) for side in (0, 1)]
-                if order:
-                    c_, step_, side_ = np.array(order).T
-                    vals = F[side_, :, c_, step_].T  # (N, len(order))
-                    parts.append(moved(c_, np.where(np.isnan(vals), X[:, c_], vals)))
-    C = np.concatenate(parts, axis=1)
-    bad = np.isnan(C).any(-1)
-    C = geo.project(X, nan_as_zero(C))
-    bad |= (np.abs(C - X[:, None, :]) <= 1e-12).all(-1)  # a move the box clipped back to the agent
-    C[bad] = np.nan
-    return C
-
-
-def _one_category_each(geo: WorldGeometry, X: np.ndarray) -> list[np.ndarray]:
-    """(N, 1, D) rows per column of each mutable one-hot group: the agent with that category (NaN where it
-    is the agent's own)."""
-    out = []
-    for cols in geo.group_columns:
-        if geo.fixed[cols].all():
-            continue
-        for c in cols:
-            R = X[:, None, :].copy()
-            R[:, 0, cols] = 0.0
-            R[:, 0, c] = 1.0
-            R[X[:, c] == 1.0] = np.nan
-            out.append(R)
-    return out
 
 
 def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
@@ -426,40 +326,6 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
     return S, d
 
 
-def _pooled_first_round(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
-                        fallback: np.ndarray | None, surrogate: Any, lead: int = 0) -> np.ndarray:
-    """(N, rows, D) the first round's rows chosen by ``surrogate.pick`` among the proposals on ``POOL_SCALES``
-    rays and snapped (the first ``lead`` also on ``LEAD_SCALES``), the screens and the fallback rows,
-    ``MOVE_BLOCK`` agents at a time."""
-    out = np.full((len(X), rows, X.shape[1]), np.nan)
-    for lo in range(0, len(X), MOVE_BLOCK):
-        sl = slice(lo, lo + MOVE_BLOCK)
-        parts = [_round_one(geo, X[sl], P[sl], vocab, P.shape[1] * (len(POOL_SCALES) + 1), POOL_SCALES),
-                 screens(geo, X[sl], vocab)]
-        if fallback is not None:
-            parts.append(geo.project(X[sl], np.asarray(fallback[sl], float)))
-        if lead:
-            parts.append(_round_one(geo, X[sl], P[sl, :lead], None, lead * len(LEAD_SCALES), LEAD_SCALES))
-        C = np.concatenate(parts, axis=1)
-        out[sl] = surrogate.pick(geo, X[sl], C, rows, np.full(len(C), np.inf))
-    return out
-
-
-def _first_round_with_surrogate(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray] | None,
-                                rows: int, fallback: np.ndarray | None, surrogate: Any, lead: int) -> np.ndarray:
-    """(N, rows, D) the first round with a surrogate: the ``lead`` proposals on ``LEAD_LADDER``, then the
-    other proposals as without one (``_round_one``) and a share ``PICK_SHARE`` of the rows chosen by
-    ``surrogate.pick`` (``_pooled_first_round``). The share matters: the picks alone crowd round one
-    into the few changed sets the surrogate favours, and a surrogate a few per cent off then leaves the
-    refinement no other set to shrink (Adult MLP .99 -> .58 at 2 x 256 with picks alone; .99 -> 1.00
-    with half)."""
-    n_pick = int(PICK_SHARE * rows)
-    L = _round_one(geo, X, P[:, :lead], None, lead * len(LEAD_LADDER), LEAD_LADDER)[:, :rows] if lead else np.zeros((len(X), 0, X.shape[1]))
-    rest = _round_one(geo, X, P[:, lead:], vocab, max(0, rows - n_pick - L.shape[1]), extra=fallback)
-    picked = _pooled_first_round(geo, X, P, vocab, rows - L.shape[1] - rest.shape[1], fallback, surrogate, lead)
-    return np.concatenate([L, rest, picked], axis=1)
-
-
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
@@ -482,7 +348,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     the best answer with one more feature changed, up to ``ADD_FAR`` times farther; an accepted one is a
     new changed set that the next rounds shrink (German forest at 8 x 2000: .89 -> .94). Rows a round's moves
     leave unused go to the screens and the additions nearer than the answer (a single feature the
-    proposals' sets left out, found within the rows already paid for). ``steps``: the model answers in steps
+    proposals' sets left out, found within the rows already paid for) and, where a later round follows, the first
+    ``SPARE_DONORS`` donors nearer than the answer (a neighbour's changed set the proposals lacked). ``steps``: the model answers in steps
     (``steps.step_share``): the shrinks take ``STEP_VOCAB_STEPS`` vocabulary values and ``STEP_FRACTIONS``,
     and a changed column also goes to ``STEP_FLIPS`` vocabulary values on the other side of the agent."""
     X = np.atleast_2d(np.asarray(X, float))
@@ -566,6 +433,12 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                 parts = [Sc, _additions(geo, X[a], S[a, 0], vocab, Sc)]
                 if steps and vocab is not None:  # in steps: the vocabulary's corners, nearest first (corners.py)
                     parts.append(nearest_corners(geo, X[a], vocab, min(int(budget.rows), CORNERS))[0])
+                if donors is not None and rounds_left > 1:  # a round to follow: the neighbours' sets nearer than it
+                    T = np.asarray(donors(a, np.zeros(len(a), np.int64), SPARE_DONORS), float)
+                    gone = np.isnan(T).any(-1)
+                    T = geo.project(X[a], nan_as_zero(T))
+                    T[gone] = np.nan
+                    parts.append(T)
                 E[lo:lo + MOVE_BLOCK] = nearest_first(geo, X[a], fresh(np.concatenate(parts, axis=1), asked[a]), per,
                                                       dS[a, 0], cap[a])
             M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)
