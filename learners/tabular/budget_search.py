@@ -29,6 +29,8 @@ agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent 
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +64,7 @@ STARTS = 3  # distinct accepted rows per agent the refinement shortens (the near
 MAX_STARTS = 6  # and up to this many where a round has the rows
 START_ROWS = 24  # rows a round needs per start before it takes one more
 MOVE_BLOCK = 64  # agents whose shortening moves are built at a time (memory)
+AHEAD_AGENTS = 64  # a batch this small gets round two's rows of its own built while round one's call waits
 VOCAB_STEPS = 8  # vocabulary values between the agent and the answer tried per numeric column
 # on a model that answers in steps (``steps.step_share``) the shrinks go to the vocabulary's values (a forest's
 # splits) more than to fractions: most fractions of a change land in the cell the answer is in already
@@ -326,6 +329,28 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
     return S, d
 
 
+def _agents_own_rows(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None, corners: int
+                     ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rows a later round draws on that depend on the agents alone: their ``screens`` and, with ``corners``
+    > 0, their nearest ``corners`` of the vocabulary (``corners.nearest_corners``)."""
+    return screens(geo, X, vocab), (nearest_corners(geo, X, vocab, corners)[0] if corners else None)
+
+
+_AHEAD: dict[int, ThreadPoolExecutor] = {}  # per process id: a forked child has none of its parent's threads
+
+
+def _ahead(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None, corners: int) -> Future | None:
+    """``_agents_own_rows`` started on a helper thread, to be built while round one's call waits on the model
+    (a remote model's round trip: a request's latency is the waits plus what is computed between them); None
+    for a batch larger than ``AHEAD_AGENTS`` (memory: they are built a block at a time where needed)."""
+    if len(X) > AHEAD_AGENTS:
+        return None
+    pool = _AHEAD.get(os.getpid())
+    if pool is None:
+        pool = _AHEAD[os.getpid()] = ThreadPoolExecutor(max_workers=4, thread_name_prefix="budget-search-ahead")
+    return pool.submit(_agents_own_rows, geo, X, vocab, corners)
+
+
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
@@ -368,7 +393,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             C = np.concatenate([C, compact(screens(geo, X, vocab), n_screen)], axis=1)
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
     C = fresh(C)  # rays, snaps and grids meet: each row once
+    n_corners = min(int(budget.rows), CORNERS) if steps and vocab is not None else 0
+    ahead = _ahead(geo, X, vocab, n_corners) if int(budget.calls) > 1 else None
     ok, used = _accept(model, geo, X, C, threshold)
+    own_Sc, own_corners = ahead.result() if ahead is not None else (None, None)
     calls, rows_left = 1, rows_left - used
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], nan_as_zero(C)), np.inf)  # every accepted row
     # scored and refused, the latest first: the brackets (only the latest BRACKET_ROWS kept: memory)
@@ -408,7 +436,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             lost = np.flatnonzero(~found)
             for lo in range(0, len(lost), MOVE_BLOCK):  # the rows left: one feature at a time, then donors
                 a = lost[lo:lo + MOVE_BLOCK]
-                head = fresh(np.concatenate([F[a]] + ([] if tried_far else [screens(geo, X[a], vocab)]), axis=1),
+                Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
+                head = fresh(np.concatenate([F[a]] + ([] if tried_far else [Sc]), axis=1),
                              asked[a])[:, :per]  # rows asked before (a ray back at the agent) leave room
                 if donors is not None:
                     T = np.asarray(donors(a, donor_at[a], per), float)
@@ -429,10 +458,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             E = np.full((len(spare), per, D), np.nan)
             for lo in range(0, len(spare), MOVE_BLOCK):  # a block of agents at a time (memory: corners x D)
                 a = spare[lo:lo + MOVE_BLOCK]
-                Sc = screens(geo, X[a], vocab)
+                Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
                 parts = [Sc, _additions(geo, X[a], S[a, 0], vocab, Sc)]
-                if steps and vocab is not None:  # in steps: the vocabulary's corners, nearest first (corners.py)
-                    parts.append(nearest_corners(geo, X[a], vocab, min(int(budget.rows), CORNERS))[0])
+                if n_corners:  # in steps: the vocabulary's corners, nearest first (corners.py)
+                    parts.append(own_corners[a] if own_corners is not None else
+                                 nearest_corners(geo, X[a], vocab, n_corners)[0])
                 if donors is not None and rounds_left > 1:  # a round to follow: the neighbours' sets nearer than it
                     T = np.asarray(donors(a, np.zeros(len(a), np.int64), SPARE_DONORS), float)
                     gone = np.isnan(T).any(-1)
