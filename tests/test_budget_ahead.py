@@ -91,3 +91,24 @@ def test_a_forked_child_builds_ahead_on_its_own_threads(german):
 
 def _child_search(world, gen, X):
     return _search(world, gen, X, Budget(2, 256)).CF
+
+
+def test_no_helper_thread_while_another_search_runs(german, monkeypatch):
+    """With another search in flight in the process (a served model's concurrent requests), the waits are not
+    idle: the rows are built on the search's own thread, after the call; the count is back to 0 afterwards."""
+    world, gen, test = german
+    built = []
+    own = bs._agents_own_rows
+
+    def recording(*args, **kwargs):
+        built.append(threading.current_thread() is threading.main_thread())
+        return own(*args, **kwargs)
+
+    monkeypatch.setattr(bs, "_agents_own_rows", recording)
+    assert bs._RUNNING[0] == 0
+    bs._RUNNING[0] += 1  # another search
+    try:
+        _search(world, gen, test[:1], Budget(2, 256))
+    finally:
+        bs._RUNNING[0] -= 1
+    assert built == [] and bs._RUNNING[0] == 0  # built inline: screens() and nearest_corners() directly
