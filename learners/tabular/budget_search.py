@@ -464,9 +464,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                 head = fresh(np.concatenate([F[a]] + ([] if tried_far else [Sc]), axis=1),
                              asked[a])[:, :per]  # rows asked before (a ray back at the agent) leave room
                 if donors is not None:
-                    T = np.asarray(donors(a, donor_at[a], per), float)
-                    T, gone = geo.project(X[a], nan_as_zero(T)), np.isnan(T).any(-1)  # NaN: past the last donor
-                    T[gone] = np.nan
+                    T = _projected(geo, X[a], [np.asarray(donors(a, donor_at[a], per), float)])
+                    gone = np.isnan(T).any(-1)  # past the last donor
                     # each agent's next donors are those after the ones its own rows reached (batch-free)
                     donor_at[a] += np.clip(cap[a] - (~np.isnan(head).any(-1)).sum(1), 0, (~gone).sum(1))
                     head = fresh(np.concatenate([head, T], axis=1), asked[a])[:, :per]
@@ -488,11 +487,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                     parts.append(own_corners[a] if own_corners is not None else
                                  nearest_corners(geo, X[a], vocab, n_corners)[0])
                 if donors is not None and rounds_left > 1:  # a round to follow: the neighbours' sets nearer than it
-                    T = np.asarray(donors(a, np.zeros(len(a), np.int64), SPARE_DONORS), float)
-                    gone = np.isnan(T).any(-1)
-                    T = geo.project(X[a], nan_as_zero(T))
-                    T[gone] = np.nan
-                    parts.append(T)
+                    parts.append(_projected(geo, X[a], [np.asarray(donors(a, np.zeros(len(a), np.int64),
+                                                                       SPARE_DONORS), float)]))
                 E[lo:lo + MOVE_BLOCK] = nearest_first(geo, X[a], fresh(np.concatenate(parts, axis=1), asked[a]), per,
                                                       dS[a, 0], cap[a])
             M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)
