@@ -27,10 +27,11 @@ def test_readme_is_a_front_door():
     assert len(text.splitlines()) <= 250
     # the two set-up commands, exactly as .ci/run runs them
     ci = (ROOT / ".ci" / "run").read_text()
+    test_cmd = "python -m pytest -q -n 2 --dist loadscope"  # both cores, a module's fixtures built once
     for cmd in ("pip install torch==2.13.0 && pip install -e . && python train.py",
-                'pip install torch==2.13.0 && pip install -e ".[test]" && python -m pytest -q'):
+                f'pip install torch==2.13.0 && pip install -e ".[test]" && {test_cmd}'):
         assert cmd in text
-    assert "python train.py" in ci and "python -m pytest -q" in ci
+    assert "\npython train.py\n" in ci and f"\n{test_cmd}\n" in ci
 
 
 def test_readme_links_resolve():

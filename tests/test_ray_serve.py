@@ -130,7 +130,7 @@ def test_ray_serve_answers_as_one_process_and_survives_a_killed_replica(run_dir,
             killed["at"] = time.monotonic()
 
         try:
-            rows, _ = load(base, records, 10.0, 3, at=3.0, action=kill)
+            rows, _ = load(base, records, 6.0, 3, at=2.0, action=kill)
             ready = replacement_ready(base, killed["at"], timeout=240)
             more, _ = load(base, records, 2.0, 3)  # the replacement in the rotation
         finally:

@@ -62,11 +62,11 @@ def test_train_then_evaluate(tmp_path):
 
 def test_bad_config_is_a_clear_error(tmp_path):
     cfg = _config(tmp_path, dataset={"n_features": 8, "pf": 2.0, "colour": "red"})
-    out = _run(str(ROOT / "train.py"), str(cfg), cwd=tmp_path)
+    out, missing = _run_all([(str(ROOT / "train.py"), str(cfg)),
+                             (str(ROOT / "evaluate.py"), str(tmp_path / "nowhere"))], tmp_path)
     assert out.returncode == 2
     assert "dataset.pf" in out.stderr and "dataset.colour: unknown key" in out.stderr
     assert "Traceback" not in out.stderr
-    missing = _run(str(ROOT / "evaluate.py"), str(tmp_path / "nowhere"), cwd=tmp_path)
     assert missing.returncode == 2 and "not a run directory" in missing.stderr
 
 
@@ -80,15 +80,14 @@ def _one_line_error(out, script: str, *needles: str) -> None:
 
 def test_help_is_complete(tmp_path):
     """Every script documents every option it takes, its exit codes, and runs without extras."""
-    for script, options in {"train.py": ["--no-eval", "--quiet", "config"],
-                            "evaluate.py": ["--no-plots", "--filters", "run_dir"],
-                            "serve.py": ["--model", "--port", "--batch-in", "--batch-out", "--ray",
-                                         "--fallback-budget-ms", "--max-batch"]}.items():
-        out = _run(str(ROOT / script), "--help", cwd=tmp_path)
+    expected = {"train.py": ["--no-eval", "--quiet", "config", "Exit status"],
+                "evaluate.py": ["--no-plots", "--filters", "run_dir", "Exit status"],
+                "serve.py": ["--model", "--port", "--batch-in", "--batch-out", "--ray",
+                             "--fallback-budget-ms", "--max-batch"]}
+    outs = _run_all([(str(ROOT / script), "--help") for script in expected], tmp_path)
+    for (script, options), out in zip(expected.items(), outs, strict=True):
         assert out.returncode == 0 and out.stdout.startswith("usage:"), out.stderr
         assert all(o in out.stdout for o in options), (script, out.stdout)
-    for script in ("train.py", "evaluate.py"):
-        assert "Exit status" in _run(str(ROOT / script), "--help", cwd=tmp_path).stdout
 
 
 def _run_all(calls: list[tuple], cwd) -> list:
