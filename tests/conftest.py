@@ -38,3 +38,11 @@ def ray_cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules that hold a ``slow`` test run first: the suite runs on two pytest-xdist workers, a module
+    whole on one (``--dist loadscope``), and the long modules started last would leave one worker idle
+    while the other finishes them."""
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)  # stable: the order within stays

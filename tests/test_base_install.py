@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +107,7 @@ def test_a_missing_extra_is_one_line_naming_it(tmp_path):
     assert "MACE backend: 'z3'" in z3_line and "pip install -e '.[smt]'" in z3_line
 
 
+@pytest.mark.slow
 def test_main_job_runs_on_a_base_install(tmp_path):
     """The README's main command (train.py, the default config's methods) on a tiny world."""
     default = yaml.safe_load((ROOT / "configs" / "default.yaml").read_text())

@@ -38,6 +38,7 @@ def agents(tmp_path_factory):
 @pytest.mark.parametrize("compute", [ComputeConfig(chunk_size=30),
                                      ComputeConfig(backend="ray", n_workers=2, chunk_size=30)],
                          ids=["local", "ray"])
+@pytest.mark.slow
 def test_chunked_batch_matches_offline(run, agents, tmp_path, compute):
     svc = RecommendationService(run, "hamming_knn", fallback_budget_s=None)
     reference = tmp_path / "ref.parquet"

@@ -4,12 +4,15 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import tabular_generators as bench  # noqa: E402
 
 
+@pytest.mark.slow
 def test_one_tiny_cell_runs_and_resumes(tmp_path, capsys):
     args = ["--cells", "german/forest", "--sizes", "15,30", "--test-agents", "6", "--jobs", "1", "--quiet", "--epochs", "3",
             "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]

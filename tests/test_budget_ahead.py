@@ -31,6 +31,7 @@ def _search(world, gen, X: np.ndarray, budget: Budget, model=None) -> bs.SearchR
                             donors=lambda a, start, k: gen._donor_rows(X[a], start, k))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [Budget(2, 256), Budget(4, 600)])
 def test_rows_built_ahead_give_the_answers_built_after(german, budget, monkeypatch):
     """With the helper thread and without it (``AHEAD_AGENTS = 0``), the same answers and rows scored, for

@@ -87,6 +87,7 @@ def test_killed_worker_is_retried_and_nothing_is_lost(tmp_path):
     np.testing.assert_array_equal(np.concatenate([r["y"] for r in out]), np.arange(12) ** 2)
 
 
+@pytest.mark.slow
 def test_interrupted_driver_resumes_to_the_same_dataset(tmp_path, compas):
     """A driver stopped by Ctrl-C mid-run keeps its finished chunks; a rerun completes the same labels."""
     world, X = compas

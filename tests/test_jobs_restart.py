@@ -95,6 +95,7 @@ def _all(c: httpx.Client, job_id: str) -> dict:
             return {**page, "results": results}
 
 
+@pytest.mark.slow
 def test_killed_server_finishes_its_jobs_after_a_restart(run_dir, tmp_path):
     jobs = _records(run_dir)
     sock = socket.socket()
@@ -202,6 +203,7 @@ def test_finished_jobs_expire_after_their_ttl_on_disk_too(run_dir, tmp_path):
         svc.close()
 
 
+@pytest.mark.slow
 def test_the_batch_worker_answers_as_the_server_and_survives_a_kill(run_dir):
     """serving/batch_worker.py: chunks answered in a child process equal the server process's answers; a
     killed child is started again and the chunk still answered."""

@@ -25,6 +25,7 @@ from tests.tabular_serving_run import german_run
 N_RECORDS = 500
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["adult", "german"])
 def test_no_served_answer_breaks_a_rule(dataset, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"fuzz_{dataset}")

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,7 @@ def _config(tmp_path, **extra):
     return path
 
 
+@pytest.mark.slow
 def test_train_then_evaluate(tmp_path):
     cfg = _config(tmp_path)
     out = _run(str(ROOT / "train.py"), str(cfg), cwd=tmp_path)
@@ -60,6 +62,7 @@ def test_train_then_evaluate(tmp_path):
     assert json.loads(stats.stdout)["tiny"]["size"] == metrics["dataset"]["size"]
 
 
+@pytest.mark.slow
 def test_bad_config_is_a_clear_error(tmp_path):
     cfg = _config(tmp_path, dataset={"n_features": 8, "pf": 2.0, "colour": "red"})
     out, missing = _run_all([(str(ROOT / "train.py"), str(cfg)),
@@ -98,6 +101,7 @@ def _run_all(calls: list[tuple], cwd) -> list:
         return list(pool.map(lambda args: _run(*args, cwd=cwd), calls))
 
 
+@pytest.mark.slow
 def test_scripts_fail_politely(tmp_path):
     """A missing run directory, a config typo and an untrained run: one line and exit status 2."""
     nowhere = str(tmp_path / "nowhere")

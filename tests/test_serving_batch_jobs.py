@@ -192,6 +192,7 @@ def needs_fallback(svc: TabularService, built) -> np.ndarray:
     return neg[bad]
 
 
+@pytest.mark.slow
 def test_fallback_child_is_replaced_after_sigkill_at_nice_10_up_to_a_limit(built, caplog, monkeypatch):
     import serving.tabular as tab
 

@@ -109,6 +109,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_py_stops_every_child_on_a_signal(run_dir, tmp_path, sig):
     """A served run whose fallback process (and multiprocessing's resource tracker) has started: no
@@ -159,6 +160,7 @@ def test_serve_py_stops_every_child_on_a_signal(run_dir, tmp_path, sig):
 
 # ---------------------------------------------------------------- Ray: a Parquet file of raw records in chunks
 
+@pytest.mark.slow
 def test_ray_batch_equals_in_process_with_a_worker_killed_and_resumes(run_dir, tmp_path, ray_cluster):
     from serving.batch import recommend_raw_file, recommend_raw_parquet
 

@@ -187,6 +187,7 @@ def test_polish_never_returns_an_unprobed_point():
     assert accepts(world, P).all() and P[0, 0] == edge
 
 
+@pytest.mark.slow
 def test_fuzzed_rejected_records_get_only_accepted_answers(german, german_labels):
     """Random records within the schema (what a fuzzer sends), rejected by the model: every answer
     a generator gives is accepted by the model and breaks no constraint (issue 40)."""

@@ -71,6 +71,7 @@ def run_dir(tmp_path_factory):
     mp.undo()
 
 
+@pytest.mark.slow
 def test_training_labels_with_geco_and_states_the_route(run_dir):
     d, _, _, printed = run_dir
     assert LABELS_LINE in printed

@@ -50,7 +50,7 @@ from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: r
     screens,
 )
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
+from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, repeats, row_keys
 from learners.tabular.slides import slides
 from learners.tabular.step_trades import step_trades
 from learners.tabular.steps import corner_grid, first_vocab_values
@@ -126,10 +126,16 @@ def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndar
     """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows);
     ``lo`` (N, T): the bracket of each start's ray (``_brackets``)."""
     N, T, D = S.shape
-    # every start at once (start-major per agent): one call, not T, where a request is one agent (latency)
-    M = _moves_one(geo, np.repeat(X, T, axis=0), S.reshape(N * T, D), vocab, steps,
-                   None if lo is None else lo.reshape(N * T), trades)
-    return M.reshape(N, T * M.shape[1], D)
+    # every start at once (start-major per agent): one call, not T, where a request is one agent (latency);
+    # a NaN start (an agent with fewer answers) has no moves, so only the live ones are built
+    live = np.flatnonzero(~np.isnan(S).any(-1).reshape(N * T))
+    if not len(live):
+        return np.full((N, T, D), np.nan)
+    M1 = _moves_one(geo, np.repeat(X, T, axis=0)[live], S.reshape(N * T, D)[live], vocab, steps,
+                    None if lo is None else lo.reshape(N * T)[live], trades)
+    M = np.full((N * T, M1.shape[1], D), np.nan)
+    M[live] = M1
+    return M.reshape(N, T * M1.shape[1], D)
 
 
 def _brackets(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, R: np.ndarray) -> np.ndarray:
@@ -223,10 +229,18 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
 def _projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
     """The rows ``parts`` (each (N, Q_i, D)) side by side, projected onto the agents' boxes; NaN rows stay NaN."""
     C = np.concatenate(parts, axis=1)
-    bad = np.isnan(C).any(-1)
-    C = geo.project(X, nan_as_zero(C))
-    C[bad] = np.nan
-    return C
+    live = ~np.isnan(C).any(-1)
+    n_live = live.sum(1)
+    K = int(n_live.max(initial=0))
+    if K == C.shape[1]:  # no NaN row to skip
+        return geo.project(X, C)
+    out = np.full(C.shape, np.nan)
+    if K:  # only the real rows projected (most moves of a step model are NaN): packed to the front, in order
+        packed = np.arange(K)[None, :] < n_live[:, None]
+        P = np.zeros((len(C), K, C.shape[2]))
+        P[packed] = C[live]  # both masks read agent by agent, in order
+        out[live] = geo.project(X, P)[packed]
+    return out
 
 
 def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarray) -> list[np.ndarray]:
@@ -315,13 +329,12 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
     d = np.where(dup, np.inf, d)
     key = d.copy()
     if X is not None and C.shape[1] > 1:  # a row whose changed set a nearer row has ranks after every first
-        N, Q = d.shape
         moved = np.packbits(np.abs(nan_as_zero(C) - X[:, None, :]) > 1e-12, axis=-1)  # (N, Q, bytes)
-        agent = np.repeat(np.arange(N, dtype=np.int64), Q).view(np.uint8).reshape(N * Q, 8)
-        _, first = np.unique(np.concatenate([agent, moved.reshape(N * Q, -1)], 1), axis=0, return_index=True)
-        repeat = np.ones(N * Q, bool)
-        repeat[first] = False  # the rows come nearest first, so each (agent, set)'s first is its nearest
-        key[repeat.reshape(N, Q) & np.isfinite(d)] += 1e6  # after every first of its set, in distance order
+        width = -(-moved.shape[-1] // 8) * 8  # whole 8-byte words
+        moved = np.pad(moved, ((0, 0), (0, 0), (0, width - moved.shape[-1])))
+        # the rows come nearest first, so each (agent, set)'s first is its nearest
+        repeat = repeats(np.ascontiguousarray(moved).view(np.dtype((np.void, width)))[..., 0])
+        key[repeat & np.isfinite(d)] += 1e6  # after every first of its set, in distance order
     order = np.argsort(key, axis=1, kind="stable")[:, :k]
     d = np.take_along_axis(d, order, 1)
     S = np.take_along_axis(C, order[:, :, None], 1)
@@ -435,12 +448,12 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         # as many starts as each agent's rows allow (a start's moves are about START_ROWS rows), each a changed
         # set; every count here is the agent's own, so an answer does not depend on the rest of the batch
         n_starts = np.maximum(STARTS, np.minimum(MAX_STARTS, cap // START_ROWS))
-        S, dS = _starts(pool_C, pool_d, int(n_starts.max()), X)
+        last = rounds_left <= 0 or rows_left.max() <= 0
+        S, dS = _starts(pool_C, pool_d, STARTS if last else int(n_starts.max()), X)  # the same first STARTS
         dS[np.arange(dS.shape[1])[None, :] >= n_starts[:, None]] = np.inf
         S[~np.isfinite(dS)] = np.nan
         found = np.isfinite(dS[:, 0])
-        if rounds_left <= 0 or rows_left.max() <= 0:
-            S, dS = S[:, :STARTS], dS[:, :STARTS]
+        if last:
             break
         n_add = (ADD_SHARE * cap).astype(np.int64) if rounds_left > 1 else np.zeros(N, np.int64)
         M = _shortening_rows(geo, X, S, vocab, per, np.where(found, dS[:, 0], -np.inf), steps,
@@ -501,11 +514,14 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             break
         ok, used = _accept(model, geo, X, M, threshold)
         calls, rows_left, rounds_left = calls + 1, rows_left - used, rounds_left - 1
-        dm = np.where(ok, geo.distance(X[:, None, :], nan_as_zero(M)), np.inf)
+        dm = np.full(ok.shape, np.inf)
+        n_ok, q_ok = np.nonzero(ok)  # the accepted rows' distances only (each row's own sum: the same bits)
+        dm[n_ok, q_ok] = geo.distance(X[n_ok], M[n_ok, q_ok])
         pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
-        refused = np.where((~ok & ~np.isnan(M).any(-1))[..., None], M, np.nan)
-        recent = compact(np.concatenate([refused[:, ::-1], recent], axis=1), BRACKET_ROWS)
-        asked = np.concatenate([asked, row_keys(M)], axis=1)
+        if rounds_left > 0 and rows_left.max() > 0:  # a round follows: its brackets, and the rows not to repeat
+            refused = np.where((~ok & ~np.isnan(M).any(-1))[..., None], M, np.nan)
+            recent = compact(np.concatenate([refused[:, ::-1], recent], axis=1), BRACKET_ROWS)
+            asked = np.concatenate([asked, row_keys(M)], axis=1)
     B = np.where(found[:, None], S[:, 0], np.nan)
     dB = dS[:, 0]
     return SearchResult(B, dB, found, calls, int(budget.rows) - rows_left, S[:, 1:])

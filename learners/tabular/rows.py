@@ -8,7 +8,7 @@ import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
 
-__all__ = ["compact", "fresh", "nearest_first", "row_keys"]
+__all__ = ["compact", "fresh", "nearest_first", "repeats", "row_keys"]
 
 
 def row_keys(C: np.ndarray) -> np.ndarray:
@@ -25,6 +25,45 @@ def nan_as_zero(a: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(a), 0.0, a)
 
 
+_MIX = np.random.default_rng(56).integers(1, 2**63, size=(2, 4096), dtype=np.uint64) | np.uint64(1)  # odd multipliers
+
+
+def repeats(keys: np.ndarray) -> np.ndarray:
+    """(N, Q) bool: each of ``keys`` (N, Q) (``row_keys``, or any keys of 8-byte words) equals an earlier one of its agent's, bit for bit.
+    Sorted by a 64-bit hash of the row's words (sorting the raw bytes compares them byte by byte: 4 times
+    slower here); rows whose hashes meet are compared whole, and a collision of unequal rows (odds about
+    2^-64 a pair) falls back to sorting the bytes themselves."""
+    N, Q = keys.shape
+    D = keys.dtype.itemsize // 8
+    if D > _MIX.shape[1] or not Q:
+        return _repeats_by_bytes(keys)
+    words = np.ascontiguousarray(keys).view(np.uint64).reshape(N, Q, D)
+    v = words * _MIX[0, :D]  # (wraps modulo 2^64)
+    v ^= v >> np.uint64(29)  # not linear: sign bits flipped in two columns must not cancel
+    h = v @ _MIX[1, :D]
+    order = np.argsort(h, axis=1, kind="stable")  # equal hashes together, in their original order
+    s = np.take_along_axis(h, order, 1)
+    meet = np.zeros((N, Q), bool)
+    meet[:, 1:] = s[:, 1:] == s[:, :-1]
+    n_i, q_i = np.nonzero(meet)
+    if len(n_i) and not (words[n_i, order[n_i, q_i]] == words[n_i, order[n_i, q_i - 1]]).all():
+        return _repeats_by_bytes(keys)
+    repeat = np.zeros((N, Q), bool)
+    np.put_along_axis(repeat, order, meet, 1)
+    return repeat
+
+
+def _repeats_by_bytes(keys: np.ndarray) -> np.ndarray:
+    """:func:`repeats` by sorting the rows' bytes."""
+    order = np.argsort(keys, axis=1, kind="stable")  # equal keys together, in their original order
+    s = np.take_along_axis(keys, order, 1)
+    repeat_sorted = np.zeros(s.shape, bool)
+    repeat_sorted[:, 1:] = s[:, 1:] == s[:, :-1]
+    repeat = np.zeros_like(repeat_sorted)
+    np.put_along_axis(repeat, order, repeat_sorted, 1)
+    return repeat
+
+
 def fresh(M: np.ndarray, asked: np.ndarray | None = None) -> np.ndarray:
     """``M`` (N, Q, D) with every row that repeats an earlier row of ``M`` or one of ``asked`` (N, A) (the
     ``row_keys`` of the rows already scored; none where None) set to NaN, the rest packed to the front in order."""
@@ -32,12 +71,7 @@ def fresh(M: np.ndarray, asked: np.ndarray | None = None) -> np.ndarray:
     if asked is None:
         asked = row_keys(np.zeros((N, 0, M.shape[2])))
     both = np.concatenate([asked, row_keys(M)], axis=1)  # the asked rows first: a repeat of one of them goes
-    order = np.argsort(both, axis=1, kind="stable")  # equal keys together, in their original order
-    s = np.take_along_axis(both, order, 1)
-    repeat_sorted = np.zeros(s.shape, bool)
-    repeat_sorted[:, 1:] = s[:, 1:] == s[:, :-1]
-    repeat = np.zeros_like(repeat_sorted)
-    np.put_along_axis(repeat, order, repeat_sorted, 1)
+    repeat = repeats(both)
     out = M.copy()
     out[repeat[:, asked.shape[1]:]] = np.nan  # (a NaN row repeating a NaN row stays NaN)
     return compact(out, Q)
@@ -84,7 +118,10 @@ def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, b
 
 def compact(C: np.ndarray, rows: int) -> np.ndarray:
     """(N, rows, D) each agent's first ``rows`` finite rows of ``C`` (N, Q, D), in order (NaN padded)."""
+    N, _, D = C.shape
     live = ~np.isnan(C).any(-1)
-    order = np.argsort(~live, axis=1, kind="stable")[:, :rows]
-    out = np.take_along_axis(C, order[:, :, None], 1)
-    return np.pad(out, ((0, 0), (0, rows - out.shape[1]), (0, 0)), constant_values=np.nan)
+    pos = np.cumsum(live, 1) - 1  # each finite row's place among its agent's
+    n_i, q_i = np.nonzero(live & (pos < rows))
+    out = np.full((N, rows, D), np.nan)
+    out[n_i, pos[n_i, q_i]] = C[n_i, q_i]
+    return out
