@@ -155,13 +155,17 @@ def _brackets(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, R: np.ndarray) -
     dR = R - X[:, None, :]  # (N, Q, D), NaN rows unscored
     with np.errstate(invalid="ignore", divide="ignore"):
         f = np.take_along_axis(dR[:, None], key[:, :, None, None], -1)[..., 0] / k[..., None]  # (N, T, Q)
+        # only the (start, row) pairs whose key column puts the row inside the ray are checked column by column
+        n, t, q = np.nonzero((k[..., None] != 0) & (f > 0) & (f < 1 - 1e-9))
+        s, r, f = dS[n, t], dR[n, q], f[n, t, q]  # (L, D), (L, D), (L,)
         # a rounded key column reads f to within 0.5 / |k|, which every other column's check allows for
-        slack = np.where(geo.rounded[key], 0.5 / np.abs(k), 0.0)[..., None, None] * np.abs(dS[:, :, None])
-        resid = np.abs(dR[:, None] - f[..., None] * dS[:, :, None])  # (N, T, Q, D)
-        tol = np.where(geo.rounded, 0.5, 0.0) + 1e-9 * (1.0 + np.abs(dS[:, :, None])) + slack
-        on = np.where(num, resid <= tol, np.abs(dR[:, None] - dS[:, :, None]) <= 1e-12).all(-1)
-        on &= (k[..., None] != 0) & (f > 0) & (f < 1 - 1e-9)
-    return np.where(on, f, 0.0).max(-1)
+        slack = np.where(geo.rounded[key[n, t]], 0.5 / np.abs(k[n, t]), 0.0)[:, None] * np.abs(s)
+        resid = np.abs(r - f[:, None] * s)
+        tol = np.where(geo.rounded, 0.5, 0.0) + 1e-9 * (1.0 + np.abs(s)) + slack
+        on = np.where(num, resid <= tol, np.abs(r - s) <= 1e-12).all(-1)
+    out = np.zeros(S.shape[:2])
+    np.maximum.at(out, (n[on], t[on]), f[on])  # the largest such f per start (f > 0: 0 where none)
+    return out
 
 
 def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
