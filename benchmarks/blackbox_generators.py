@@ -341,15 +341,17 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     cell_dir = out / "blackbox_generators"
     cell_dir.mkdir(parents=True, exist_ok=True)
-    cells = []
     for cell in args.cells.split(","):
         if cell not in CELLS:
             raise SystemExit(f"--cells: unknown cell {cell!r}; known: {', '.join(CELLS)}")
         path = cell_dir / f"{cell.replace('/', '_')}.json"
         if args.remote_only:
-            cells.append(save(remote_only(cell, path, args), path))
-        else:
-            cells.append(json.loads(path.read_text()) if path.exists() and not args.force else save(run_cell(cell, args), path))
+            save(remote_only(cell, path, args), path)
+        elif not path.exists() or args.force:
+            save(run_cell(cell, args), path)
+    # the tables, json and plot hold every cell with a saved JSON (a run of some cells keeps the others)
+    paths = [cell_dir / f"{cell.replace('/', '_')}.json" for cell in CELLS]
+    cells = [json.loads(path.read_text()) for path in paths if path.exists()]
     command = "python benchmarks/blackbox_generators.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
     (out / "blackbox_generators.md").write_text(report(cells, command))
     (out / "blackbox_generators.json").write_text(json.dumps(cells, indent=1, default=float))
