@@ -42,7 +42,8 @@ def ray_cluster():
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules that hold a ``slow`` test run first: the suite runs on two pytest-xdist workers, a module
-    whole on one (``--dist loadscope``), and the long modules started last would leave one worker idle
-    while the other finishes them."""
+    whole on one, in collection order (pyproject.toml's addopts: ``--dist loadscope
+    --no-loadscope-reorder``), and the long modules started last would leave one worker idle while the
+    other finishes them (xdist's own order, the modules with the most tests first, did that)."""
     slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)  # stable: the order within stays

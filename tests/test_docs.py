@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,11 +28,14 @@ def test_readme_is_a_front_door():
     assert len(text.splitlines()) <= 250
     # the two set-up commands, exactly as .ci/run runs them
     ci = (ROOT / ".ci" / "run").read_text()
-    test_cmd = "python -m pytest -q -n 2 --dist loadscope"  # both cores, a module's fixtures built once
+    test_cmd = "python -m pytest -q"
     for cmd in ("pip install torch==2.13.0 && pip install -e . && python train.py",
-                f'pip install torch==2.13.0 && pip install -e ".[test]" && {test_cmd}'):
+                f'pip install torch==2.13.0 && pip install -e ".[test]" && {test_cmd}\n'):
         assert cmd in text
     assert "\npython train.py\n" in ci and f"\n{test_cmd}\n" in ci
+    # the suite on both cores, a module whole on one worker, in the order tests/conftest.py gives
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert addopts.split() == ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder"]
 
 
 def test_readme_links_resolve():
