@@ -240,10 +240,7 @@ def _projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np
         return geo.project(X, C)
     out = np.full(C.shape, np.nan)
     if K:  # only the real rows projected (most moves of a step model are NaN): packed to the front, in order
-        packed = np.arange(K)[None, :] < n_live[:, None]
-        P = np.zeros((len(C), K, C.shape[2]))
-        P[packed] = C[live]  # both masks read agent by agent, in order
-        out[live] = geo.project(X, P)[packed]
+        out[live] = geo.project(X, compact(C, K))[np.arange(K)[None, :] < n_live[:, None]]
     return out
 
 

@@ -29,8 +29,8 @@ _MIX = np.random.default_rng(56).integers(1, 2**63, size=(2, 4096), dtype=np.uin
 
 
 def repeats(keys: np.ndarray) -> np.ndarray:
-    """(N, Q) bool: each of ``keys`` (N, Q) (``row_keys``, or any keys of 8-byte words) equals an earlier one of its agent's, bit for bit.
-    Sorted by a 64-bit hash of the row's words (sorting the raw bytes compares them byte by byte: 4 times
+    """(N, Q) bool: each of ``keys`` (N, Q) (``row_keys``, or any keys of 8-byte words) equals an earlier
+    one of its agent's, bit for bit. Sorted by a 64-bit hash of the row's words (sorting the raw bytes compares them byte by byte: 4 times
     slower here); rows whose hashes meet are compared whole, and a collision of unequal rows (odds about
     2^-64 a pair) falls back to sorting the bytes themselves."""
     N, Q = keys.shape
