@@ -96,7 +96,8 @@ def run_cell(cell: str, args: argparse.Namespace, py: Path) -> dict[str, Any]:
     marks = tuple(int(c) for c in args.checkpoints.split(",") if c)
     t = time.perf_counter()
     log = Path(args.out) / "cfrl_budget" / f"{cell.replace('/', '_')}.log"
-    res = run_cfrl(py, world, space, data, model, args.seed, agents, args.steps, marks, log=log)
+    res = run_cfrl(py, world, space, data, model, args.seed, agents, args.steps, marks, log=log,
+                   num_workers=args.workers)
     if "error" in res:
         raise SystemExit(f"[{cell}] CFRL failed: {res['error']}")
     return {**score_run(cell, world, data, agents, res, args.steps), "wall_seconds": time.perf_counter() - t}
@@ -108,7 +109,7 @@ def prepare(args: argparse.Namespace) -> None:
     marks = tuple(int(c) for c in args.checkpoints.split(",") if c)
     for cell in args.cells.split(","):
         world, data, model, agents, space = cell_setup(cell, args.seed, args.agents)
-        extra = {"threads": args.threads} | ({"deadline_seconds": args.deadline} if args.deadline else {})
+        extra = {"threads": args.threads, "num_workers": args.workers} | ({"deadline_seconds": args.deadline} if args.deadline else {})
         write_cfrl_inputs(root / cell.replace("/", "_"), world, space, data, model, args.seed, agents, args.steps,
                           marks, **extra)
         print(f"[{cell}] {len(agents)} agents -> {root / cell.replace('/', '_')}", flush=True)
@@ -146,24 +147,53 @@ def report(cells: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_label(c: dict[str, Any]) -> str:
+    """A short name for one run of a cell in the plot's legend: where it ran and how far it got."""
+    machine = c.get("machine") or ""
+    where = ("GPU machine, " + ("its GPU" if c.get("device", "cpu") != "cpu" else "its CPUs")) if "lent" in machine \
+        else "2 cores"
+    return f"{where}, {c['curve'][-1]['steps']:,} steps"
+
+
 def plot(cells: list[dict[str, Any]], path: Path) -> None:
+    """One pair of panels per cell (valid above, distance ratio to MACE below), every run of it a line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
-    for c in cells:
-        s = [p["steps"] for p in c["curve"]]
-        lent = "lent" in (c.get("machine") or "")
-        label = c["cell"] + ((" (GPU machine, on its GPU)" if c.get("device", "cpu") != "cpu" else " (GPU machine, its CPUs)")
-                             if lent else "")
-        a.plot(s, [p["valid"] for p in c["curve"]], marker="o", label=label)
-        b.plot(s, [p["ratio_median"] or np.nan for p in c["curve"]], marker="o", label=label)
-    for ax, label in ((a, "valid"), (b, "median distance / MACE")):
-        ax.set_xscale("log")
-        ax.set_xlabel("CFRL training steps")
-        ax.set_ylabel(label)
-    a.legend(fontsize=7)
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}")
+    names = sorted({c["cell"] for c in cells})
+    cols = min(4, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(2 * rows, cols, figsize=(3.2 * cols, 4.4 * rows), squeeze=False)
+    for k, name in enumerate(names):
+        top, bottom = axes[2 * (k // cols)][k % cols], axes[2 * (k // cols) + 1][k % cols]
+        for c in (c for c in cells if c["cell"] == name):
+            s = [p["steps"] for p in c["curve"]]
+            top.plot(s, [p["valid"] for p in c["curve"]], marker="o", ms=3, label=run_label(c))
+            bottom.plot(s, [p["ratio_median"] or np.nan for p in c["curve"]], marker="o", ms=3)
+        top.set_title(name, fontsize=9)
+        top.set_ylim(-0.05, 1.05)
+        top.legend(fontsize=6)
+        for ax, label in ((top, "valid"), (bottom, "distance / MACE")):
+            ax.set_xscale("log")
+            ax.set_xlim(1500, 1.4e5)  # every cell on the same steps axis, alibi's default (1e5) inside it
+            ax.xaxis.set_major_formatter(plain)
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_ylabel(label, fontsize=8)
+            ax.tick_params(labelsize=7)
+        ratios = [p["ratio_median"] for c in cells if c["cell"] == name for p in c["curve"] if p["ratio_median"]]
+        if ratios:
+            bottom.set_yscale("log")
+            bottom.yaxis.set_major_formatter(plain)
+            bottom.yaxis.set_minor_formatter(plain)
+        else:  # never valid: no distance to plot
+            bottom.text(0.5, 0.5, "no valid answer", ha="center", va="center", transform=bottom.transAxes, fontsize=8)
+        bottom.set_xlabel("CFRL training steps", fontsize=8)
+    for k in range(len(names), rows * cols):
+        axes[2 * (k // cols)][k % cols].axis("off")
+        axes[2 * (k // cols) + 1][k % cols].axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -183,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--machine", default="", help="with --collect: the machine the work folders ran on")
     p.add_argument("--tag", default="device", help="with --collect: the result files' suffix (<cell>-<tag>.json)")
     p.add_argument("--threads", type=int, default=1, help="with --prepare: torch threads per cell")
+    p.add_argument("--workers", type=int, default=4, help="alibi's data-loader workers per cell (alibi's default: 4)")
     p.add_argument("--deadline", type=float, default=0.0, help="with --prepare: stop training after these seconds")
     args = p.parse_args(argv)
     out = Path(args.out)

@@ -261,13 +261,14 @@ def read_cfrl_answers(work: Path, space: RawSpace) -> dict[str, Any]:
 
 
 def run_cfrl(py: Path, world: TabularWorld, space: RawSpace, data: Any, model: str, seed: int,
-             agents: np.ndarray, steps: int, checkpoints: tuple[int, ...] = (), log: Path | None = None
-             ) -> dict[str, Any]:
+             agents: np.ndarray, steps: int, checkpoints: tuple[int, ...] = (), log: Path | None = None,
+             **extra: Any) -> dict[str, Any]:
     """Train alibi's CounterfactualRLTabular in its venv and read its answers (JSON); ``checkpoints``: the
-    steps at which every agent is also explained (the learning curve, ``curve``)."""
+    steps at which every agent is also explained (the learning curve, ``curve``); ``extra`` goes into the
+    spec (``num_workers``, ``threads``)."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        write_cfrl_inputs(tmp, world, space, data, model, seed, agents, steps, checkpoints)
+        write_cfrl_inputs(tmp, world, space, data, model, seed, agents, steps, checkpoints, **extra)
         cmd = [str(py), str(HERE / "peers" / "alibi_cfrl.py"), str(tmp)]
         if log is not None:  # a long run: its progress lines go to a file as they come
             with open(log, "w") as err:

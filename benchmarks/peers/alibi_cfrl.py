@@ -17,6 +17,8 @@ WORK_DIR holds ``inputs.npz`` and ``spec.json`` written by ``benchmarks/peers.py
    DDPG training for ``steps`` steps;
 4. each agent explained on its own (one call), timed, with the predictor's calls counted.
 
+``num_workers`` in the spec: the data loader's worker processes (alibi's default is 4; they draw the
+conditioning vectors, a Python loop per row that is 40% of a step in one process; 0 before 2026-11-28).
 ``deadline_seconds`` in the spec stops the training at that many seconds of it (the steps reached are
 reported; a machine lent for minutes, not hours); the agents are then explained as after a full run.
 Where spacy is not installed (the GPU image, which installs nothing), a stand-in lets alibi import:
@@ -164,7 +166,7 @@ def main(work: Path) -> None:
                                         coeff_sparsity=0.5, coeff_consistency=0.5, category_map=category_map,
                                         feature_names=names, immutable_features=immutable or None,
                                         ranges=ranges or None, train_steps=int(spec["steps"]), batch_size=100,
-                                        num_workers=0, backend="pytorch", seed=seed)
+                                        num_workers=int(spec.get("num_workers", 0)), backend="pytorch", seed=seed)
     calls0 = counter["calls"]
     t1 = time.perf_counter()
     curve = []  # the learning curve: every agent explained at each checkpoint (spec "checkpoints")
@@ -224,6 +226,7 @@ def main(work: Path) -> None:
         "device": str(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
         "ae_seconds": ae_s, "rl_seconds": rl_s, "train_seconds": ae_s + rl_s, "train_model_calls": train_calls,
         "disagreements": disagree, "checked_rows": checked, "ae_epochs": epochs, "curve": curve,
+        "num_workers": int(spec.get("num_workers", 0)), "threads": int(spec.get("threads", 1)),
         "versions": {"alibi": alibi.__version__, "torch": torch.__version__, "numpy": np.__version__,
                      "sklearn": sklearn.__version__}}))
 
