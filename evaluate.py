@@ -15,8 +15,6 @@ stderr names it: a missing or unfinished run directory, an untrained model), 130
 import argparse
 import sys
 
-from evaluation.experiment import evaluate_run
-
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,13 +48,16 @@ def main(argv=None) -> int:
         if args.run_dir is None:
             raise ValueError("name a run directory (python evaluate.py runs/NAME, or --audit runs/NAME --groups ...)")
 
+        cfg_path = Path(args.run_dir) / "config.yaml"
+        if not cfg_path.exists():  # before the heavy imports below: a mistyped path answers at once
+            raise FileNotFoundError(f"run: {args.run_dir} has no config.yaml (not a run directory)")
         import yaml
 
+        from evaluation.experiment import evaluate_run
         from evaluation.sequential_experiment import evaluate_sequential, is_sequential_config
         from evaluation.tabular_experiment import evaluate_tabular, is_tabular_config
 
-        cfg_path = Path(args.run_dir) / "config.yaml"
-        data = yaml.safe_load(cfg_path.read_text()) if cfg_path.exists() else None
+        data = yaml.safe_load(cfg_path.read_text())
         if is_sequential_config(data):
             evaluate_sequential(args.run_dir)
             return 0

@@ -42,10 +42,11 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     from data_gen.config import read_yaml
+
+    data = read_yaml(args.config)  # a missing or unreadable config fails before the heavy imports below
     from evaluation.sequential_experiment import is_sequential_config
     from evaluation.tabular_experiment import is_tabular_config
 
-    data = read_yaml(args.config)
     if is_sequential_config(data):
         return _sequential(args)
     if is_tabular_config(data):

@@ -64,6 +64,8 @@ def _trained_key(out: Path) -> str | None:
 
 def train_experiment(cfg: ExperimentConfig, progress: bool = True, log=print) -> Path:
     """Build or reuse the dataset, then train every generator on every filter and seed."""
+    for spec in cfg.generators + cfg.policies:  # a method's typo answers now, not after the dataset is built
+        group_aware(spec.method, spec.params, spec.group_mode)  # __init__ only stores (and checks) its parameters
     t0 = time.perf_counter()
     ds = build_dataset(cfg.dataset, cfg.data_dir, cfg.dataset_name, progress=progress)
     log(f"dataset {ds.path} ({len(ds)} agents, built/reused in {time.perf_counter() - t0:.1f}s)")

@@ -27,10 +27,17 @@ def _config(tmp_path, **extra):
     return path
 
 
-@pytest.mark.slow
-def test_train_then_evaluate(tmp_path):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The tiny config trained once by train.py (progress on, as a user runs it): its folder, config and output."""
+    tmp_path = tmp_path_factory.mktemp("tiny")
     cfg = _config(tmp_path)
-    out = _run(str(ROOT / "train.py"), str(cfg), cwd=tmp_path)
+    return tmp_path, cfg, _run(str(ROOT / "train.py"), str(cfg), cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_train_then_evaluate(trained):
+    tmp_path, cfg, out = trained
     assert out.returncode == 0, out.stderr
     assert "| hamming_knn [all]" in out.stdout
     # Off a terminal (a pipe here, as in CI or a log file) progress is whole lines, never bar redraws:
@@ -102,22 +109,20 @@ def _run_all(calls: list[tuple], cwd) -> list:
 
 
 @pytest.mark.slow
-def test_scripts_fail_politely(tmp_path):
+def test_scripts_fail_politely(tmp_path, trained):
     """A missing run directory, a config typo and an untrained run: one line and exit status 2."""
     nowhere = str(tmp_path / "nowhere")
     typo = tmp_path / "typo.yaml"
     typo.write_text("name: t\ngenerators:\n  - method: named_cfee\n")
-    cfg = _config(tmp_path)
-    missing, ev, sv, typo_out, trained = _run_all([
+    missing, ev, sv, typo_out = _run_all([
         (str(ROOT / "train.py"), str(tmp_path / "missing.yaml")), (str(ROOT / "evaluate.py"), nowhere),
-        (str(ROOT / "serve.py"), nowhere), (str(ROOT / "train.py"), str(typo)),
-        (str(ROOT / "train.py"), str(cfg), "--no-eval", "--quiet")], tmp_path)
+        (str(ROOT / "serve.py"), nowhere), (str(ROOT / "train.py"), str(typo))], tmp_path)
     _one_line_error(missing, "train.py", "missing.yaml", "does not exist")
     _one_line_error(ev, "evaluate.py", "not a run directory")
     _one_line_error(sv, "serve.py", "not a trained run directory")
     assert typo_out.returncode == 2 and "named_cfee" in typo_out.stderr and "Traceback" not in typo_out.stderr
-    assert trained.returncode == 0, trained.stderr
-    run = tmp_path / "runs" / "tiny"
+    assert trained[2].returncode == 0, trained[2].stderr
+    run = Path(shutil.copytree(trained[0] / "runs" / "tiny", tmp_path / "runs" / "tiny"))
     shutil.rmtree(run / "models")  # an interrupted or untrained run
     calls, expect = [(str(ROOT / "evaluate.py"), str(run)), (str(ROOT / "serve.py"), str(run))], \
         [("evaluate.py", "missing", "run train.py"), ("serve.py", "not trained")]
