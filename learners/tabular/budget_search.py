@@ -50,7 +50,9 @@ from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: r
     screens,
 )
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.lifts import LIFT_SHARE, lifted, near_misses
 from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, repeats, row_keys
+from learners.tabular.rows import projected as _projected
 from learners.tabular.slides import slides
 from learners.tabular.step_trades import step_trades
 from learners.tabular.steps import corner_grid, first_vocab_values
@@ -111,14 +113,16 @@ def value_vocabulary(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, cap: int
     return out
 
 
-def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    """(N, Q) acceptance of the finite rows of ``C`` (N, Q, D) in one call, and rows scored per agent."""
+def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(N, Q) acceptance of the finite rows of ``C`` (N, Q, D) in one call, rows scored per agent, and (N, Q)
+    the model's probabilities (NaN for the rows not scored)."""
     N, Q, D = C.shape
     live = ~np.isnan(C).any(-1)
-    ok = np.zeros((N, Q), bool)
+    proba = np.full((N, Q), np.nan)
     if live.any():
-        ok[live] = model.predict_proba(C[live]) > threshold
-    return ok, live.sum(1)
+        proba[live] = model.predict_proba(C[live])  # (n,) P(accept): one round trip
+    return proba > threshold, live.sum(1), proba
 
 
 def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
@@ -228,20 +232,6 @@ def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     R[:, :, num] = X[:, None, num] + t[:, :, None] * (B[:, None, num] - X[:, None, num])
     parts.append(R)
     return _projected(geo, X, parts)
-
-
-def _projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
-    """The rows ``parts`` (each (N, Q_i, D)) side by side, projected onto the agents' boxes; NaN rows stay NaN."""
-    C = np.concatenate(parts, axis=1)
-    live = ~np.isnan(C).any(-1)
-    n_live = live.sum(1)
-    K = int(n_live.max(initial=0))
-    if K == C.shape[1]:  # no NaN row to skip
-        return geo.project(X, C)
-    out = np.full(C.shape, np.nan)
-    if K:  # only the real rows projected (most moves of a step model are NaN): packed to the front, in order
-        out[live] = geo.project(X, compact(C, K))[np.arange(K)[None, :] < n_live[:, None]]
-    return out
 
 
 def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarray) -> list[np.ndarray]:
@@ -433,10 +423,12 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     C = fresh(C)  # rays, snaps and grids meet: each row once
     n_corners = min(int(budget.rows), CORNERS) if steps and vocab is not None else 0
     ahead = _ahead(geo, X, vocab, n_corners) if int(budget.calls) > 1 else None
-    ok, used = _accept(model, geo, X, C, threshold)
+    ok, used, proba = _accept(model, geo, X, C, threshold)
     own_Sc, own_corners = ahead.result() if ahead is not None else (None, None)
     calls, rows_left = 1, rows_left - used
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], nan_as_zero(C)), np.inf)  # every accepted row
+    lifting = steps and int(budget.calls) > 1  # a model in steps: its near misses, lifted by one feature (lifts.py)
+    near = near_misses(geo, X, C, proba, ok, pool_d.min(1)) if lifting else None
     # scored and refused, the latest first: the brackets (only the latest BRACKET_ROWS kept: memory)
     recent = compact(np.where((~ok & ~np.isnan(C).any(-1))[..., None], C, np.nan)[:, ::-1], BRACKET_ROWS)
     asked = row_keys(np.where(np.isnan(C).any(-1, keepdims=True), np.nan, C))  # every row scored: never twice
@@ -457,8 +449,13 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         if last:
             break
         n_add = (ADD_SHARE * cap).astype(np.int64) if rounds_left > 1 else np.zeros(N, np.int64)
+        n_lift = (LIFT_SHARE * cap).astype(np.int64) if lifting else np.zeros(N, np.int64)
         M = _shortening_rows(geo, X, S, vocab, per, np.where(found, dS[:, 0], -np.inf), steps,
-                             recent, cap - n_add, trades=rounds_left > 1)
+                             recent, cap - n_add - n_lift, trades=rounds_left > 1)
+        if n_lift.any():  # the near misses with one more feature, ahead of the moves (they are few and new)
+            L = lifted(geo, X, near[0], own_Sc if own_Sc is not None else lambda a: screens(geo, X[a], vocab), asked,
+                       int(n_lift.max()), np.where(found, dS[:, 0], -np.inf), n_lift)
+            M = compact(np.concatenate([L, M], axis=1), per)
         if n_add.any():
             A = nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), int(n_add.max()),
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf), n_add)
@@ -513,12 +510,14 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         M[done] = np.nan
         if done.all():
             break
-        ok, used = _accept(model, geo, X, M, threshold)
+        ok, used, proba = _accept(model, geo, X, M, threshold)
         calls, rows_left, rounds_left = calls + 1, rows_left - used, rounds_left - 1
         dm = np.full(ok.shape, np.inf)
         n_ok, q_ok = np.nonzero(ok)  # the accepted rows' distances only (each row's own sum: the same bits)
         dm[n_ok, q_ok] = geo.distance(X[n_ok], M[n_ok, q_ok])
         pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
+        if lifting and rounds_left > 0:
+            near = near_misses(geo, X, M, proba, ok, pool_d.min(1), kept=near)
         if rounds_left > 0 and rows_left.max() > 0:  # a round follows: its brackets, and the rows not to repeat
             refused = np.where((~ok & ~np.isnan(M).any(-1))[..., None], M, np.nan)
             recent = compact(np.concatenate([refused[:, ::-1], recent], axis=1), BRACKET_ROWS)

@@ -8,7 +8,7 @@ import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
 
-__all__ = ["compact", "fresh", "nearest_first", "repeats", "row_keys"]
+__all__ = ["compact", "fresh", "nearest_first", "projected", "repeats", "row_keys"]
 
 
 def row_keys(C: np.ndarray) -> np.ndarray:
@@ -124,4 +124,18 @@ def compact(C: np.ndarray, rows: int) -> np.ndarray:
     n_i, q_i = np.nonzero(live & (pos < rows))
     out = np.full((N, rows, D), np.nan)
     out[n_i, pos[n_i, q_i]] = C[n_i, q_i]
+    return out
+
+
+def projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
+    """The rows ``parts`` (each (N, Q_i, D)) side by side, projected onto the agents' boxes; NaN rows stay NaN."""
+    C = np.concatenate(parts, axis=1)
+    live = ~np.isnan(C).any(-1)
+    n_live = live.sum(1)
+    K = int(n_live.max(initial=0))
+    if K == C.shape[1]:  # no NaN row to skip
+        return geo.project(X, C)
+    out = np.full(C.shape, np.nan)
+    if K:  # only the real rows projected (most moves of a step model are NaN): packed to the front, in order
+        out[live] = geo.project(X, compact(C, K))[np.arange(K)[None, :] < n_live[:, None]]
     return out
