@@ -50,7 +50,7 @@ from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: r
     screens,
 )
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.lifts import LIFT_SHARE, lifted, near_misses
+from learners.tabular.lifts import LIFT_SHARE, lifted, near_misses, one_more_feature
 from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, repeats, row_keys
 from learners.tabular.rows import projected as _projected
 from learners.tabular.slides import slides
@@ -277,17 +277,13 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     ``B`` leaves at the agent's value) and their numeric changes scaled by ``ADD_SHRINK``: a changed set
     that needs a feature the proposals left out is reached by adding it, then shrinking (a later round)."""
     Sc = screens(geo, X, vocab) if Sc is None else Sc
-    moves = np.abs(nan_as_zero(Sc) - X[:, None, :]) > 1e-12
-    changed = np.abs(nan_as_zero(B) - X) > 1e-12
-    dead = (moves & changed[:, None, :]).any(-1) | np.isnan(Sc).any(-1) | np.isnan(B).any(-1)[:, None]
+    changed = np.abs(nan_as_zero(B) - X) > 1e-12  # the answer's own changes, before they are scaled
     num = geo.numeric
     out = []
     for t in ADD_SHRINK:
         base = np.array(B, float)
         base[:, num] = X[:, num] + t * (base[:, num] - X[:, num])
-        R = np.where(moves, Sc, base[:, None, :])
-        R[dead] = np.nan
-        out.append(R)
+        out.append(one_more_feature(X, base, Sc, changed))
     return _projected(geo, X, out)
 
 

@@ -49,15 +49,21 @@ def near_misses(geo: WorldGeometry, X: np.ndarray, rows: np.ndarray, proba: np.n
     return near, p_near
 
 
-def lift_rows(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, Sc: np.ndarray) -> np.ndarray:
+def one_more_feature(X: np.ndarray, B: np.ndarray, Sc: np.ndarray, changed: np.ndarray | None = None) -> np.ndarray:
     """(N, Q, D) the rows ``B`` (N, D) with one more raw feature moved as each screen of ``Sc`` (N, Q, D)
-    moves it; NaN where the screen's feature is one ``B`` changes already, or either row is missing."""
+    moves it, not projected; NaN where the screen's feature is one of ``changed`` (N, D; default: the columns
+    ``B`` changes), or either row is missing. Also the search's additions (``budget_search._additions``)."""
     moves = np.abs(nan_as_zero(Sc) - X[:, None, :]) > 1e-12
-    changed = np.abs(nan_as_zero(B) - X) > 1e-12
+    changed = np.abs(nan_as_zero(B) - X) > 1e-12 if changed is None else changed
     dead = (moves & changed[:, None, :]).any(-1) | np.isnan(Sc).any(-1) | np.isnan(B).any(-1)[:, None]
     R = np.where(moves, Sc, B[:, None, :])
     R[dead] = np.nan
-    return projected(geo, X, [R])
+    return R
+
+
+def lift_rows(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, Sc: np.ndarray) -> np.ndarray:
+    """(N, Q, D) ``one_more_feature`` of the near misses ``B`` (N, D), projected onto the agents' boxes."""
+    return projected(geo, X, [one_more_feature(X, B, Sc)])
 
 
 def lifted(geo: WorldGeometry, X: np.ndarray, near: np.ndarray, Sc: np.ndarray | Callable[[slice], np.ndarray],
