@@ -29,6 +29,7 @@ changes, the k-NN idea under the same budget).
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -78,7 +79,8 @@ class ProposerParams:
     surrogate_hidden: tuple[int, ...] = (64, 64)  # the surrogate's MLP widths
     surrogate_epochs: int = 60  # its training epochs
     surrogate_search: int = 3  # answers per agent of the white-box search (change_value) on the surrogate, proposed first (0: none)
-    surrogate_piece_lp: bool = True  # the white-box search on the surrogate also solves each answer's piece MILP (False: 10-14 ms less an answer; German MLP .93 -> .88 at 2 x 256)
+    surrogate_piece_lp: bool = True  # fitting: the surrogate's white-box search also solves each answer's piece MILP for the refit rounds (False: German MLP .93 -> .88 at 2 x 256)
+    answer_piece_lp: bool = False  # answering: and for the answers' first proposals (True: 5-20 ms more an answer, the same optimal share on German and Credit MLP)
     surrogate_rounds: int = 1  # rounds asking the model about the search's answers on the surrogate for the training agents, refitting it
     surrogate_max_sigma: float = 0.15  # the surrogate is used only where its held-out logit error near the boundary is at most this
     corner_grid: float = 0.25  # of round one's rows, the proposals' changed sets on the vocabulary's values, where the model answers in steps (probed at fit time; 0: never)
@@ -164,7 +166,7 @@ class ProposerGenerator(TabularGenerator):
                 self.inner_ = ChangeValueGenerator(piece_lp=bool(p.surrogate_piece_lp)).fit(replace(world, model=sur.as_model()), labels, seed=seed)
             if r == rounds:
                 break
-            A = self._surrogate_answers(world, self.X_)  # (M, k, D)
+            A = self._surrogate_answers(world, self.X_, fitting=True)  # (M, k, D)
             ladder = np.asarray(LEAD_LADDER)[None, None, :, None]
             R = self.X_[:, None, None, :] + ladder * (A - self.X_[:, None, :])[:, :, None, :]
             R = geo.project(self.X_, R.reshape(len(A), -1, A.shape[-1]))
@@ -275,15 +277,24 @@ class ProposerGenerator(TabularGenerator):
             P = np.concatenate([self._surrogate_answers(world, X), P], axis=1)
         return P
 
-    def _surrogate_answers(self, world: TabularWorld, X: np.ndarray) -> np.ndarray:
+    def _surrogate_answers(self, world: TabularWorld, X: np.ndarray, *, fitting: bool = False) -> np.ndarray:
         """(N, surrogate_search, D) the white-box search's nearest answers on the surrogate (the agent itself
-        where it has fewer)."""
+        where it has fewer); its piece MILP as ``surrogate_piece_lp`` (``fitting``) or ``answer_piece_lp``."""
         k = int(self.params.surrogate_search)
         sw = self.__dict__.get("_surrogate_world")
         if sw is None or sw[0] is not world:
             sw = (world, replace(world, model=self.surrogate_.as_model()))
             self.__dict__["_surrogate_world"] = sw
-        rec = self.inner_.recommend(sw[1], X, n_alternatives=max(0, k - 1))
+        inner = self.inner_
+        piece_lp = bool(self.params.surrogate_piece_lp if fitting else self.params.answer_piece_lp)
+        if inner.params.piece_lp != piece_lp:  # the same fitted search, its last step on or off (kept: its caches)
+            view = self.__dict__.get("_inner_view")
+            if view is None or view[0] is not self.inner_:
+                view = (self.inner_, copy.copy(self.inner_))
+                view[1].params = replace(self.inner_.params, piece_lp=piece_lp)
+                self.__dict__["_inner_view"] = view
+            inner = view[1]
+        rec = inner.recommend(sw[1], X, n_alternatives=max(0, k - 1))
         A = rec.CF[:, None, :] if rec.alternatives is None else np.concatenate([rec.CF[:, None, :], rec.alternatives], 1)
         A = A[:, :k]
         return np.where(np.isnan(A).any(-1, keepdims=True), X[:, None, :], A)
