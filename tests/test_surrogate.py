@@ -153,3 +153,24 @@ def test_a_refit_that_comes_out_worse_sets_the_surrogate_and_its_search_aside(ti
     assert gen.surrogate_ is None and gen.inner_ is None and not gen.fit_info_["surrogate"]["used"]
     rec = gen.recommend_within(world, agents, Budget(2, 64))
     assert rec.found.any()
+
+
+def test_the_surrogates_piece_milp_runs_while_fitting_and_only_on_request_when_answering(tiny_mlp, monkeypatch):
+    import learners.tabular.change_value as change_value
+
+    world, labels, agents, _ = tiny_mlp
+    gen = build_tabular_generator("proposer", {"max_epochs": 5, "surrogate": True, "surrogate_queries": 50,
+                                               "surrogate_epochs": 5, "surrogate_max_sigma": 10.0}).fit(world, labels)
+    assert gen.inner_ is not None and gen.inner_.params.piece_lp and not gen.params.answer_piece_lp
+    solved = []
+    real = change_value.piece_optimum
+    monkeypatch.setattr(change_value, "piece_optimum", lambda *a, **k: solved.append(1) or real(*a, **k))
+    rec = gen.recommend_within(world, agents[:4], Budget(2, 64))
+    assert not solved and rec.found.any()  # answering: the fitted search without its last step
+    gen._surrogate_answers(world, agents[:4], fitting=True)
+    assert len(solved) == 1  # fitting (the refit rounds): with it
+    gen.params = replace(gen.params, answer_piece_lp=True)
+    again = gen.recommend_within(world, agents[:4], Budget(2, 64))
+    assert len(solved) == 2 and gen.inner_.params.piece_lp  # on request; the fitted search itself unchanged
+    # an all-discrete world has no piece to move on: the same answers either way
+    assert np.array_equal(np.nan_to_num(again.CF, nan=-7), np.nan_to_num(rec.CF, nan=-7))
