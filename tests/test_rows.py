@@ -99,3 +99,16 @@ def test_only_the_real_rows_are_projected_to_the_same_bits(agents):
     np.testing.assert_array_equal(_projected(geo, X, parts), whole)
     none = [np.full((agents, 3, X.shape[1]), np.nan)]
     assert np.isnan(_projected(geo, X, none)).all()
+
+
+def test_one_agents_full_rows_leave_anothers_nan_rows_nan():
+    """A batch where one agent has no NaN row: another agent's NaN rows stay NaN (they were once projected as
+    zeros clipped into the box, rows nobody proposed, which a search then scored)."""
+    world, X = german_forest_sample()
+    geo = WorldGeometry.of(world)
+    X = X[:2]
+    C = X[:, None, :] + np.random.default_rng(0).normal(0, 0.4, (2, 6, X.shape[1])) * geo.span
+    C[1, 2:] = np.nan
+    out = _projected(geo, X, [C])
+    assert np.isnan(out[1, 2:]).all() and not np.isnan(out[0]).any() and not np.isnan(out[1, :2]).any()
+    np.testing.assert_array_equal(out[0], geo.project(X[:1], C[:1])[0])

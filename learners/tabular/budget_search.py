@@ -50,18 +50,31 @@ from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: r
     screens,
 )
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.lifts import LIFT_SHARE, lifted, near_misses, one_more_feature
-from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, repeats, row_keys
+from learners.tabular.lifts import LIFT_SHARE, lifted, near_misses
+from learners.tabular.moves import (  # noqa: F401 (the constants and builders: read by the tests)
+    ADD_SHRINK,
+    FRACTIONS,
+    PAIR_FRACTIONS,
+    RAY,
+    STEP_FLIPS,
+    STEP_FRACTIONS,
+    STEP_VOCAB_STEPS,
+    TRADE_BACKS,
+    TRADE_SHARES,
+    VOCAB_STEPS,
+    _additions,
+    _brackets,
+    _moves,
+    _moves_one,
+    _starts,
+    _trades,
+)
+from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.rows import projected as _projected
-from learners.tabular.slides import slides
-from learners.tabular.step_trades import step_trades
-from learners.tabular.steps import corner_grid, first_vocab_values
+from learners.tabular.speculation import MoveCache, cached_moves, speculate
+from learners.tabular.steps import corner_grid
 
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # round one's rays (first_round.SCALES) further in a later round, for an agent none of whose rows was accepted
-# a numeric change shrunk to these fractions of itself (coarse far from the answer, fine near it)
-FRACTIONS = tuple(np.round(np.concatenate([np.linspace(0.05, 0.75, 8), 1 - np.geomspace(0.2, 0.004, 12)]), 6))
-RAY = tuple(np.round(1 - np.geomspace(0.6, 0.002, 20), 6))  # the whole numeric change scaled toward the agent
-PAIR_FRACTIONS = (0.0, 0.3, 0.6, 0.8, 0.9, 1.0)  # the grid of a pair of numeric changes (1.0: as it is)
 SPARE_DONORS = 64  # the training neighbours' transplants offered to a round's unused rows
 CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows
 BRACKET_ROWS = 512  # the latest rejected rows per agent that bracket the starts' rays (memory: N x T x rows x D)
@@ -70,19 +83,10 @@ MAX_STARTS = 6  # and up to this many where a round has the rows
 START_ROWS = 24  # rows a round needs per start before it takes one more
 MOVE_BLOCK = 64  # agents whose shortening moves are built at a time (memory)
 AHEAD_AGENTS = 64  # a batch this small gets round two's rows of its own built while round one's call waits
-VOCAB_STEPS = 8  # vocabulary values between the agent and the answer tried per numeric column
-# on a model that answers in steps (``steps.step_share``) the shrinks go to the vocabulary's values (a forest's
-# splits) more than to fractions: most fractions of a change land in the cell the answer is in already
-STEP_VOCAB_STEPS = 24
-STEP_FRACTIONS = (0.5, 0.8, 0.95)
-STEP_FLIPS = 2  # and a changed column goes to this many vocabulary values on the other side of the agent
-TRADE_BACKS = (1.0, 2.0)  # integer steps a changed integer column gives back in a trade
-TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)  # of the room a give-back frees, the partner's move
 SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the screens (one feature at a time)
 SCREEN_MIN_ROWS = 512  # only where the first round has this many rows: below, the proposals need them all
 ADD_SHARE = 0.25  # of a refinement round's rows that a later round can shrink, the share for ``_additions``
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
-ADD_SHRINK = (0.5, 0.7, 0.85, 0.95)  # the answer's numeric changes scaled toward the agent when a feature is added
 
 
 @dataclass
@@ -113,223 +117,44 @@ def value_vocabulary(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, cap: int
     return out
 
 
-def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float,
+            go: threading.Event | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(N, Q) acceptance of the finite rows of ``C`` (N, Q, D) in one call, rows scored per agent, and (N, Q)
-    the model's probabilities (NaN for the rows not scored)."""
+    the model's probabilities (NaN for the rows not scored). ``go`` is set as the call starts (the helper
+    thread's jobs wait for it: started earlier, they would take the GIL from the work before the call)."""
     N, Q, D = C.shape
     live = ~np.isnan(C).any(-1)
     proba = np.full((N, Q), np.nan)
-    if live.any():
-        proba[live] = model.predict_proba(C[live])  # (n,) P(accept): one round trip
+    try:
+        if live.any():
+            rows = C[live]
+            if go is not None:
+                go.set()
+            proba[live] = model.predict_proba(rows)  # (n,) P(accept): one round trip
+    finally:
+        if go is not None:
+            go.set()
     return proba > threshold, live.sum(1), proba
-
-
-def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
-           lo: np.ndarray | None = None, trades: bool = False) -> np.ndarray:
-    """(N, Q, D) rows that shorten each agent's accepted rows ``S`` (N, T, D) by one move (none from NaN rows);
-    ``lo`` (N, T): the bracket of each start's ray (``_brackets``)."""
-    N, T, D = S.shape
-    # every start at once (start-major per agent): one call, not T, where a request is one agent (latency);
-    # a NaN start (an agent with fewer answers) has no moves, so only the live ones are built
-    live = np.flatnonzero(~np.isnan(S).any(-1).reshape(N * T))
-    if not len(live):
-        return np.full((N, T, D), np.nan)
-    M1 = _moves_one(geo, np.repeat(X, T, axis=0)[live], S.reshape(N * T, D)[live], vocab, steps,
-                    None if lo is None else lo.reshape(N * T)[live], trades)
-    M = np.full((N * T, M1.shape[1], D), np.nan)
-    M[live] = M1
-    return M.reshape(N, T * M1.shape[1], D)
-
-
-def _brackets(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, R: np.ndarray) -> np.ndarray:
-    """(N, T) for each start ``S`` (N, T, D), the largest fraction f < 1 of its numeric change at which a
-    rejected row of ``R`` (N, Q, D) lies on its ray (x + f (s - x), its other columns as s's; integer
-    columns within rounding), 0 where none: on a smooth model the boundary lies between f and 1."""
-    if not R.shape[1]:
-        return np.zeros(S.shape[:2])
-    num = geo.numeric
-    dS = nan_as_zero(S - X[:, None, :])  # (N, T, D)
-    real = num & ~geo.rounded
-    # f is read off one column: the largest real change, else the integer change of the most steps (its
-    # rounding error, 0.5 / steps, the smallest)
-    key = np.where((real & (dS != 0)).any(-1), np.argmax(np.where(real, np.abs(dS) / geo.span, -1.0), axis=-1),
-                   np.argmax(np.where(num, np.abs(dS), -1.0), axis=-1))
-    k = np.take_along_axis(dS, key[..., None], -1)[..., 0]  # (N, T)
-    dR = R - X[:, None, :]  # (N, Q, D), NaN rows unscored
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f = np.take_along_axis(dR[:, None], key[:, :, None, None], -1)[..., 0] / k[..., None]  # (N, T, Q)
-        # only the (start, row) pairs whose key column puts the row inside the ray are checked column by column
-        n, t, q = np.nonzero((k[..., None] != 0) & (f > 0) & (f < 1 - 1e-9))
-        s, r, f = dS[n, t], dR[n, q], f[n, t, q]  # (L, D), (L, D), (L,)
-        # a rounded key column reads f to within 0.5 / |k|, which every other column's check allows for
-        slack = np.where(geo.rounded[key[n, t]], 0.5 / np.abs(k[n, t]), 0.0)[:, None] * np.abs(s)
-        resid = np.abs(r - f[:, None] * s)
-        tol = np.where(geo.rounded, 0.5, 0.0) + 1e-9 * (1.0 + np.abs(s)) + slack
-        on = np.where(num, resid <= tol, np.abs(r - s) <= 1e-12).all(-1)
-    out = np.zeros(S.shape[:2])
-    np.maximum.at(out, (n[on], t[on]), f[on])  # the largest such f per start (f > 0: 0 where none)
-    return out
-
-
-def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
-               lo: np.ndarray | None = None, trades: bool = False) -> np.ndarray:
-    """(N, Q, D) rows that shorten each agent's answer ``B`` (N, D) by one move (NaN rows where B is NaN);
-    where ``lo`` (N,) > 0 (a rejected row on the answer's ray), the whole change's ray is scaled inside
-    (lo, 1) instead of ``RAY``."""
-    N, D = X.shape
-    parts = []
-    cols = geo.raw_columns()
-    for j in range(geo.n_raw):  # each raw feature back to the agent's value
-        m = cols[j][cols[j] >= 0]
-        R = B.copy()
-        R[:, m] = X[:, m]
-        parts.append(R[:, None])
-    num = np.flatnonzero(geo.numeric)
-    f = np.asarray(STEP_FRACTIONS if steps else FRACTIONS)
-    V = STEP_VOCAB_STEPS if steps else VOCAB_STEPS
-    F = first_vocab_values(geo, X, vocab, V) if vocab is not None else None
-    for c in num:  # each numeric change shrunk
-        R = np.repeat(B[:, None], len(f), axis=1)
-        R[:, :, c] = X[:, None, c] + f[None, :] * (B[:, None, c] - X[:, None, c])
-        parts.append(R)
-        if F is not None and len(vocab[c]):  # the vocabulary values between the agent and the answer, nearest to the agent first
-            b = B[:, c]
-            up = b > X[:, c]
-            vals = np.where(up[:, None], F[0, :, c], F[1, :, c])
-            inside = ~np.isnan(vals) & np.where(up[:, None], vals < b[:, None], vals > b[:, None])
-            R = np.repeat(B[:, None], V, axis=1)
-            R[:, :, c] = np.where(inside, vals, np.nan)
-            parts.append(R)
-            if steps and STEP_FLIPS:  # the change to the other side of the agent (a forest need not be monotone)
-                moved = np.abs(b - X[:, c]) > 1e-12
-                R = np.repeat(B[:, None], STEP_FLIPS, axis=1)
-                R[:, :, c] = np.where(moved[:, None], np.where(up[:, None], F[1, :, c, :STEP_FLIPS], F[0, :, c, :STEP_FLIPS]), np.nan)
-                parts.append(R)
-    g = np.asarray(PAIR_FRACTIONS)  # two numeric changes shrunk together, on a grid (an optimum trading them)
-    changed = np.abs(nan_as_zero(B) - X) > 1e-12
-    for i, c1 in enumerate(num):
-        for c2 in num[i + 1:]:
-            both = changed[:, c1] & changed[:, c2]
-            if not both.any():
-                continue
-            R = np.repeat(B[:, None], len(g) ** 2, axis=1)
-            f1, f2 = np.repeat(g, len(g)), np.tile(g, len(g))
-            R[:, :, c1] = X[:, None, c1] + f1[None, :] * (B[:, None, c1] - X[:, None, c1])
-            R[:, :, c2] = X[:, None, c2] + f2[None, :] * (B[:, None, c2] - X[:, None, c2])
-            R[~both] = np.nan
-            parts.append(R)
-    parts += _trades(geo, X, B, changed)
-    if steps and trades and vocab is not None:  # in steps, a round to follow: along the splits (step_trades.py)
-        parts.append(step_trades(geo, X, B, vocab))
-    if not steps:  # a smooth boundary: less of one real change, more of another
-        parts.append(slides(geo, X, B))
-    t = np.broadcast_to(np.asarray(RAY), (N, len(RAY)))
-    if lo is not None and not steps:  # a bracket known: evenly inside it (1% of the change wants a fine grid)
-        inner = lo[:, None] + (1 - lo[:, None]) * np.arange(1, len(RAY) + 1)[None, :] / (len(RAY) + 1)
-        t = np.where(lo[:, None] > 0, inner, t)
-    R = np.repeat(B[:, None], t.shape[1], axis=1)
-    R[:, :, num] = X[:, None, num] + t[:, :, None] * (B[:, None, num] - X[:, None, num])
-    parts.append(R)
-    return _projected(geo, X, parts)
-
-
-def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarray) -> list[np.ndarray]:
-    """(N, Q, D) rows per changed integer column: it gives back ``TRADE_BACKS`` steps toward the agent and
-    another numeric column moves on, either way it may, by ``TRADE_SHARES`` of the distance that frees (the
-    optimum that takes one step less of an integer feature and tips over with a little of another). All
-    (column, steps, partner, direction) combinations at once: one agent's moves are built per request."""
-    num = np.flatnonzero(geo.numeric & ~geo.fixed)
-    ints = num[geo.rounded[num]]
-    if not len(ints) or len(num) < 2:
-        return []
-    Bn = nan_as_zero(B)
-    c, k = np.repeat(ints, len(TRADE_BACKS)), np.tile(np.asarray(TRADE_BACKS), len(ints))
-    live = changed[:, c] & (np.abs(Bn[:, c] - X[:, c]) > k - 1e-9)
-    keep = np.flatnonzero(live.any(0))  # the (column, steps) some agent can give back
-    if not len(keep):
-        return []
-    partners = [np.repeat(num[num != c[i]], 2) for i in keep]  # each other column, up then down
-    size = np.array([len(p) for p in partners])
-    j = np.concatenate(partners)
-    sgn = np.tile([1.0, -1.0], len(j) // 2)
-    c, k, live = np.repeat(c[keep], size), np.repeat(k[keep], size), np.repeat(live[:, keep], size, axis=1)
-    lo, hi = geo.box(X)
-    cost, raw = geo.direction_costs, geo.raw_of_column
-    g = Bn[:, c] - X[:, c]  # (N, T) the integer column's change
-    freed = k / geo.span[c] * np.where(g < 0, cost[raw[c], 1], cost[raw[c], 0])  # the normalized, weighted change a give-back frees
-    w = np.where(sgn > 0, cost[raw[j], 0], cost[raw[j], 1])
-    step = np.asarray(TRADE_SHARES)[None, None, :] * (freed / w)[:, :, None] * geo.span[j][None, :, None]  # (N, T, S)
-    D = X.shape[1]
-    R = np.repeat(np.repeat(B[:, None, None, :], len(c), 1), len(TRADE_SHARES), 2)  # (N, T, S, D)
-    n, t = np.arange(len(X))[:, None], np.arange(len(c))[None, :]
-    R[n, t, :, c[None, :]] = (B[:, c] - np.sign(g) * k)[:, :, None]
-    R[n, t, :, j[None, :]] = B[:, j][:, :, None] + sgn[None, :, None] * step
-    bad = ~live | (sgn * (Bn[:, j] - X[:, j]) < -1e-12)  # it changed the other way
-    bad |= np.where(sgn > 0, hi[:, j] <= B[:, j], lo[:, j] >= B[:, j])  # no room that way
-    R[bad] = np.nan
-    return [R.reshape(len(X), -1, D)]
-
-
-def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None,
-               Sc: np.ndarray | None = None) -> np.ndarray:
-    """(N, Q, D) the answers ``B`` (N, D) with one more raw feature changed (a ``screens`` move of a feature
-    ``B`` leaves at the agent's value) and their numeric changes scaled by ``ADD_SHRINK``: a changed set
-    that needs a feature the proposals left out is reached by adding it, then shrinking (a later round)."""
-    Sc = screens(geo, X, vocab) if Sc is None else Sc
-    changed = np.abs(nan_as_zero(B) - X) > 1e-12  # the answer's own changes, before they are scaled
-    num = geo.numeric
-    out = []
-    for t in ADD_SHRINK:
-        base = np.array(B, float)
-        base[:, num] = X[:, num] + t * (base[:, num] - X[:, num])
-        out.append(one_more_feature(X, base, Sc, changed))
-    return _projected(geo, X, out)
 
 
 def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, rows: int,
                      below: np.ndarray, steps: bool = False, rejected: np.ndarray | None = None,
-                     caps: np.ndarray | None = None, trades: bool = False) -> np.ndarray:
+                     caps: np.ndarray | None = None, trades: bool = False, cache: MoveCache | None = None) -> np.ndarray:
     """(N, rows, D) ``_nearest_first`` of ``_moves`` from the starts ``S`` (N, T, D), built ``MOVE_BLOCK`` agents
     at a time: the moves of all starts of a large batch would not fit in memory (a few thousand per
-    agent), and only ``rows`` per agent survive."""
+    agent), and only ``rows`` per agent survive. ``cache``: one agent's moves guessed while round one's
+    call waited (``speculation.cached_moves``: the same rows)."""
     out = np.full((len(X), rows, X.shape[1]), np.nan)
     for lo in range(0, len(X), MOVE_BLOCK):
         sl = slice(lo, lo + MOVE_BLOCK)
         lo = None if rejected is None or steps else _brackets(geo, X[sl], S[sl], rejected[sl])
-        M = nearest_first(geo, X[sl], _moves(geo, X[sl], S[sl], vocab, steps, lo, trades), rows, below[sl],
-                           None if caps is None else caps[sl])
+        if cache is not None and len(X) == 1 and lo is not None:
+            moves = cached_moves(cache, geo, X, S, vocab, lo, trades)
+        else:
+            moves = _moves(geo, X[sl], S[sl], vocab, steps, lo, trades)
+        M = nearest_first(geo, X[sl], moves, rows, below[sl], None if caps is None else caps[sl])
         out[sl, : M.shape[1]] = M
     return out
-
-
-def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(N, k, D) each agent's ``k`` nearest distinct accepted rows of ``C`` (N, Q, D) and (N, k) their
-    distances (inf, rows NaN, where there are fewer). With the agents ``X``, the nearest row of each
-    changed set comes first (nearest first), then the next nearest rows: a farther answer that changes
-    other features may shrink below the nearest one, which the shrinking moves of one set never reach."""
-    order = np.argsort(d, axis=1, kind="stable")
-    d = np.take_along_axis(d, order, 1)
-    C = np.take_along_axis(C, order[:, :, None], 1)
-    dup = np.zeros_like(d, bool)
-    dup[:, 1:] = (d[:, 1:] == d[:, :-1]) & np.isfinite(d[:, 1:])  # equal distance: most likely the same row
-    d = np.where(dup, np.inf, d)
-    key = d.copy()
-    if X is not None and C.shape[1] > 1:  # a row whose changed set a nearer row has ranks after every first
-        moved = np.packbits(np.abs(nan_as_zero(C) - X[:, None, :]) > 1e-12, axis=-1)  # (N, Q, bytes)
-        width = -(-moved.shape[-1] // 8) * 8  # whole 8-byte words
-        moved = np.pad(moved, ((0, 0), (0, 0), (0, width - moved.shape[-1])))
-        # the rows come nearest first, so each (agent, set)'s first is its nearest
-        repeat = repeats(np.ascontiguousarray(moved).view(np.dtype((np.void, width)))[..., 0])
-        key[repeat & np.isfinite(d)] += 1e6  # after every first of its set, in distance order
-    order = np.argsort(key, axis=1, kind="stable")[:, :k]
-    d = np.take_along_axis(d, order, 1)
-    S = np.take_along_axis(C, order[:, :, None], 1)
-    S[~np.isfinite(d)] = np.nan
-    if S.shape[1] < k:
-        S = np.pad(S, ((0, 0), (0, k - S.shape[1]), (0, 0)), constant_values=np.nan)
-        d = np.pad(d, ((0, 0), (0, k - d.shape[1])), constant_values=np.inf)
-    return S, d
 
 
 def _agents_own_rows(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None, corners: int
@@ -360,18 +185,47 @@ def _counted(search: Callable[..., SearchResult]) -> Callable[..., SearchResult]
     return run
 
 
-def _ahead(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None, corners: int) -> Future | None:
-    """``_agents_own_rows`` started on a helper thread, to be built while round one's call waits on the model
-    (a remote model's round trip: a request's latency is the waits plus what is computed between them); None
-    for a batch larger than ``AHEAD_AGENTS`` (memory: they are built a block at a time where needed) and while
+def _helper() -> ThreadPoolExecutor | None:
+    """This process's helper thread for work done while round one's call waits on the model; None while
     another search runs in the process: then the waits are not idle, and a helper thread only adds switches
     between threads (4 clients at once against a served forest: 32 -> 24-29 answers a second with it)."""
-    if len(X) > AHEAD_AGENTS or _RUNNING[0] > 1:
+    if _RUNNING[0] > 1:
         return None
     pool = _AHEAD.get(os.getpid())
     if pool is None:
         pool = _AHEAD[os.getpid()] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-search-ahead")
-    return pool.submit(_agents_own_rows, geo, X, vocab, corners)
+    return pool
+
+
+def _ahead(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None, corners: int, go: threading.Event
+           ) -> Future | None:
+    """``_agents_own_rows`` started on the helper thread, to be built while round one's call waits on the model
+    (a remote model's round trip: a request's latency is the waits plus what is computed between them); None
+    for a batch larger than ``AHEAD_AGENTS`` (memory: they are built a block at a time where needed) and where
+    there is no helper (``_helper``)."""
+    pool = _helper() if len(X) <= AHEAD_AGENTS else None
+    return None if pool is None else pool.submit(_when, go, _agents_own_rows, geo, X, vocab, corners)
+
+
+def _when(go: threading.Event, job: Callable[..., Any], *args: Any) -> Any:
+    """``job(*args)`` once ``go`` is set (the model call has started)."""
+    go.wait()
+    return job(*args)
+
+
+def _guess(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: Any, threshold: float, budget: Budget,
+           vocab: list[np.ndarray] | None) -> tuple[MoveCache, Callable[[], None]] | None:
+    """For one agent with a surrogate and a round to follow, an empty ``MoveCache`` and the job that fills it
+    (``speculation.speculate``: round two's moves from the surrogate's guess of round one's answers), to run
+    on the helper thread after ``_ahead``'s; None otherwise."""
+    if len(X) != 1 or surrogate is None or int(budget.calls) < 2:
+        return None
+    rounds_left = int(budget.calls) - 1
+    cap = (int(budget.rows) - int((~np.isnan(C).any(-1)).sum())) // max(rounds_left, 1)  # round two's rows
+    n_starts = max(STARTS, min(MAX_STARTS, cap // START_ROWS))
+    cache = MoveCache()
+    return cache, functools.partial(speculate, cache, geo, X[0], C, surrogate, threshold, n_starts, vocab,
+                                    rounds_left > 1)
 
 
 @_counted
@@ -418,9 +272,17 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
     C = fresh(C)  # rays, snaps and grids meet: each row once
     n_corners = min(int(budget.rows), CORNERS) if steps and vocab is not None else 0
-    ahead = _ahead(geo, X, vocab, n_corners) if int(budget.calls) > 1 else None
-    ok, used, proba = _accept(model, geo, X, C, threshold)
+    guess = _guess(geo, X, C, surrogate, threshold, budget, vocab) if not steps else None
+    go = threading.Event()  # the helper's jobs wait for the call
+    ahead = _ahead(geo, X, vocab, n_corners, go) if int(budget.calls) > 1 else None
+    guess = (guess[0], _helper().submit(_when, go, guess[1])) if guess is not None and ahead is not None else None
+    ok, used, proba = _accept(model, geo, X, C, threshold, go)
     own_Sc, own_corners = ahead.result() if ahead is not None else (None, None)
+    cache = None
+    if guess is not None:  # the guessing stops at its next start; what it built is kept
+        cache = guess[0]
+        cache.stop.set()
+        guess[1].result()
     calls, rows_left = 1, rows_left - used
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], nan_as_zero(C)), np.inf)  # every accepted row
     lifting = steps and int(budget.calls) > 1  # a model in steps: its near misses, lifted by one feature (lifts.py)
@@ -447,7 +309,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         n_add = (ADD_SHARE * cap).astype(np.int64) if rounds_left > 1 else np.zeros(N, np.int64)
         n_lift = (LIFT_SHARE * cap).astype(np.int64) if lifting else np.zeros(N, np.int64)
         M = _shortening_rows(geo, X, S, vocab, per, np.where(found, dS[:, 0], -np.inf), steps,
-                             recent, cap - n_add - n_lift, trades=rounds_left > 1)
+                             recent, cap - n_add - n_lift, trades=rounds_left > 1, cache=cache)
         if n_lift.any():  # the near misses with one more feature, ahead of the moves (they are few and new)
             L = lifted(geo, X, near[0], own_Sc if own_Sc is not None else lambda a: screens(geo, X[a], vocab), asked,
                        int(n_lift.max()), np.where(found, dS[:, 0], -np.inf), n_lift)

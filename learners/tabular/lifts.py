@@ -52,7 +52,7 @@ def near_misses(geo: WorldGeometry, X: np.ndarray, rows: np.ndarray, proba: np.n
 def one_more_feature(X: np.ndarray, B: np.ndarray, Sc: np.ndarray, changed: np.ndarray | None = None) -> np.ndarray:
     """(N, Q, D) the rows ``B`` (N, D) with one more raw feature moved as each screen of ``Sc`` (N, Q, D)
     moves it, not projected; NaN where the screen's feature is one of ``changed`` (N, D; default: the columns
-    ``B`` changes), or either row is missing. Also the search's additions (``budget_search._additions``)."""
+    ``B`` changes), or either row is missing. Also the search's additions (``moves._additions``)."""
     moves = np.abs(nan_as_zero(Sc) - X[:, None, :]) > 1e-12
     changed = np.abs(nan_as_zero(B) - X) > 1e-12 if changed is None else changed
     dead = (moves & changed[:, None, :]).any(-1) | np.isnan(Sc).any(-1) | np.isnan(B).any(-1)[:, None]

@@ -132,9 +132,9 @@ def projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np.
     C = np.concatenate(parts, axis=1)
     live = ~np.isnan(C).any(-1)
     n_live = live.sum(1)
-    K = int(n_live.max(initial=0))
-    if K == C.shape[1]:  # no NaN row to skip
+    if live.all():  # no NaN row to skip (one agent's full rows do not make another's NaN rows real)
         return geo.project(X, C)
+    K = int(n_live.max(initial=0))
     out = np.full(C.shape, np.nan)
     if K:  # only the real rows projected (most moves of a step model are NaN): packed to the front, in order
         out[live] = geo.project(X, compact(C, K))[np.arange(K)[None, :] < n_live[:, None]]

@@ -1,0 +1,109 @@
+"""Round two's moves built while round one's call waits on the model, from a guess checked before use
+(issue 56).
+
+A remote model's round trip is mostly waiting: a request's latency is the waits plus what is computed
+between them. While round one's rows are out, the surrogate (``surrogate.Surrogate``, the learned
+stand-in of the model) says which of them the model will accept; the rows the refinement would then
+shorten (``moves._starts``) and their brackets (``moves._brackets``, from the rows it guesses refused)
+follow, and ``speculate`` builds each guessed start's moves on the helper thread, one start at a time,
+into a ``MoveCache`` keyed by the start row and its bracket. When the model's answers come back the
+search stops the guessing and ``cached_moves`` takes the moves of every start it really shortens from
+the cache where the guess was right, and builds the others. A start's moves depend on the agent, the row
+and its bracket alone (``moves._moves_one`` builds each start's rows on its own), so the answers are the
+same bits with or without the guess (tested); only where the time goes differs. One agent at a time (a
+request) and a smooth model only (a model in steps has no surrogate to guess with).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from learners.tabular.geometry import WorldGeometry
+from learners.tabular.moves import _ray, _shrinks, _starts
+from learners.tabular.rows import nan_as_zero
+from learners.tabular.rows import projected as _projected
+from learners.tabular.surrogate import SIGMA_FLOOR
+
+__all__ = ["EXTRA_STARTS", "GUESS_SIGMAS", "MoveCache", "cached_moves", "speculate"]
+
+EXTRA_STARTS = 3  # guessed starts beyond the round's count: the next rows in case a guessed one is refused
+GUESS_SIGMAS = (2.0,)  # the surrogate's logit shifted by these multiples of its error, either way: more guesses
+
+
+class MoveCache:
+    """The shrinking moves (``moves._shrinks``, projected: their finite rows, in order) of the starts guessed so
+    far, keyed by start row and ``trades``; ``stop`` ends the guessing (checked between starts)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[bytes, bool], np.ndarray] = {}
+        self.stop = threading.Event()
+        self.hits = 0  # starts whose moves the search took from the cache
+        self.misses = 0  # and those it built after the call
+
+    @staticmethod
+    def key(start: np.ndarray, trades: bool) -> tuple[bytes, bool]:
+        """A start row's key: its bytes and whether its moves include the trades."""
+        return np.ascontiguousarray(start, float).tobytes(), bool(trades)
+
+
+def _finite(M: np.ndarray) -> list[np.ndarray]:
+    """Per row block of ``M`` (T, Q, D), its finite rows, in order."""
+    live = ~np.isnan(M).any(-1)
+    return [M[t][live[t]] for t in range(len(M))]
+
+
+def _shrink_rows(geo: WorldGeometry, x: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None,
+                 trades: bool) -> list[np.ndarray]:
+    """Per start row of ``S`` (T, D) of the agent ``x`` (D,), the finite rows of its projected shrinks."""
+    X = np.repeat(x[None], len(S), axis=0)
+    return _finite(_projected(geo, X, _shrinks(geo, X, S, vocab, False, trades)))
+
+
+def speculate(cache: MoveCache, geo: WorldGeometry, x: np.ndarray, C: np.ndarray, surrogate, threshold: float,
+              n_starts: int, vocab: list[np.ndarray] | None, trades: bool) -> None:
+    """Fill ``cache`` with the shrinks of the starts the refinement would take (``moves._starts``: ``n_starts``
+    and ``EXTRA_STARTS`` more) if the model accepted the rows of round one ``C`` (1, Q, D) that ``surrogate``
+    accepts; then of those it would take were its logit off by ``GUESS_SIGMAS`` of its error either way (the
+    model accepting rows the surrogate doubts, or refusing rows it trusts). Stops between starts once
+    ``cache.stop`` is set."""
+    X = x[None]
+    live = ~np.isnan(C).any(-1)
+    z = np.full(live.shape, -np.inf)
+    if live.any():
+        z[live] = surrogate.logit(C[live])
+    d = geo.distance(X[:, None, :], nan_as_zero(C))
+    cut = float(np.log(threshold / (1.0 - threshold)))
+    sigma = max(float(getattr(surrogate, "sigma_", 0.0)), SIGMA_FLOOR)
+    for shift in (0.0,) + tuple(s * sigma for g in GUESS_SIGMAS for s in (g, -g)):
+        S, dS = _starts(C, np.where(z + shift > cut, d, np.inf), n_starts + EXTRA_STARTS, X)
+        for t in range(S.shape[1]):
+            time.sleep(0)  # the GIL offered between starts: the search's thread, its call back, takes it now, not in 5 ms
+            if cache.stop.is_set():
+                return
+            key = cache.key(S[0, t], trades)
+            if np.isfinite(dS[0, t]) and key not in cache.rows:
+                cache.rows[key] = _shrink_rows(geo, x, S[0, t:t + 1], vocab, trades)[0]
+
+
+def cached_moves(cache: MoveCache, geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None,
+                 lo: np.ndarray, trades: bool) -> np.ndarray:
+    """(1, Q, D) the finite rows of ``moves._moves`` for one agent ``X`` (1, D) and its starts ``S`` (1, T, D)
+    with brackets ``lo`` (1, T), start after start as ``_moves`` orders them (its shrinks, then its ray): the
+    shrinks from ``cache`` where it holds them, the rest built now (one call for all of them)."""
+    D = S.shape[2]
+    starts = [t for t in range(S.shape[1]) if not np.isnan(S[0, t]).any()]
+    if not starts:
+        return np.full((1, 1, D), np.nan)
+    keys = [cache.key(S[0, t], trades) for t in starts]
+    todo = [i for i, k in enumerate(keys) if k not in cache.rows]
+    cache.hits += len(starts) - len(todo)
+    cache.misses += len(todo)
+    if todo:
+        for i, rows in zip(todo, _shrink_rows(geo, X[0], S[0, [starts[i] for i in todo]], vocab, trades), strict=True):
+            cache.rows[keys[i]] = rows
+    Xs = np.repeat(X, len(starts), axis=0)
+    rays = _finite(_projected(geo, Xs, [_ray(geo, Xs, S[0, starts], lo[0, starts])]))
+    return np.concatenate([part for k, ray in zip(keys, rays, strict=True) for part in (cache.rows[k], ray)])[None]
