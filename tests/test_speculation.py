@@ -74,7 +74,7 @@ def test_speculate_fills_the_cache_and_stops_when_told(toy):
 @pytest.mark.parametrize("budget", [Budget(2, 256), Budget(3, 400)])
 def test_the_guess_changes_no_answer_and_is_used(toy, budget, monkeypatch):
     """Each agent alone, the model 5 ms away: the same answers, distances and rows scored with the guess as
-    without it, and some starts' moves came from the cache."""
+    without it, and some starts' moves came from the cache; none is guessed for a model without latency."""
     world, geo, agents, sur, P = toy
     caches = []
     guess = bs._guess
@@ -87,8 +87,8 @@ def test_the_guess_changes_no_answer_and_is_used(toy, budget, monkeypatch):
 
     def run():
         out = []
+        bb = BlackBoxModel(world.model, latency_s=0.005)  # one model: its calls' time is known after the first
         for i in range(len(agents)):
-            bb = BlackBoxModel(world.model, latency_s=0.005)
             with bb.budget(budget):
                 out.append(bs.budget_search(bb, geo, agents[i:i + 1], P[i:i + 1], budget, surrogate=sur, lead=2))
         return out
@@ -102,6 +102,13 @@ def test_the_guess_changes_no_answer_and_is_used(toy, budget, monkeypatch):
         assert np.array_equal(a.rows, b.rows) and a.calls == b.calls
     assert any(r.found[0] for r in without)
     assert caches and sum(c.hits for c in caches) > 0
+    monkeypatch.setattr(bs, "_guess", recording)
+    caches.clear()
+    bb = BlackBoxModel(world.model)
+    for i in range(3):
+        with bb.budget(budget):
+            bs.budget_search(bb, geo, agents[i:i + 1], P[i:i + 1], budget, surrogate=sur, lead=2)
+    assert not caches  # a call in this process: no wait to fill
 
 
 def test_the_helpers_jobs_start_with_the_call_even_when_nothing_is_asked(toy):

@@ -32,6 +32,8 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -130,7 +132,12 @@ def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: 
             rows = C[live]
             if go is not None:
                 go.set()
+            start = time.perf_counter()
             proba[live] = model.predict_proba(rows)  # (n,) P(accept): one round trip
+            try:
+                _CALL_SECONDS[model] = time.perf_counter() - start
+            except TypeError:  # a model that takes no weak reference: no guess for it (``_guess``)
+                pass
     finally:
         if go is not None:
             go.set()
@@ -166,6 +173,9 @@ def _agents_own_rows(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] 
 
 _AHEAD: dict[int, ThreadPoolExecutor] = {}  # per process id: a forked child has none of its parent's threads
 _RUNNING = [0]  # searches in flight in this process (``_counted``)
+_CALL_SECONDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per model, the seconds its last call took
+GUESS_SHARE = 0.6  # of the model's last round trip, the time round two's moves are guessed in while a call waits
+GUESS_MIN_SECONDS = 0.003  # no guess where a call takes less (the helper thread would only slow the search's own)
 _RUNNING_LOCK = threading.Lock()
 
 
@@ -213,19 +223,25 @@ def _when(go: threading.Event, job: Callable[..., Any], *args: Any) -> Any:
     return job(*args)
 
 
-def _guess(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: Any, threshold: float, budget: Budget,
-           vocab: list[np.ndarray] | None) -> tuple[MoveCache, Callable[[], None]] | None:
+def _guess(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: Any, threshold: float,
+           budget: Budget, vocab: list[np.ndarray] | None) -> tuple[MoveCache, Callable[[], None]] | None:
     """For one agent with a surrogate and a round to follow, an empty ``MoveCache`` and the job that fills it
-    (``speculation.speculate``: round two's moves from the surrogate's guess of round one's answers), to run
-    on the helper thread after ``_ahead``'s; None otherwise."""
-    if len(X) != 1 or surrogate is None or int(budget.calls) < 2:
+    (``speculation.speculate``: round two's moves from the surrogate's guess of round one's answers) for
+    ``GUESS_SHARE`` of the model's last round trip, to run on the helper thread after ``_ahead``'s; None
+    otherwise, and where that round trip took under ``GUESS_MIN_SECONDS`` (a model in this process: no wait
+    to fill) or none is known yet."""
+    try:
+        wait = _CALL_SECONDS.get(model)
+    except TypeError:
+        wait = None
+    if len(X) != 1 or surrogate is None or int(budget.calls) < 2 or wait is None or wait < GUESS_MIN_SECONDS:
         return None
     rounds_left = int(budget.calls) - 1
     cap = (int(budget.rows) - int((~np.isnan(C).any(-1)).sum())) // max(rounds_left, 1)  # round two's rows
     n_starts = max(STARTS, min(MAX_STARTS, cap // START_ROWS))
     cache = MoveCache()
     return cache, functools.partial(speculate, cache, geo, X[0], C, surrogate, threshold, n_starts, vocab,
-                                    rounds_left > 1)
+                                    rounds_left > 1, GUESS_SHARE * wait)
 
 
 @_counted
@@ -272,7 +288,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
     C = fresh(C)  # rays, snaps and grids meet: each row once
     n_corners = min(int(budget.rows), CORNERS) if steps and vocab is not None else 0
-    guess = _guess(geo, X, C, surrogate, threshold, budget, vocab) if not steps else None
+    guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab) if not steps else None
     go = threading.Event()  # the helper's jobs wait for the call
     ahead = _ahead(geo, X, vocab, n_corners, go) if int(budget.calls) > 1 else None
     guess = (guess[0], _helper().submit(_when, go, guess[1])) if guess is not None and ahead is not None else None

@@ -63,12 +63,14 @@ def _shrink_rows(geo: WorldGeometry, x: np.ndarray, S: np.ndarray, vocab: list[n
 
 
 def speculate(cache: MoveCache, geo: WorldGeometry, x: np.ndarray, C: np.ndarray, surrogate, threshold: float,
-              n_starts: int, vocab: list[np.ndarray] | None, trades: bool) -> None:
+              n_starts: int, vocab: list[np.ndarray] | None, trades: bool, seconds: float = np.inf) -> None:
     """Fill ``cache`` with the shrinks of the starts the refinement would take (``moves._starts``: ``n_starts``
     and ``EXTRA_STARTS`` more) if the model accepted the rows of round one ``C`` (1, Q, D) that ``surrogate``
     accepts; then of those it would take were its logit off by ``GUESS_SIGMAS`` of its error either way (the
     model accepting rows the surrogate doubts, or refusing rows it trusts). Stops between starts once
-    ``cache.stop`` is set."""
+    ``cache.stop`` is set or ``seconds`` have passed (the guess ends before the call returns: after it, the
+    guess would only hold the GIL the search's thread wants)."""
+    end = time.perf_counter() + seconds
     X = x[None]
     live = ~np.isnan(C).any(-1)
     z = np.full(live.shape, -np.inf)
@@ -81,7 +83,7 @@ def speculate(cache: MoveCache, geo: WorldGeometry, x: np.ndarray, C: np.ndarray
         S, dS = _starts(C, np.where(z + shift > cut, d, np.inf), n_starts + EXTRA_STARTS, X)
         for t in range(S.shape[1]):
             time.sleep(0)  # the GIL offered between starts: the search's thread, its call back, takes it now, not in 5 ms
-            if cache.stop.is_set():
+            if cache.stop.is_set() or time.perf_counter() > end:
                 return
             key = cache.key(S[0, t], trades)
             if np.isfinite(dS[0, t]) and key not in cache.rows:
