@@ -156,7 +156,7 @@ def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: li
         sl = slice(lo, lo + MOVE_BLOCK)
         lo = None if rejected is None or steps else _brackets(geo, X[sl], S[sl], rejected[sl])
         if cache is not None and len(X) == 1 and lo is not None:
-            moves = cached_moves(cache, geo, X, S, vocab, lo, trades)
+            moves = cached_moves(cache, geo, X[sl], S[sl], vocab, lo, trades)
         else:
             moves = _moves(geo, X[sl], S[sl], vocab, steps, lo, trades)
         M = nearest_first(geo, X[sl], moves, rows, below[sl], None if caps is None else caps[sl])
@@ -207,14 +207,13 @@ def _helper() -> ThreadPoolExecutor | None:
     return pool
 
 
-def _ahead(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None, corners: int, go: threading.Event
-           ) -> Future | None:
-    """``_agents_own_rows`` started on the helper thread, to be built while round one's call waits on the model
-    (a remote model's round trip: a request's latency is the waits plus what is computed between them); None
-    for a batch larger than ``AHEAD_AGENTS`` (memory: they are built a block at a time where needed) and where
-    there is no helper (``_helper``)."""
-    pool = _helper() if len(X) <= AHEAD_AGENTS else None
-    return None if pool is None else pool.submit(_when, go, _agents_own_rows, geo, X, vocab, corners)
+def _ahead(pool: ThreadPoolExecutor, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None, corners: int,
+           go: threading.Event) -> Future | None:
+    """``_agents_own_rows`` started on the helper thread ``pool``, to be built while round one's call waits on
+    the model (a remote model's round trip: a request's latency is the waits plus what is computed between
+    them); None for a batch larger than ``AHEAD_AGENTS`` (memory: they are built a block at a time where
+    needed)."""
+    return pool.submit(_when, go, _agents_own_rows, geo, X, vocab, corners) if len(X) <= AHEAD_AGENTS else None
 
 
 def _when(go: threading.Event, job: Callable[..., Any], *args: Any) -> Any:
@@ -288,10 +287,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
     C = fresh(C)  # rays, snaps and grids meet: each row once
     n_corners = min(int(budget.rows), CORNERS) if steps and vocab is not None else 0
-    guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab) if not steps else None
     go = threading.Event()  # the helper's jobs wait for the call
-    ahead = _ahead(geo, X, vocab, n_corners, go) if int(budget.calls) > 1 else None
-    guess = (guess[0], _helper().submit(_when, go, guess[1])) if guess is not None and ahead is not None else None
+    pool = _helper() if int(budget.calls) > 1 else None  # one pool for both jobs (None: none of them)
+    ahead = _ahead(pool, geo, X, vocab, n_corners, go) if pool is not None else None
+    guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab) if ahead is not None and not steps else None
+    guess = (guess[0], pool.submit(_when, go, guess[1])) if guess is not None else None
     ok, used, proba = _accept(model, geo, X, C, threshold, go)
     own_Sc, own_corners = ahead.result() if ahead is not None else (None, None)
     cache = None
