@@ -3,6 +3,7 @@
     python benchmarks/blackbox_generators.py                     # 8 cells, 500 labels, 100 held-out agents
     python benchmarks/blackbox_generators.py --cells german/forest --budgets 1x64,2x256,8x2000 --latency-ms 20
     python benchmarks/blackbox_generators.py --remote-only          # the remote timings again, alone
+    python benchmarks/blackbox_generators.py --rescore proposer_surrogate --cells german/mlp  # the same fit, answered again
 
 Per cell (data set x model, seed 0; labels from ``benchmarks/tabular_generators.py``'s cache, the same
 ``Cell``: held-out rejected *test* rows labelled by MACE with a certificate, training agents labelled at
@@ -208,6 +209,29 @@ def remote_only(cell: str, path: Path, args: argparse.Namespace) -> dict[str, An
     return out
 
 
+def rescore(cell: str, path: Path, names: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """``--rescore``: the cell's saved generators ``names`` (from its full run: the same fits) answer the held-out
+    agents again at every budget, after a change to how they answer; the cell's other figures are kept."""
+    if not path.exists():
+        raise SystemExit(f"--rescore: {path} is missing; run the cell first")
+    out = json.loads(path.read_text())
+    where = Path(args.generators) / cell.replace("/", "_")
+    c = Cell.of(cell, args)
+    tl = c.test_labels(args)
+    for name in names:
+        if not (where / name).exists():
+            raise SystemExit(f"--rescore: no saved generator {name!r} under {where}; rerun the cell with --force")
+        gen = TabularGenerator.load(where / name)
+        out["methods"][name] = []
+        for b in parse_budgets(args.budgets):
+            m = run_budget(gen, c.build.world, c.test, b, tl.distance, tl.ok)
+            out["methods"][name].append(m)
+            print(f"[{cell}] {name} {b.calls}x{b.rows} (rescored): optimal {m['optimal_share']:.3f}, "
+                  f"valid {m['validity']}, rows median {m['rows_median']:.0f}", flush=True)
+    out["rescored"] = sorted(set(out.get("rescored", [])) | set(names))
+    return out
+
+
 def _load(r: dict[str, Any]) -> str:
     return f" (load {r['load_average']:.1f})" if "load_average" in r else ""
 
@@ -335,7 +359,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="where each cell's generators for the remote pass are saved")
     p.add_argument("--remote-only", action="store_true",
                    help="only the remote timings again, from the saved generators (run it alone on the machine)")
+    p.add_argument("--rescore", default="",
+                   help=f"comma-separated saved generators ({', '.join(REMOTE)}) to score again at every budget, "
+                        "keeping their fits and the cell's other figures (after a change to how they answer)")
     args = p.parse_args(argv)
+    if args.rescore and not set(args.rescore.split(",")) <= set(REMOTE):
+        raise SystemExit(f"--rescore: expected some of {', '.join(REMOTE)}, got {args.rescore!r}")
     # what Cell.of reads of tabular_generators' arguments
     args.sizes_for, args.numeric_scale, args.resample_prob, args.rules, args.quiet = [], 0.05, 0.15, False, True
     out = Path(args.out)
@@ -345,6 +374,8 @@ def main(argv: list[str] | None = None) -> None:
         if cell not in CELLS:
             raise SystemExit(f"--cells: unknown cell {cell!r}; known: {', '.join(CELLS)}")
         path = cell_dir / f"{cell.replace('/', '_')}.json"
+        if args.rescore:
+            save(rescore(cell, path, args.rescore.split(","), args), path)
         if args.remote_only:
             save(remote_only(cell, path, args), path)
         elif not path.exists() or args.force:

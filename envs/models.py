@@ -439,6 +439,7 @@ class MLPModel(WhiteBoxModel):
 
     weights: list[np.ndarray]  # each (in, out), as sklearn's coefs_
     biases: list[np.ndarray]
+    blocks: bool = False  # variant rows' later layers as BLAS blocks (tree_kernels.mlp_scores_blocks), not the loop
     kind: ClassVar[str] = "mlp"
     n_features: int = field(init=False)
     model_class: ClassVar[str] = "mlp"
@@ -465,22 +466,24 @@ class MLPModel(WhiteBoxModel):
 
     def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """``score`` of variant rows: the first layer by a rank-k update of each base's product (no
-        (rows, features) matrix; equal up to rounding), the other layers as ``score``."""
-        from envs.tree_kernels import mlp_scores_variants
+        (rows, features) matrix; equal up to rounding), the other layers as ``score`` (in a compiled loop,
+        or with ``blocks`` as BLAS products of fixed-size blocks: faster, not the loop's bits)."""
+        from envs.tree_kernels import mlp_scores_blocks, mlp_scores_variants
 
         base = self._check(base)
         if len(self.weights) == 1:
             return _first_layer_variants(self.weights[0], self.biases[0], base, index, cols, vals).reshape(-1)
+        Z0 = np.ascontiguousarray(base @ self.weights[0] + self.biases[0])
+        args = (Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64),
+                np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64),
+                np.ascontiguousarray(self.weights[0]))
         packed = self.__dict__.get("_packed")
         if packed is None:  # the later layers flattened for the compiled loop, once
             packed = (np.array([W.shape[1] for W in self.weights[1:]], np.int64),
                       np.concatenate([W.reshape(-1) for W in self.weights[1:]]),
                       np.concatenate(self.biases[1:]))
             self.__dict__["_packed"] = packed
-        Z0 = np.ascontiguousarray(base @ self.weights[0] + self.biases[0])
-        return mlp_scores_variants(Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64),
-                                   np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64),
-                                   np.ascontiguousarray(self.weights[0]), *packed)
+        return (mlp_scores_blocks if self.blocks else mlp_scores_variants)(*args, *packed)
 
     def score_bounds(self, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Interval bound propagation: each unit's interval over the box, layer by layer (sound, loose

@@ -173,6 +173,20 @@ def complete_layout(offsets: np.ndarray, left: np.ndarray, right: np.ndarray, fe
     return np.int64(T), feat.ravel(), thr.ravel(), np.int64(depth), q0.ravel(), q1.ravel()
 
 
+@nb.njit(cache=True, error_model="numpy")
+def _first_layer_row(dest, Z0, base, b, cols, vals, W0):
+    """One variant row's first-layer pre-activations into ``dest`` (H1,): base ``b``'s product ``Z0[b]`` and a
+    rank-one update per changed column (``cols`` -1: none), in the same order for every caller."""
+    for u in range(dest.shape[0]):
+        dest[u] = Z0[b, u]
+    for j in range(cols.shape[0]):
+        c = cols[j]
+        if c >= 0:
+            delta = vals[j] - base[b, c]
+            for u in range(dest.shape[0]):
+                dest[u] += delta * W0[c, u]
+
+
 ROWS = 8  # rows per block of the MLP kernel: its later layers run across a block's rows (SIMD lanes)
 
 
@@ -185,7 +199,7 @@ def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
     vector registers: 1.6x the loop over an accumulator array, which it kept in memory); each row's sums
     in the same order as row by row, so the scores are the same bits. No (rows, features) matrix and no
     (rows, width) temporary is built."""
-    T, K, H1 = index.shape[0], cols.shape[1], Z0.shape[1]
+    T, H1 = index.shape[0], Z0.shape[1]
     width = H1
     for w in dims:
         width = max(width, w)
@@ -195,16 +209,7 @@ def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
     for start in range(0, T, ROWS):
         n_rows = min(ROWS, T - start)  # a last, short block computes stale lanes too, never returned
         for r in range(n_rows):
-            i = start + r
-            b = index[i]
-            for u in range(H1):
-                h[u, r] = Z0[b, u]
-            for j in range(K):
-                c = cols[i, j]
-                if c >= 0:
-                    delta = vals[i, j] - base[b, c]
-                    for u in range(H1):
-                        h[u, r] += delta * W0[c, u]
+            _first_layer_row(h[:H1, r], Z0, base, index[start + r], cols[start + r], vals[start + r], W0)
         n_in, w_off, b_off = H1, 0, 0
         for layer in range(dims.shape[0]):
             for u in range(n_in):  # ReLU of the layer below
@@ -234,6 +239,40 @@ def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
             n_in = n_out
         for r in range(n_rows):
             out[start + r] = h[0, r]
+    return out
+
+
+BLOCK_ROWS = 64  # rows per BLAS block (``mlp_scores_blocks``): every product has this shape, whatever the batch
+
+
+@nb.njit(cache=True, error_model="numpy")
+def mlp_scores_blocks(Z0, base, index, cols, vals, W0, dims, weights, biases):
+    """``mlp_scores_variants`` (the same arguments) with the later layers as BLAS products of ``BLOCK_ROWS``-row
+    blocks, the last padded with zero rows: 2-4x faster on a 64 x 64 MLP. Every product has the same shape,
+    so a row's score is the same bits alone, in any batch and at any place in it; not the loop's bits (the
+    sums run in BLAS's order), equal to them up to rounding. Each block's arrays are small (a few pages):
+    (rows, width) temporaries freed and touched afresh each call cost more in page faults than the products."""
+    T, H1 = index.shape[0], Z0.shape[1]
+    out = np.empty(T)
+    h = np.empty((BLOCK_ROWS, H1))
+    for start in range(0, T, BLOCK_ROWS):
+        n_rows = min(BLOCK_ROWS, T - start)
+        for r in range(BLOCK_ROWS):
+            if r >= n_rows:
+                h[r, :] = 0.0
+                continue
+            _first_layer_row(h[r], Z0, base, index[start + r], cols[start + r], vals[start + r], W0)
+        x = h
+        n_in, w_off, b_off = H1, 0, 0
+        for layer in range(dims.shape[0]):
+            n_out = dims[layer]
+            W = weights[w_off:w_off + n_in * n_out].reshape((n_in, n_out))  # row-major, as sklearn's coefs_
+            x = np.dot(np.maximum(x, 0.0), W) + biases[b_off:b_off + n_out]
+            w_off += n_in * n_out
+            b_off += n_out
+            n_in = n_out
+        for r in range(n_rows):
+            out[start + r] = x[r, 0]
     return out
 
 

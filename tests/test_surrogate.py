@@ -53,7 +53,12 @@ def test_it_learns_a_smooth_models_logit_and_its_white_box_form_agrees(tiny_mlp)
     sur = Surrogate(SurrogateParams(hidden=(32, 32), max_epochs=40)).fit(Q, world.model.predict_proba(Q))
     assert sur.agreement_ >= 0.9 and sur.sigma_ < 0.5
     assert (sur.logit(S) > 0).__eq__(world.accepts(S)).mean() >= 0.85  # every state, not only the queries
-    assert np.allclose(sur.as_model().score(S), sur.logit(S), atol=1e-4)
+    net = sur.as_model()
+    assert np.allclose(net.score(S), sur.logit(S), atol=1e-4)
+    # its search's variant rows go through BLAS blocks (thousands an answer), scored as the rows are
+    base, index = S[:3], np.arange(len(S)) % 3
+    cols = np.tile(np.arange(S.shape[1]), (len(S), 1))
+    assert net.blocks and np.allclose(net.score_variants(base, index, cols, S), net.score(S), atol=1e-9)
     back = Surrogate.from_arrays(sur.arrays())
     assert np.allclose(back.logit(S), sur.logit(S)) and back.sigma_ == sur.sigma_
 

@@ -38,8 +38,9 @@ def _models(D: int, seed: int) -> tuple[list[WhiteBoxModel], np.ndarray]:
         warnings.simplefilter("ignore")  # a few iterations make a fine test network
         mlp = MLPClassifier(hidden_layer_sizes=(7, 5), max_iter=60, random_state=seed).fit(Xs, y)
     lr = LogisticRegression().fit(Xs, y)
-    return [TreeEnsemble.from_sklearn(forest), MLPModel.from_sklearn(mlp, mu, sd), LinearModel.from_sklearn(lr, mu, sd),
-            MLPModel([np.ones((D, 1))], [np.zeros(1)])], X
+    net = MLPModel.from_sklearn(mlp, mu, sd)
+    return [TreeEnsemble.from_sklearn(forest), net, LinearModel.from_sklearn(lr, mu, sd),
+            MLPModel([np.ones((D, 1))], [np.zeros(1)]), MLPModel(net.weights, net.biases, blocks=True)], X
 
 
 def _variants(X: np.ndarray, rng: np.random.Generator, T: int, k: int) -> Variants:
@@ -251,3 +252,26 @@ def test_a_forest_bound_is_the_best_leaf_one_tree_reaches():
         rows[:, 0] = vals
         bound = one.score_bounds(base, np.array([[0]]), np.array([[lo]]), np.array([[hi]]))[0]
         assert bound == pytest.approx(one.score(rows).max(), abs=1e-12)
+
+
+@pytest.mark.parametrize("T", [1, 63, 64, 65, 203])
+@pytest.mark.parametrize("widths", [(7, 5), (64, 64), (128, 96)])
+def test_mlp_blas_blocks_give_a_row_the_same_bits_in_any_batch(T, widths):
+    """``MLPModel(blocks=True)`` scores variant rows by BLAS products of fixed-size blocks: each row's score is
+    the same bits alone, in any batch, at any place in it (slices, a permutation), and the loop's up to
+    rounding; widths of 64 and more take BLAS's threaded path."""
+    rng = np.random.default_rng(T)
+    D = 11
+    dims = (D, *widths, 1)
+    W = [rng.normal(0, 0.4, (a, b)) for a, b in zip(dims[:-1], dims[1:], strict=True)]
+    b = [rng.normal(0, 0.1, n) for n in dims[1:]]
+    blocks, loop = MLPModel(W, b, blocks=True), MLPModel(W, b)
+    V = _variants(rng.normal(0, 1, (40, D)), rng, T, 3)
+    got = blocks.score_variants(V.base, V.index, V.cols, V.vals)
+    np.testing.assert_allclose(got, loop.score_variants(V.base, V.index, V.cols, V.vals), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got, loop.score(V.rows()), rtol=1e-9, atol=1e-9)
+    for sl in (slice(0, 1), slice(T // 2, T // 2 + 1), slice(T - 1, T), slice(1, T), slice(T // 3, T)):
+        part = blocks.score_variants(V.base, V.index[sl], V.cols[sl], V.vals[sl])
+        np.testing.assert_array_equal(part, got[sl])
+    perm = rng.permutation(T)
+    np.testing.assert_array_equal(blocks.score_variants(V.base, V.index[perm], V.cols[perm], V.vals[perm]), got[perm])
