@@ -3,13 +3,15 @@ of the proposals' changed sets on the value vocabulary (issue 56)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 from envs.black_box import BlackBoxModel
 from learners.tabular import WorldGeometry, build_tabular_generator
 from learners.tabular.budget_search import value_vocabulary
-from learners.tabular.steps import GRID_VALUES, STEP_SHARE_MIN, corner_grid, step_share
+from learners.tabular.steps import GRID_VALUES, STEP_SHARE_MIN, corner_grid, first_vocab_values, step_share
 from tests.tabular_worlds import german_train_split, threshold_world, toy_mlp_world
 
 
@@ -95,3 +97,53 @@ def test_the_proposer_probes_the_model_and_uses_the_grid_only_on_steps(german, t
     assert off._grid_share() == 0.0 and "steps" not in off.fit_info_
     with pytest.raises(ValueError, match="corner_grid"):
         build_tabular_generator("proposer", {"corner_grid": 1.5})
+
+def _corner_grid_rows(geo, X, P, vocab, rows):
+    """``corner_grid`` by its definition: agent by agent, proposal by proposal, grid point by grid point."""
+    out = np.full((len(X), rows, X.shape[1]), np.nan)
+    first = first_vocab_values(geo, X, vocab, max(GRID_VALUES.values()))
+    for i in range(len(X)):
+        Pp = geo.project(X[i:i + 1], P[i:i + 1])[0]
+        seen, n = [], 0
+        for k in range(len(Pp)):
+            moved = np.abs(Pp[k] - X[i]) > 1e-12
+            if any((moved == s).all() for s in seen):
+                continue
+            seen.append(moved)
+            cols = np.flatnonzero(moved & geo.numeric)
+            if len(cols) not in GRID_VALUES:
+                continue
+            V = GRID_VALUES[len(cols)]
+            options = []
+            for c in cols:  # the first value the proposal's way, the first the other way, the second ...
+                up = Pp[k, c] > X[i, c]
+                ahead, behind = (first[0, i, c], first[1, i, c]) if up else (first[1, i, c], first[0, i, c])
+                vals = [v for pair in zip(ahead[:V], behind[:V], strict=True) for v in pair][:V]
+                vals[0] = Pp[k, c] if np.isnan(vals[0]) else vals[0]
+                options.append(vals)
+            for point in itertools.product(*options):
+                if n < rows and not np.isnan(point).any():
+                    r = Pp[k].copy()
+                    r[cols] = point
+                    r = geo.project(X[i:i + 1], r[None, None])[0, 0]
+                    if np.abs(r - X[i]).max() > 1e-12:  # not clipped back to the agent
+                        out[i, n] = r
+                        n += 1
+    return out
+
+
+@pytest.mark.parametrize("n_agents", [1, 7, 40])
+def test_corner_grid_at_once_is_the_loop_over_proposals(german, n_agents):
+    """The grid built for every proposal at once equals its definition row by row, bit for bit, agents alone
+    or in a batch, with repeated changed sets and agents whose rows run out."""
+    world, labels = german
+    geo = WorldGeometry.of(world)
+    vocab = value_vocabulary(geo, labels.X, labels.CF)
+    rng = np.random.default_rng(n_agents)
+    idx = rng.integers(0, len(labels.X), n_agents)
+    X = labels.X[idx]
+    # proposals: each agent's label, other agents' labels' changes set on it, and repeats of them
+    donors = labels.CF[rng.integers(0, len(labels.X), (n_agents, 9))] - labels.X[rng.integers(0, len(labels.X), (n_agents, 9))]
+    P = np.concatenate([labels.CF[idx][:, None], X[:, None] + donors, labels.CF[idx][:, None]], axis=1)
+    for rows in (5, 40, 200):
+        np.testing.assert_array_equal(corner_grid(geo, X, P, vocab, rows), _corner_grid_rows(geo, X, P, vocab, rows))

@@ -98,6 +98,9 @@ class WorldGeometry:
             "_box_masks", (self.fixed | self.up, self.fixed | self.down))
         lo = np.where(raise_lo, np.maximum(self.lower, X), self.lower)
         hi = np.where(cut_hi, np.minimum(self.upper, X), self.upper)
+        if self.gate is not None and len(X) > 1 and (X == X[:1]).all():  # one agent's rows (its starts, its moves)
+            lo1, hi1 = self.box(X[:1])
+            return np.repeat(lo1, len(X), axis=0), np.repeat(hi1, len(X), axis=0)
         if self.gate is not None:
             # A search asks the same agents' boxes several times, and the rules' narrowing loops over
             # rules: the last few answers are kept (one tuple, swapped whole: safe across request threads).

@@ -34,6 +34,7 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
     distances (inf, rows NaN, where there are fewer). With the agents ``X``, the nearest row of each
     changed set comes first (nearest first), then the next nearest rows: a farther answer that changes
     other features may shrink below the nearest one, which the shrinking moves of one set never reach."""
+    C, d = _accepted_only(C, d)
     order = np.argsort(d, axis=1, kind="stable")
     d = np.take_along_axis(d, order, 1)
     C = np.take_along_axis(C, order[:, :, None], 1)
@@ -56,6 +57,20 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
         S = np.pad(S, ((0, 0), (0, k - S.shape[1]), (0, 0)), constant_values=np.nan)
         d = np.pad(d, ((0, 0), (0, k - d.shape[1])), constant_values=np.inf)
     return S, d
+
+
+def _accepted_only(C: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``C`` (N, Q, D) and ``d`` (N, Q) cut to each agent's rows of finite distance (the accepted ones), in order:
+    the same starts as from every row scored (the others never become one), sorted in a fraction of the time."""
+    live = np.isfinite(d)
+    K = max(int(live.sum(1).max(initial=0)), 1)
+    if K >= d.shape[1]:
+        return C, d
+    n_i, q_i = np.nonzero(live)
+    pos = (np.cumsum(live, 1) - 1)[n_i, q_i]
+    C2, d2 = np.full((len(C), K, C.shape[2]), np.nan), np.full((len(C), K), np.inf)
+    C2[n_i, pos], d2[n_i, pos] = C[n_i, q_i], d[n_i, q_i]
+    return C2, d2
 
 
 def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
@@ -108,8 +123,9 @@ def _brackets(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, R: np.ndarray) -
 def _moves_one(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
                lo: np.ndarray | None = None, trades: bool = False) -> np.ndarray:
     """(N, Q, D) rows that shorten each agent's answer ``B`` (N, D) by one move (NaN rows where B is NaN):
-    ``_shrinks``, then ``_ray`` (the only part that depends on the bracket ``lo``), projected row by row."""
-    return _projected(geo, X, _shrinks(geo, X, B, vocab, steps, trades) + [_ray(geo, X, B, lo, steps)])
+    ``_shrinks``, then ``_ray`` (the only part that depends on the bracket ``lo``), projected row by row, each
+    answer's real moves first (most of a model in steps' are NaN: fewer rows for every later step)."""
+    return _projected(geo, X, _shrinks(geo, X, B, vocab, steps, trades) + [_ray(geo, X, B, lo, steps)], packed=True)
 
 
 def _ray(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, lo: np.ndarray | None = None, steps: bool = False

@@ -127,14 +127,19 @@ def compact(C: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
-def projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
-    """The rows ``parts`` (each (N, Q_i, D)) side by side, projected onto the agents' boxes; NaN rows stay NaN."""
+def projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray], packed: bool = False) -> np.ndarray:
+    """The rows ``parts`` (each (N, Q_i, D)) side by side, projected onto the agents' boxes; NaN rows stay NaN
+    (``packed``: each agent's real rows first, in order, and only as many rows as the most an agent has)."""
     C = np.concatenate(parts, axis=1)
     live = ~np.isnan(C).any(-1)
     n_live = live.sum(1)
     if live.all():  # no NaN row to skip (one agent's full rows do not make another's NaN rows real)
         return geo.project(X, C)
     K = int(n_live.max(initial=0))
+    if packed:
+        out = geo.project(X, compact(C, max(K, 1)))
+        out[np.arange(max(K, 1))[None, :] >= n_live[:, None]] = np.nan
+        return out
     out = np.full(C.shape, np.nan)
     if K:  # only the real rows projected (most moves of a step model are NaN): packed to the front, in order
         out[live] = geo.project(X, compact(C, K))[np.arange(K)[None, :] < n_live[:, None]]

@@ -68,7 +68,7 @@ def corner_grid(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np
     proposal with its 1 to 3 changed numeric columns on a grid of ``GRID_VALUES`` vocabulary values each:
     the first value from the agent in the proposal's direction, the first the other way, the second in the
     proposal's direction, ... (a column with none: the proposed value), projected; NaN padded where an
-    agent has fewer."""
+    agent has fewer. Every proposal of a grid size at once, then each agent's rows in proposal order."""
     N, K, D = P.shape
     out = np.full((N, rows, D), np.nan)
     if rows <= 0:
@@ -81,34 +81,41 @@ def corner_grid(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np
     for k in range(1, K):
         repeat[:, k] = (moved[:, :k] == moved[:, k:k + 1]).all(-1).any(1)
     first = first_vocab_values(geo, X, vocab, max(GRID_VALUES.values()))  # (2, N, D, V): up, down
-    fill = np.zeros(N, np.int64)
-    for k in range(K):
-        for size, V in GRID_VALUES.items():
-            a = np.flatnonzero((m[:, k] == size) & ~repeat[:, k] & (fill < rows))
-            if not len(a):
-                continue
-            cols = np.argsort(~numeric[a, k], axis=1, kind="stable")[:, :size]  # (n, size)
-            p = Pp[a, k]
-            own = np.take_along_axis(p, cols, 1)
-            upward = own > np.take_along_axis(X[a], cols, 1)
-            ahead = np.where(upward[..., None], first[0][a[:, None], cols, :V], first[1][a[:, None], cols, :V])
-            behind = np.where(upward[..., None], first[1][a[:, None], cols, :V], first[0][a[:, None], cols, :V])
-            vals = np.stack([ahead, behind], -1).reshape(*ahead.shape[:-1], 2 * V)[..., :V]  # either way, in turn
-            vals[..., 0] = np.where(np.isnan(vals[..., 0]), own, vals[..., 0])  # none in the vocabulary: as proposed
-            grid = np.stack(np.meshgrid(*[np.arange(V)] * size, indexing="ij"), -1).reshape(-1, size)  # (G, size)
-            R = np.repeat(p[:, None, :], len(grid), axis=1)
-            for t in range(size):
-                np.put_along_axis(R, np.repeat(cols[:, t][:, None, None], len(grid), 1), vals[:, t, grid[:, t]][..., None], 2)
-            ok = ~np.isnan(R).any(-1)
-            R = geo.project(X[a], np.nan_to_num(R))
-            ok &= np.abs(R - X[a][:, None, :]).max(-1) > 1e-12  # the box clipped it back to the agent
-            pos = fill[a][:, None] + np.cumsum(ok, 1) - 1
-            keep = ok & (pos < rows)
-            i, g = np.nonzero(keep)
-            out[a[i], pos[i, g]] = R[i, g]
-            fill[a] += keep.sum(1)
-        if (fill >= rows).all():
-            break
+    agent, order, R_all, ok_all = [], [], [], []
+    for size, V in GRID_VALUES.items():
+        n, k = np.nonzero((m == size) & ~repeat)  # every (agent, proposal) of this size at once
+        if not len(n):
+            continue
+        cols = np.argsort(~numeric[n, k], axis=1, kind="stable")[:, :size]  # (L, size)
+        p = Pp[n, k]
+        own = np.take_along_axis(p, cols, 1)
+        upward = own > np.take_along_axis(X[n], cols, 1)
+        ahead = np.where(upward[..., None], first[0][n[:, None], cols, :V], first[1][n[:, None], cols, :V])
+        behind = np.where(upward[..., None], first[1][n[:, None], cols, :V], first[0][n[:, None], cols, :V])
+        vals = np.stack([ahead, behind], -1).reshape(*ahead.shape[:-1], 2 * V)[..., :V]  # either way, in turn
+        vals[..., 0] = np.where(np.isnan(vals[..., 0]), own, vals[..., 0])  # none in the vocabulary: as proposed
+        grid = np.stack(np.meshgrid(*[np.arange(V)] * size, indexing="ij"), -1).reshape(-1, size)  # (G, size)
+        R = np.repeat(p[:, None, :], len(grid), axis=1)
+        for t in range(size):
+            np.put_along_axis(R, np.repeat(cols[:, t][:, None, None], len(grid), 1), vals[:, t, grid[:, t]][..., None], 2)
+        ok = ~np.isnan(R).any(-1)
+        R = geo.project(X[n], np.nan_to_num(R))
+        ok &= np.abs(R - X[n][:, None, :]).max(-1) > 1e-12  # the box clipped it back to the agent
+        g = np.arange(len(grid))
+        agent.append(np.repeat(n, len(grid)))
+        order.append((k[:, None] * 10_000 + g[None, :]).reshape(-1))  # proposal, then grid point
+        R_all.append(R.reshape(-1, D))
+        ok_all.append(ok.reshape(-1))
+    if not agent:
+        return out
+    agent, order, R, ok = (np.concatenate(v) for v in (agent, order, R_all, ok_all))
+    seq = np.lexsort((order, agent))  # each agent's rows in proposal order, as they fill its rows
+    agent, R, ok = agent[seq], R[seq], ok[seq]
+    pos = np.cumsum(ok) - 1  # an agent's rows: its place among them (the running count restarts per agent)
+    start = np.searchsorted(agent, agent, "left")
+    pos = pos - np.concatenate([[0], np.cumsum(ok)])[start]
+    keep = ok & (pos < rows)
+    out[agent[keep], pos[keep]] = R[keep]
     return out
 
 
