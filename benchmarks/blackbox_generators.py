@@ -277,6 +277,10 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
                                  f"{NAMES.get(k, k)} | {v['p50_ms']:.1f} | {v['p99_ms']:.1f} | {v['agents']} | "
                                  f"{'alone' if r.get('alone') else 'in the run'}"
                                  f"{_load(r)} |")
+    again = [f"{c['cell']} ({', '.join(c['rescored'])})" for c in cells if c.get("rescored")]
+    if again:
+        lines += ["", "Answered again with their saved fits after a change to the search (`--rescore`; their "
+                  "ms / agent measured then, the cell's other rows from its full run): " + "; ".join(again) + "."]
     lines += ["", "Training: " + "; ".join(
         f"{c['cell']} expert iteration {c['training']['proposer_expert']['model_calls']} calls, "
         f"{c['training']['proposer_expert']['model_rows']:,} rows, {c['training']['proposer_expert']['seconds']:.0f} s"

@@ -17,7 +17,10 @@ from learners.tabular.geometry import WorldGeometry
 __all__ = ["SLIDE_BACKS", "SLIDE_SHARES", "slides"]
 
 SLIDE_BACKS = (0.03, 0.1, 0.25)  # of a real column's change, given back toward the agent
-SLIDE_SHARES = (0.25, 0.5, 0.75, 0.9, 1.0)  # of the distance that frees, the partner's move on
+# of the distance that frees, the partner's move on; finer near 1, where the nearest point of a smooth boundary
+# lies (chosen on 1,500 labelled training agents of Credit MLP the 500-label fit does not use: at 8 x 2,000
+# .957 -> .960 within 1% of MACE, at 2 x 256 .883 -> .888; German MLP's answers unchanged)
+SLIDE_SHARES = (0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 1.0)
 
 
 def slides(geo: WorldGeometry, X: np.ndarray, B: np.ndarray) -> np.ndarray:
