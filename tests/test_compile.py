@@ -10,7 +10,7 @@ from learners.tabular.compile import GENERATORS, compile_kernels, is_inline, ker
 
 # kernels called only from inside other kernels: compiled into their callers (a caller loaded from the
 # cache never compiles them on their own)
-CALLED_FROM_KERNELS = {"_grow1", "_grow2", "_farthest", "trade_moves_kernel"}
+CALLED_FROM_KERNELS = {"_grow1", "_grow2", "_farthest", "trade_moves_kernel", "_first_layer_row"}
 
 
 def test_compile_kernels_runs_every_kernel_and_reports(capsys):
@@ -19,8 +19,8 @@ def test_compile_kernels_runs_every_kernel_and_reports(capsys):
     assert set(out) == {"seconds", "kernels", "signatures", "compiled", "loaded", "from_cache", "cache"}
     assert out["seconds"] > 0 and out["kernels"] == len(kernels()) > 40 and out["signatures"] > 0
     assert out["from_cache"] == (out["compiled"] == 0) and out["cache"]
-    assert "compiling search kernels (first use only; cached in " in err and "1/10 forest: change_value" in err
-    assert "10/10 deep forest: nearest_cfe" in err and "done in" in err
+    assert "compiling search kernels (first use only; cached in " in err and "1/11 forest: change_value" in err
+    assert "10/11 deep forest: nearest_cfe" in err and "11/11 surrogate mlp: change_value" in err and "done in" in err
     assert set(GENERATORS) <= {line.rsplit(": ", 1)[-1].split(" ")[0] for line in err.splitlines()}
     # every kernel called from Python met the types of a run (a new kernel a run uses must be reached here)
     missing = sorted(k.py_func.__name__ for k in kernels()

@@ -7,7 +7,7 @@ process loads it in milliseconds. A first request of a fresh machine would other
 or more. ``compile_kernels`` pays that once, up front: it runs each tabular generator (``change_value``,
 ``named_cfe``, ``nearest_cfe``) through fit, a batch, single agents and diverse alternatives on a tiny
 synthetic world for each model kind a run may have (a forest as complete trees, a deep forest as linked
-trees, a ReLU MLP, a logistic regression), so each kernel meets the argument types a run gives it.
+trees, a ReLU MLP, a logistic regression, a surrogate's MLP scored in BLAS blocks), so each kernel meets the argument types a run gives it.
 
     python -m learners.tabular.compile          # progress on stderr, the summary as JSON on stdout
 
@@ -24,6 +24,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ KERNEL_MODULES = ("learners.tabular.kernel_helpers", "learners.tabular.scan_kern
                   "learners.tabular.donor_kernels", "envs.tree_kernels")
 GENERATORS = ("change_value", "named_cfe", "nearest_cfe")
 # (model kind, the generators run on it): a deep forest only changes the descent, the cheapest method covers it
-MODELS = (("forest", GENERATORS), ("mlp", GENERATORS), ("lr", GENERATORS), ("deep forest", ("nearest_cfe",)))
+# a surrogate's MLP (``MLPModel(blocks=True)``) only changes how variant rows are scored: its own search covers it
+MODELS = (("forest", GENERATORS), ("mlp", GENERATORS), ("lr", GENERATORS), ("deep forest", ("nearest_cfe",)),
+          ("surrogate mlp", ("change_value",)))
 
 
 def kernels() -> list[Any]:
@@ -96,11 +99,14 @@ def _world(kind: str, schema: FeatureSchema, X: np.ndarray, rng: np.random.Gener
         est = RandomForestClassifier(n_estimators=4, max_depth=6 if kind == "forest" else None, random_state=0)
         return TabularWorld(f"compile/{kind}", schema, from_sklearn(est.fit(X, y)))
     scaler = StandardScaler().fit(X)
-    est = MLPClassifier((8, 8), max_iter=300, random_state=0) if kind == "mlp" else LogisticRegression(max_iter=1000)
+    est = MLPClassifier((8, 8), max_iter=300, random_state=0) if "mlp" in kind else LogisticRegression(max_iter=1000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(scaler.transform(X), y)
-    return TabularWorld(f"compile/{kind}", schema, from_sklearn(est, scaler.mean_, scaler.scale_))
+    model = from_sklearn(est, scaler.mean_, scaler.scale_)
+    if kind == "surrogate mlp":  # as ``Surrogate.as_model`` gives it to the search on the surrogate
+        model = replace(model, blocks=True)
+    return TabularWorld(f"compile/{kind}", schema, model)
 
 
 def _labels(world: TabularWorld, X: np.ndarray) -> tuple[Any, np.ndarray]:
