@@ -8,7 +8,7 @@ import numpy as np
 from learners.tabular.first_round import screens
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.lifts import one_more_feature
-from learners.tabular.rows import nan_as_zero, repeats
+from learners.tabular.rows import nan_as_zero, packed_rows, repeats
 from learners.tabular.rows import projected as _projected
 from learners.tabular.slides import slides
 from learners.tabular.step_trades import step_trades
@@ -66,11 +66,7 @@ def _accepted_only(C: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray
     K = max(int(live.sum(1).max(initial=0)), 1)
     if K >= d.shape[1]:
         return C, d
-    n_i, q_i = np.nonzero(live)
-    pos = (np.cumsum(live, 1) - 1)[n_i, q_i]
-    C2, d2 = np.full((len(C), K, C.shape[2]), np.nan), np.full((len(C), K), np.inf)
-    C2[n_i, pos], d2[n_i, pos] = C[n_i, q_i], d[n_i, q_i]
-    return C2, d2
+    return packed_rows(live, K, C), packed_rows(live, K, d, np.inf)
 
 
 def _moves(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,

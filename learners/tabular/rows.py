@@ -116,15 +116,18 @@ def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, b
     return out
 
 
+def packed_rows(live: np.ndarray, rows: int, A: np.ndarray, fill: float = np.nan) -> np.ndarray:
+    """(N, rows, ...) each agent's entries of ``A`` (N, Q, ...) where ``live`` (N, Q), in order, then ``fill``."""
+    pos = np.cumsum(live, 1) - 1  # each live entry's place among its agent's
+    n_i, q_i = np.nonzero(live & (pos < rows))
+    out = np.full((len(A), rows, *A.shape[2:]), fill)
+    out[n_i, pos[n_i, q_i]] = A[n_i, q_i]
+    return out
+
+
 def compact(C: np.ndarray, rows: int) -> np.ndarray:
     """(N, rows, D) each agent's first ``rows`` finite rows of ``C`` (N, Q, D), in order (NaN padded)."""
-    N, _, D = C.shape
-    live = ~np.isnan(C).any(-1)
-    pos = np.cumsum(live, 1) - 1  # each finite row's place among its agent's
-    n_i, q_i = np.nonzero(live & (pos < rows))
-    out = np.full((N, rows, D), np.nan)
-    out[n_i, pos[n_i, q_i]] = C[n_i, q_i]
-    return out
+    return packed_rows(~np.isnan(C).any(-1), rows, C)
 
 
 def projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray], packed: bool = False) -> np.ndarray:
