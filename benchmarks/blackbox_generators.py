@@ -4,6 +4,7 @@
     python benchmarks/blackbox_generators.py --cells german/forest --budgets 1x64,2x256,8x2000 --latency-ms 20
     python benchmarks/blackbox_generators.py --remote-only          # the remote timings again, alone
     python benchmarks/blackbox_generators.py --rescore proposer_surrogate --cells german/mlp  # the same fit, answered again
+    python benchmarks/blackbox_generators.py --spread-seeds 0,1,2,3 --cells german/forest    # the fit's seed spread
 
 Per cell (data set x model, seed 0; labels from ``benchmarks/tabular_generators.py``'s cache, the same
 ``Cell``: held-out rejected *test* rows labelled by MACE with a certificate, training agents labelled at
@@ -232,6 +233,57 @@ def rescore(cell: str, path: Path, names: list[str], args: argparse.Namespace) -
     return out
 
 
+SPREAD = ("proposer", "search_no_net")  # refitted per seed by ``--spread-seeds``
+SPREAD_BUDGETS = (Budget(2, 256), Budget(8, 2000))  # the issue's two budgets
+
+
+def spread(cell: str, path: Path, seeds: list[int], args: argparse.Namespace) -> dict[str, Any]:
+    """``--spread-seeds``: the proposer and the same search without the network fitted again with each of
+    ``seeds`` (the world, its labels and held-out agents as they are: only the fit's seed moves), scored at
+    the issue's two budgets. A cell of 36 agents moves by 0.028 an agent: one fit's share is one draw."""
+    if not path.exists():
+        raise SystemExit(f"--spread-seeds: {path} is missing; run the cell first")
+    out = json.loads(path.read_text())
+    c = Cell.of(cell, args)
+    world, tl = c.build.world, c.test_labels(args)
+    train, _, _ = c.train_labels(args)
+    rows = np.flatnonzero(train.ok[: c.sizes[-1]])
+    labels = TabularLabels(train.X[rows], train.cf[rows], train.distance[rows])
+    res: dict[str, Any] = {"seeds": seeds, "methods": {}}
+    for name in SPREAD:
+        res["methods"][name] = {f"{b.calls}x{b.rows}": [] for b in SPREAD_BUDGETS}
+        for seed in seeds:
+            gen = build_tabular_generator("proposer", METHODS[name]).fit(
+                replace(world, model=BlackBoxModel(world.model)), labels, seed=seed)
+            for b in SPREAD_BUDGETS:
+                m = run_budget(gen, world, c.test, b, tl.distance, tl.ok)
+                res["methods"][name][f"{b.calls}x{b.rows}"].append(m["optimal_share"])
+                print(f"[{cell}] {name} seed {seed} {b.calls}x{b.rows}: optimal {m['optimal_share']:.3f}", flush=True)
+    out["spread"] = res
+    return out
+
+
+def spread_table(cells: list[dict[str, Any]]) -> list[str]:
+    """Per cell with ``spread``: each method's optimal share over the fit seeds, min-max (mean)."""
+    rows = [c for c in cells if "spread" in c]
+    if not rows:
+        return []
+    heads = [f"{NAMES[n].split(' (')[0]} {b.calls}x{b.rows}" for n in SPREAD for b in SPREAD_BUDGETS]
+    out = ["## The same cells fitted with other seeds (`--spread-seeds`)", "",
+           "Only the fit's seed moves (the labels, the held-out agents and the search are the same): optimal share "
+           "min-max (mean) over the seeds, fitted on the machine of this run. The table above is seed 0 fitted on "
+           "the machine of the cell's full run: a fit on another CPU draws other floats, so its seed 0 need not "
+           "give the same share.", "",
+           "| data | model | agents | seeds | " + " | ".join(heads) + " |", "|---|---|---:|---|" + "---|" * len(heads)]
+    for c in rows:
+        d, m = c["cell"].split("/")
+        sp = c["spread"]
+        vals = [sp["methods"][n][f"{b.calls}x{b.rows}"] for n in SPREAD for b in SPREAD_BUDGETS]
+        out.append(f"| {d} | {m} | {c['mace_solved']} | {', '.join(map(str, sp['seeds']))} | " + " | ".join(
+            f"{min(v):.2f}-{max(v):.2f} ({np.mean(v):.2f})" for v in vals) + " |")
+    return out + [""]
+
+
 def _load(r: dict[str, Any]) -> str:
     return f" (load {r['load_average']:.1f})" if "load_average" in r else ""
 
@@ -246,7 +298,7 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
              "CounterfactualRLTabular at its default 100,000 steps on German forest and German MLP is in "
              "`benchmarks/results/cfrl_budget.md` (`benchmarks/cfrl_budget.py`); `docs/peers.md`'s CFRL figures are "
              "2,000 steps and say so.", "",
-             *summary(cells), "## Every budget", "",
+             *summary(cells), *spread_table(cells), "## Every budget", "",
              "| data | model | agents | method | budget R x N | optimal | valid | rows med / max | calls | ms / agent |",
              "|---|---|---:|---|---|---:|---:|---|---:|---:|"]
     for c in cells:
@@ -366,6 +418,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rescore", default="",
                    help=f"comma-separated saved generators ({', '.join(REMOTE)}) to score again at every budget, "
                         "keeping their fits and the cell's other figures (after a change to how they answer)")
+    p.add_argument("--spread-seeds", default="",
+                   help="comma-separated fit seeds: the proposer and the no-network search fitted again with each, "
+                        "scored at 2x256 and 8x2000 (the spread a single fit's share is drawn from)")
     args = p.parse_args(argv)
     if args.rescore and not set(args.rescore.split(",")) <= set(REMOTE):
         raise SystemExit(f"--rescore: expected some of {', '.join(REMOTE)}, got {args.rescore!r}")
@@ -380,9 +435,11 @@ def main(argv: list[str] | None = None) -> None:
         path = cell_dir / f"{cell.replace('/', '_')}.json"
         if args.rescore:
             save(rescore(cell, path, args.rescore.split(","), args), path)
+        if args.spread_seeds:
+            save(spread(cell, path, [int(v) for v in args.spread_seeds.split(",")], args), path)
         if args.remote_only:
             save(remote_only(cell, path, args), path)
-        elif not path.exists() or args.force:
+        elif (not path.exists() or args.force) and not args.spread_seeds and not args.rescore:
             save(run_cell(cell, args), path)
     # the tables, json and plot hold every cell with a saved JSON (a run of some cells keeps the others)
     paths = [cell_dir / f"{cell.replace('/', '_')}.json" for cell in CELLS]
