@@ -24,3 +24,24 @@ def test_the_spread_table_gives_each_methods_range_and_mean_over_the_seeds():
 
 def test_no_spread_no_table():
     assert spread_table([{"cell": "german/forest", "mace_solved": 36}]) == []
+
+
+def test_round_one_report_reads_which_raw_features_a_row_changes():
+    """``forest_round_one.changed_sets``: a one-hot group is one raw feature, changed when any of its columns is."""
+    import numpy as np
+
+    from benchmarks.forest_round_one import changed_sets
+    from learners.tabular import WorldGeometry
+    from tests.tabular_worlds import german_train_split
+
+    world, labels, _ = german_train_split()
+    geo = WorldGeometry.of(world)
+    x = labels.X[0]
+    group = next(c[c >= 0] for c in geo.raw_columns() if (c >= 0).sum() > 1)
+    R = np.repeat(x[None], 3, 0)
+    R[1, group] = np.roll(x[group], 1)  # another category of the group
+    R[2, geo.raw_columns()[0][0]] += 1.0
+    S = changed_sets(geo, x, R)
+    assert S.shape == (3, geo.n_raw) and not S[0].any()
+    assert S[1].sum() == 1 and S[1][geo.raw_of_column[group[0]]]
+    assert S[2].sum() == 1 and S[2][0]
