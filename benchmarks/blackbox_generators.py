@@ -147,15 +147,20 @@ def remote(gens: dict[str, Any], world: Any, domain: np.ndarray, X: np.ndarray, 
     return out
 
 
-def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+def cell_labels(cell: str, args: argparse.Namespace) -> tuple[Cell, Any, TabularLabels]:
+    """The cell, its held-out agents' MACE labels and its training labels (the solved ones of its budget)."""
     c = Cell.of(cell, args)
-    world, test = c.build.world, c.test
     tl = c.test_labels(args)
     train, _, _ = c.train_labels(args)
     rows = np.flatnonzero(train.ok[: c.sizes[-1]])
-    labels = TabularLabels(train.X[rows], train.cf[rows], train.distance[rows])
+    return c, tl, TabularLabels(train.X[rows], train.cf[rows], train.distance[rows])
+
+
+def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    c, tl, labels = cell_labels(cell, args)
+    world, test = c.build.world, c.test
     mace_d, mace_ok = tl.distance, tl.ok
-    out: dict[str, Any] = {"cell": cell, "labels": int(len(rows)), "test_agents": int(len(test)),
+    out: dict[str, Any] = {"cell": cell, "labels": int(len(labels.X)), "test_agents": int(len(test)),
                            "mace_solved": int(mace_ok.sum()), "methods": {}, "training": {}}
     budgets = parse_budgets(args.budgets)
     gens = {}
@@ -244,11 +249,8 @@ def spread(cell: str, path: Path, seeds: list[int], args: argparse.Namespace) ->
     if not path.exists():
         raise SystemExit(f"--spread-seeds: {path} is missing; run the cell first")
     out = json.loads(path.read_text())
-    c = Cell.of(cell, args)
-    world, tl = c.build.world, c.test_labels(args)
-    train, _, _ = c.train_labels(args)
-    rows = np.flatnonzero(train.ok[: c.sizes[-1]])
-    labels = TabularLabels(train.X[rows], train.cf[rows], train.distance[rows])
+    c, tl, labels = cell_labels(cell, args)
+    world = c.build.world
     res: dict[str, Any] = {"seeds": seeds, "methods": {}}
     for name in SPREAD:
         res["methods"][name] = {f"{b.calls}x{b.rows}": [] for b in SPREAD_BUDGETS}

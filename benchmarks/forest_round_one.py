@@ -29,10 +29,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.blackbox_generators import METHODS  # noqa: E402
-from benchmarks.tabular_generators import Cell  # noqa: E402
+from benchmarks.blackbox_generators import METHODS, cell_labels  # noqa: E402
 from envs.black_box import BlackBoxModel, Budget  # noqa: E402
-from learners.tabular import TabularLabels, WorldGeometry, build_tabular_generator  # noqa: E402
+from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E402
 
 OUT = Path("benchmarks/results")
 CELLS = ("german/forest", "credit/forest", "adult/forest")
@@ -59,12 +58,8 @@ def changed_sets(geo: WorldGeometry, x: np.ndarray, R: np.ndarray) -> np.ndarray
 
 
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
-    c = Cell.of(cell, args)
+    c, tl, labels = cell_labels(cell, args)
     world, X = c.build.world, c.test
-    tl = c.test_labels(args)
-    train, _, _ = c.train_labels(args)
-    ok = np.flatnonzero(train.ok[: c.sizes[-1]])
-    labels = TabularLabels(train.X[ok], train.cf[ok], train.distance[ok])
     gen = build_tabular_generator("proposer", METHODS["proposer"]).fit(
         replace(world, model=BlackBoxModel(world.model)), labels, seed=args.fit_seed)
     geo = WorldGeometry.of(world)
