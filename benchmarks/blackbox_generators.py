@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> None:
             save(spread(cell, path, [int(v) for v in args.spread_seeds.split(",")], args), path)
         if args.remote_only:
             save(remote_only(cell, path, args), path)
-        elif (not path.exists() or args.force) and not args.spread_seeds and not args.rescore:
+        elif not (args.rescore or args.spread_seeds) and (not path.exists() or args.force):  # the full run
             save(run_cell(cell, args), path)
     # the tables, json and plot hold every cell with a saved JSON (a run of some cells keeps the others)
     paths = [cell_dir / f"{cell.replace('/', '_')}.json" for cell in CELLS]

@@ -52,7 +52,8 @@ class Recorded:
 
 
 def changed_sets(geo: WorldGeometry, x: np.ndarray, R: np.ndarray) -> np.ndarray:
-    """(n, raw features) bool: which raw features each row of ``R`` changes from ``x``."""
+    """(n, raw features) bool: which raw features each row of ``R`` changes from ``x`` (one agent's row, or
+    a row per row of ``R``)."""
     moved = np.abs(np.atleast_2d(R) - x) > 1e-9
     return np.stack([moved[:, c[c >= 0]].any(1) for c in geo.raw_columns()], 1)
 
@@ -78,10 +79,9 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
         rows.append({"accepted_in_round_one": bool((same & (proba >= 0.5)).any()), "asked_in_round_one": bool(same.any()),
                      "sets_in_round_one": int(len(np.unique(asked, axis=0))),
                      "optimal": bool(r.found[0] and d <= 1.01 * tl.distance[i])})
-    label_sets = changed_sets(geo, np.zeros(labels.X.shape[1]), labels.CF - labels.X)  # the change from the agent
-    keys, counts = np.unique(label_sets, axis=0, return_counts=True)
+    keys, counts = np.unique(changed_sets(geo, labels.X, labels.CF), axis=0, return_counts=True)
     order = keys[np.argsort(-counts, kind="stable")]
-    held = np.array([changed_sets(geo, X[i], tl.cf[i])[0] for i in np.flatnonzero(tl.ok)])
+    held = changed_sets(geo, X[tl.ok], tl.cf[tl.ok])
     cover = {str(k): float(np.mean([(order[:k] == h).all(1).any() for h in held])) for k in TOP}
     acc = np.array([r["accepted_in_round_one"] for r in rows])
     opt = np.array([r["optimal"] for r in rows])

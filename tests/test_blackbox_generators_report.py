@@ -45,3 +45,5 @@ def test_round_one_report_reads_which_raw_features_a_row_changes():
     assert S.shape == (3, geo.n_raw) and not S[0].any()
     assert S[1].sum() == 1 and S[1][geo.raw_of_column[group[0]]]
     assert S[2].sum() == 1 and S[2][0]
+    X, CF = labels.X[:20], labels.CF[:20]  # a row of agents against a row of answers: each its own
+    np.testing.assert_array_equal(changed_sets(geo, X, CF), np.array([changed_sets(geo, X[i], CF[i])[0] for i in range(20)]))
