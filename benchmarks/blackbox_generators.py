@@ -5,6 +5,7 @@
     python benchmarks/blackbox_generators.py --remote-only          # the remote timings again, alone
     python benchmarks/blackbox_generators.py --rescore proposer_surrogate --cells german/mlp  # the same fit, answered again
     python benchmarks/blackbox_generators.py --spread-seeds 0,1,2,3 --cells german/forest    # the fit's seed spread
+    python benchmarks/blackbox_generators.py --spread-seeds 0,1,2,3 --spread-methods proposer,proposer_surrogate,search_no_net --cells german/mlp
 
 Per cell (data set x model, seed 0; labels from ``benchmarks/tabular_generators.py``'s cache, the same
 ``Cell``: held-out rejected *test* rows labelled by MACE with a certificate, training agents labelled at
@@ -238,25 +239,26 @@ def rescore(cell: str, path: Path, names: list[str], args: argparse.Namespace) -
     return out
 
 
-SPREAD = ("proposer", "search_no_net")  # refitted per seed by ``--spread-seeds``
+SPREAD = ("proposer", "search_no_net")  # refitted per seed by ``--spread-seeds`` (``--spread-methods``' default)
 SPREAD_BUDGETS = (Budget(2, 256), Budget(8, 2000))  # the issue's two budgets
 
 
-def spread(cell: str, path: Path, seeds: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """``--spread-seeds``: the proposer and the same search without the network fitted again with each of
-    ``seeds`` (the world, its labels and held-out agents as they are: only the fit's seed moves), scored at
-    the issue's two budgets. A cell of 36 agents moves by 0.028 an agent: one fit's share is one draw."""
+def spread(cell: str, path: Path, seeds: list[int], args: argparse.Namespace,
+           methods: tuple[str, ...] = SPREAD) -> dict[str, Any]:
+    """``--spread-seeds``: ``methods`` (the proposer and the same search without the network) fitted again
+    with each of ``seeds`` (the world, its labels and held-out agents as they are: only the fit's seed
+    moves), scored at the issue's two budgets. A cell of 36 agents moves by 0.028 an agent: one fit's share
+    is one draw."""
     if not path.exists():
         raise SystemExit(f"--spread-seeds: {path} is missing; run the cell first")
     out = json.loads(path.read_text())
     c, tl, labels = cell_labels(cell, args)
     world = c.build.world
     res: dict[str, Any] = {"seeds": seeds, "methods": {}}
-    for name in SPREAD:
+    for name in methods:
         res["methods"][name] = {f"{b.calls}x{b.rows}": [] for b in SPREAD_BUDGETS}
         for seed in seeds:
-            gen = build_tabular_generator("proposer", METHODS[name]).fit(
-                replace(world, model=BlackBoxModel(world.model)), labels, seed=seed)
+            gen = spread_fit(cell, name, seed, world, labels, args)
             for b in SPREAD_BUDGETS:
                 m = run_budget(gen, world, c.test, b, tl.distance, tl.ok)
                 res["methods"][name][f"{b.calls}x{b.rows}"].append(m["optimal_share"])
@@ -265,12 +267,27 @@ def spread(cell: str, path: Path, seeds: list[int], args: argparse.Namespace) ->
     return out
 
 
+def spread_fit(cell: str, name: str, seed: int, world: Any, labels: TabularLabels, args: argparse.Namespace) -> Any:
+    """Method ``name`` fitted with ``seed``, saved under ``--generators``/cell/spread/seed<seed>/name and loaded from
+    there when it is (an interrupted spread resumes; a change to how generators answer is scored on the same
+    fits); ``--force`` fits again."""
+    where = Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{seed}" / name
+    if where.exists() and not args.force:
+        return TabularGenerator.load(where)
+    gen = build_tabular_generator("proposer", METHODS[name]).fit(replace(world, model=BlackBoxModel(world.model)),
+                                                                labels, seed=seed)
+    gen.save(where)
+    return gen
+
+
 def spread_table(cells: list[dict[str, Any]]) -> list[str]:
-    """Per cell with ``spread``: each method's optimal share over the fit seeds, min-max (mean)."""
+    """Per cell with ``spread``: each method's optimal share over the fit seeds, min-max (mean); a method a
+    cell's spread did not fit is a dash."""
     rows = [c for c in cells if "spread" in c]
     if not rows:
         return []
-    heads = [f"{NAMES[n].split(' (')[0]} {b.calls}x{b.rows}" for n in SPREAD for b in SPREAD_BUDGETS]
+    names = [n for n in METHODS if any(n in c["spread"]["methods"] for c in rows)]
+    heads = [f"{NAMES[n].split(' (')[0]} {b.calls}x{b.rows}" for n in names for b in SPREAD_BUDGETS]
     out = ["## The same cells fitted with other seeds (`--spread-seeds`)", "",
            "Only the fit's seed moves (the labels, the held-out agents and the search are the same): optimal share "
            "min-max (mean) over the seeds, fitted on the machine of this run. The table above is seed 0 fitted on "
@@ -280,9 +297,9 @@ def spread_table(cells: list[dict[str, Any]]) -> list[str]:
     for c in rows:
         d, m = c["cell"].split("/")
         sp = c["spread"]
-        vals = [sp["methods"][n][f"{b.calls}x{b.rows}"] for n in SPREAD for b in SPREAD_BUDGETS]
+        vals = [sp["methods"].get(n, {}).get(f"{b.calls}x{b.rows}") for n in names for b in SPREAD_BUDGETS]
         out.append(f"| {d} | {m} | {c['mace_solved']} | {', '.join(map(str, sp['seeds']))} | " + " | ".join(
-            f"{min(v):.2f}-{max(v):.2f} ({np.mean(v):.2f})" for v in vals) + " |")
+            f"{min(v):.2f}-{max(v):.2f} ({np.mean(v):.2f})" if v else "-" for v in vals) + " |")
     return out + [""]
 
 
@@ -423,7 +440,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--spread-seeds", default="",
                    help="comma-separated fit seeds: the proposer and the no-network search fitted again with each, "
                         "scored at 2x256 and 8x2000 (the spread a single fit's share is drawn from)")
+    p.add_argument("--spread-methods", default=",".join(SPREAD),
+                   help=f"comma-separated methods --spread-seeds fits again (of {', '.join(METHODS)})")
     args = p.parse_args(argv)
+    if not set(args.spread_methods.split(",")) <= set(METHODS):
+        raise SystemExit(f"--spread-methods: expected some of {', '.join(METHODS)}, got {args.spread_methods!r}")
     if args.rescore and not set(args.rescore.split(",")) <= set(REMOTE):
         raise SystemExit(f"--rescore: expected some of {', '.join(REMOTE)}, got {args.rescore!r}")
     # what Cell.of reads of tabular_generators' arguments
@@ -438,7 +459,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.rescore:
             save(rescore(cell, path, args.rescore.split(","), args), path)
         if args.spread_seeds:
-            save(spread(cell, path, [int(v) for v in args.spread_seeds.split(",")], args), path)
+            save(spread(cell, path, [int(v) for v in args.spread_seeds.split(",")], args,
+                        tuple(args.spread_methods.split(","))), path)
         if args.remote_only:
             save(remote_only(cell, path, args), path)
         elif not (args.rescore or args.spread_seeds) and (not path.exists() or args.force):  # the full run

@@ -22,6 +22,18 @@ def test_the_spread_table_gives_each_methods_range_and_mean_over_the_seeds():
     assert cells[4:] == ["0.75-0.83 (0.80)", "1.00-1.00 (1.00)", "0.69-0.72 (0.70)", "0.50-1.00 (0.75)"]
 
 
+def test_a_method_one_cells_spread_did_not_fit_is_a_dash_in_that_row():
+    mlp = _cell("german/mlp", [0.9, 0.95, 1.0], [0.3, 0.3, 0.3])
+    mlp["spread"]["methods"]["proposer_surrogate"] = {"2x256": [0.881, 0.905], "8x2000": [1.0, 1.0]}
+    lines = spread_table([_cell("german/forest", [0.75, 0.806, 0.833], [0.694, 0.694, 0.722]), mlp])
+    head = next(r for r in lines if r.startswith("| data"))
+    assert head.count("surrogate") == 2  # one column per budget, between the proposer's and the no-network's
+    forest = [c.strip() for c in next(r for r in lines if r.startswith("| german | forest")).strip("|").split("|")]
+    ours = [c.strip() for c in next(r for r in lines if r.startswith("| german | mlp")).strip("|").split("|")]
+    assert forest[6:8] == ["-", "-"] and ours[6:8] == ["0.88-0.91 (0.89)", "1.00-1.00 (1.00)"]
+    assert ours[4] == "0.90-1.00 (0.95)" and ours[8] == "0.30-0.30 (0.30)"
+
+
 def test_no_spread_no_table():
     assert spread_table([{"cell": "german/forest", "mace_solved": 36}]) == []
 
@@ -47,3 +59,34 @@ def test_round_one_report_reads_which_raw_features_a_row_changes():
     assert S[2].sum() == 1 and S[2][0]
     X, CF = labels.X[:20], labels.CF[:20]  # a row of agents against a row of answers: each its own
     np.testing.assert_array_equal(changed_sets(geo, X, CF), np.array([changed_sets(geo, X[i], CF[i])[0] for i in range(20)]))
+
+
+def test_past_the_optimum_counts_the_agents_whose_answer_scaled_further_is_still_accepted():
+    """``forest_round_one.past_the_optimum`` against a model that accepts a move of one column of up to 1.75
+    times the answer's (refusing more: not monotone): x 1.1-1.5 accepted for all, x 2 and x 3 for none."""
+    import numpy as np
+
+    from benchmarks.forest_round_one import PAST, past_the_optimum
+    from learners.tabular import WorldGeometry
+    from tests.tabular_worlds import german_train_split
+
+    world, labels, _ = german_train_split()
+    geo = WorldGeometry.of(world)
+    X = labels.X[:30].copy()
+    lo, hi = geo.box(X)
+    j = next(int(c) for c in np.flatnonzero(geo.numeric) if (hi[:, c] - X[:, c] >= 12).all())
+    step = 4.0  # an integer move: the projection keeps every scaled row on the column's grid
+    CF = X.copy()
+    CF[:, j] += step
+
+    class Band:
+        n_features = X.shape[1]
+
+        def predict_proba(self, R):
+            return ((R[:, j] - X[:, j] > 0) & (R[:, j] - X[:, j] <= 1.75 * step)).astype(float)
+
+    class Stub:
+        model = Band()
+
+    got = past_the_optimum(Stub(), geo, X, CF)
+    assert got == {str(s): (1.0 if s <= 1.5 else 0.0) for s in PAST}
