@@ -62,9 +62,11 @@ from learners.tabular import TabularGenerator, TabularLabels, build_tabular_gene
 OUT = Path("benchmarks/results")
 METHODS = {"proposer": {"proposals": "network"}, "proposer_expert": {"proposals": "network", "expert_rounds": 1},
            "proposer_surrogate": {"proposals": "network", "surrogate": True},
+           "proposer_surrogates": {"proposals": "network", "surrogate": True, "surrogate_members": 3},
            "search_no_net": {"proposals": "averages"}, "search_knn": {"proposals": "neighbours"}}
 NAMES = {"proposer": "proposer (network, imitation)", "proposer_expert": "proposer + model reward (expert iteration)",
          "proposer_surrogate": "proposer + surrogate of the model (learnt from its answers)",
+         "proposer_surrogates": "proposer + 3 surrogates averaged (the fit's seed matters less)",
          "search_no_net": "same search, no network (label averages)", "search_knn": "same search, k-NN proposals",
          "geco": "GeCo (black box, no budget)"}
 
@@ -254,7 +256,9 @@ def spread(cell: str, path: Path, seeds: list[int], args: argparse.Namespace,
     out = json.loads(path.read_text())
     c, tl, labels = cell_labels(cell, args)
     world = c.build.world
-    res: dict[str, Any] = {"seeds": seeds, "methods": {}}
+    res: dict[str, Any] = out.get("spread") or {}
+    if res.get("seeds") != seeds:  # the same seeds: the methods not asked for now are kept
+        res = {"seeds": seeds, "methods": {}}
     for name in methods:
         res["methods"][name] = {f"{b.calls}x{b.rows}": [] for b in SPREAD_BUDGETS}
         for seed in seeds:

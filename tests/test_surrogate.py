@@ -63,6 +63,34 @@ def test_it_learns_a_smooth_models_logit_and_its_white_box_form_agrees(tiny_mlp)
     assert np.allclose(back.logit(S), sur.logit(S)) and back.sigma_ == sur.sigma_
 
 
+def test_an_ensemble_is_one_mlp_whose_logit_is_its_members_mean(tiny_mlp):
+    """``members``: networks fitted with successive seeds, folded into one MLP as wide as all of them
+    (``average_layers``) that the white-box searches read as one; its logit is the members' mean, and it
+    saves and loads as one network."""
+    from learners.tabular.surrogate import average_layers
+
+    world, labels, _, S = tiny_mlp
+    geo = WorldGeometry.of(world)
+    Q = boundary_queries(geo, labels.X, labels.CF, 100)
+    proba = world.model.predict_proba(Q)
+    one = [Surrogate(SurrogateParams(hidden=(16, 16), max_epochs=15)).fit(Q, proba, seed=s) for s in (3, 4)]
+    mean = Surrogate.from_arrays(one[0].arrays())
+    mean.layers_ = average_layers([one[0].layers_, one[1].layers_])  # the same input scaling: the same rows
+    assert np.allclose(mean.logit(S), (one[0].logit(S) + one[1].logit(S)) / 2, atol=1e-4)
+    two = Surrogate(SurrogateParams(hidden=(16, 16), max_epochs=15, members=2)).fit(Q, proba, seed=3)
+    W = [a for k, a, _ in two.layers_ if k == "linear"]
+    assert [w.shape for w in W] == [(Q.shape[1], 32), (32, 32), (32, 1)]
+    assert not W[1][:16, 16:].any() and not W[1][16:, :16].any()  # a member reads only its own units
+    first = [a for k, a, _ in one[0].layers_ if k == "linear"]  # member 0 is the single fit of the same seed
+    assert np.allclose(W[0][:, :16], first[0]) and np.allclose(W[1][:16, :16], first[1])
+    assert np.allclose(2 * W[2][:16], first[2])
+    assert np.allclose(two.as_model().score(S), two.logit(S), atol=1e-4)
+    assert np.allclose(Surrogate.from_arrays(two.arrays()).logit(S), two.logit(S))
+    assert len(two.training_) == 2 and average_layers([one[0].layers_]) is one[0].layers_
+    with pytest.raises(ValueError, match="members"):
+        Surrogate(SurrogateParams(members=0)).fit(Q, proba)
+
+
 class _Stub(Surrogate):
     """A surrogate whose logit is the first column minus 5 (accepts x0 > 5), known exactly."""
 

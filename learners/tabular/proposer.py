@@ -77,6 +77,7 @@ class ProposerParams:
     surrogate: bool = False  # learn the model's logit near the boundary from its own answers; it chooses the rows asked
     surrogate_queries: int = 600  # rows per training label the model scores for the surrogate (fit time, counted)
     surrogate_hidden: tuple[int, ...] = (64, 64)  # the surrogate's MLP widths
+    surrogate_members: int = 1  # surrogate networks fitted with successive seeds and averaged (the fit's seed matters less)
     surrogate_epochs: int = 60  # its training epochs
     surrogate_search: int = 3  # answers per agent of the white-box search (change_value) on the surrogate, proposed first (0: none)
     surrogate_piece_lp: bool = True  # fitting: the surrogate's white-box search also solves each answer's piece MILP for the refit rounds (False: German MLP .93 -> .88 at 2 x 256)
@@ -87,7 +88,7 @@ class ProposerParams:
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
-                     "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs"):
+                     "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs", "surrogate_members"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if not 0.0 <= float(self.corner_grid) < 1.0:
@@ -151,7 +152,8 @@ class ProposerGenerator(TabularGenerator):
         model = BlackBoxModel(world.model)
         Q = boundary_queries(geo, self.X_, self.CF_, int(p.surrogate_queries), seed)
         proba = model.predict_proba(Q)
-        params = SurrogateParams(hidden=p.surrogate_hidden, max_epochs=int(p.surrogate_epochs))
+        params = SurrogateParams(hidden=p.surrogate_hidden, members=int(p.surrogate_members),
+                                 max_epochs=int(p.surrogate_epochs))
         sur = Surrogate(params).fit(Q, proba, seed=seed, progress=progress)
         rounds = int(p.surrogate_rounds) if int(p.surrogate_search) > 0 else 0
         for r in range(rounds + 1):

@@ -82,6 +82,7 @@ class SurrogateParams:
     """Hyperparameters of the surrogate's network and training."""
 
     hidden: tuple[int, ...] = (64, 64)  # MLP widths
+    members: int = 1  # networks fitted with successive seeds and averaged (one MLP members times as wide)
     max_epochs: int = 60  # training epochs
     batch_size: int = 512  # training batch size
     lr: float = 3e-3  # peak learning rate (one-cycle)
@@ -103,6 +104,8 @@ class Surrogate:
         from learners.torch_training import TorchParams, fit_lightning, mlp, seed_everything
 
         p = self.params
+        if int(p.members) < 1:
+            raise ValueError(f"members: must be >= 1, got {p.members!r}")
         Q = np.asarray(Q, float)
         self.mean_, self.scale_ = Q.mean(0), Q.std(0) + 1e-9
         target = _logit(np.asarray(proba, float))
@@ -112,8 +115,6 @@ class Surrogate:
         val, tr = order[:n_val], order[n_val:]
         Xs = ((Q - self.mean_) / self.scale_).astype(np.float32)
         tensors = [torch.as_tensor(Xs), torch.as_tensor(target.astype(np.float32))]
-        seed_everything(seed)
-        net = mlp(Q.shape[1], tuple(p.hidden), 1, batch_norm=False)
 
         def loss_fn(model, batch):
             xb, yb = batch
@@ -121,9 +122,14 @@ class Surrogate:
 
         tp = TorchParams(hidden=tuple(p.hidden), lr=float(p.lr), batch_size=int(p.batch_size),
                          max_epochs=int(p.max_epochs), patience=max(10, int(p.max_epochs) // 4), batch_norm=False)
-        ctx = FitContext(n_features=Q.shape[1], n_actions=1, max_len=1, seed=seed, progress=progress)
-        self.training_ = fit_lightning(net, loss_fn, [t[tr] for t in tensors], [t[val] for t in tensors], tp, ctx)
-        self.layers_ = sequential_layers(net)
+        nets, self.training_ = [], []
+        for m in range(int(p.members)):  # the same rows and split, another initialisation and batch order each
+            seed_everything(seed + m)
+            net = mlp(Q.shape[1], tuple(p.hidden), 1, batch_norm=False)
+            ctx = FitContext(n_features=Q.shape[1], n_actions=1, max_len=1, seed=seed + m, progress=progress)
+            self.training_.append(fit_lightning(net, loss_fn, [t[tr] for t in tensors], [t[val] for t in tensors], tp, ctx))
+            nets.append(sequential_layers(net))
+        self.layers_ = average_layers(nets)
         held = self.logit(Q[val])
         near = np.abs(target[val]) < NEAR_LOGIT
         resid = held[near] - target[val][near] if near.any() else held - target[val]
@@ -215,6 +221,32 @@ class Surrogate:
                 s.layers_.append(("relu", None, None))
         s.n_features_ = len(s.mean_)
         return s
+
+
+def average_layers(nets: list[list[tuple[str, Any, Any]]]) -> list[tuple[str, Any, Any]]:
+    """One ReLU MLP whose output is the mean of ``nets``' outputs (each a ``sequential_layers`` list of the
+    same shape): the first layers side by side, the hidden ones block-diagonal, the last ones stacked and
+    divided by their number. A single net is returned as it is. One network, so the white-box searches read
+    an ensemble as they read one member (``as_model``)."""
+    if len(nets) == 1:
+        return nets[0]
+    from scipy.linalg import block_diag
+
+    linear = [[(np.asarray(a), np.asarray(b)) for kind, a, b in net if kind == "linear"] for net in nets]
+    n, k = len(linear[0]), len(nets)
+    out: list[tuple[str, Any, Any]] = []
+    for i in range(n):
+        Ws, bs = [w[i][0] for w in linear], [w[i][1] for w in linear]
+        if i == 0:
+            W, b = np.concatenate(Ws, axis=1), np.concatenate(bs)
+        elif i < n - 1:
+            W, b = block_diag(*Ws), np.concatenate(bs)
+        else:
+            W, b = np.concatenate(Ws, axis=0) / k, np.mean(bs, axis=0)
+        out.append(("linear", W.astype(Ws[0].dtype), b.astype(bs[0].dtype)))
+        if i < n - 1:
+            out.append(("relu", None, None))
+    return out
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
