@@ -65,13 +65,12 @@ def changed_sets(geo: WorldGeometry, x: np.ndarray, R: np.ndarray) -> np.ndarray
 def past_the_optimum(world: Any, geo: WorldGeometry, X: np.ndarray, CF: np.ndarray) -> dict[str, float]:
     """{scale: share of agents} whose answer ``CF`` with its numeric changes scaled by each of ``PAST`` (the
     other columns as in ``CF``; projected onto the schema's bounds) the model still accepts."""
-    out = {}
-    for s in PAST:
-        R = CF.copy()
-        R[:, geo.numeric] = X[:, geo.numeric] + s * (CF - X)[:, geo.numeric]
-        R = geo.project(X, R[:, None, :])[:, 0]
-        out[str(s)] = float(np.mean(np.asarray(world.model.predict_proba(R)) >= 0.5))
-    return out
+    scale = np.asarray(PAST)[None, :, None]
+    R = np.repeat(CF[:, None, :], len(PAST), axis=1)  # (N, scales, D), one model call for all of them
+    R[..., geo.numeric] = X[:, None, geo.numeric] + scale * (CF - X)[:, None, geo.numeric]
+    R = geo.project(X, R)
+    ok = np.asarray(world.model.predict_proba(R.reshape(-1, X.shape[1]))).reshape(len(X), len(PAST)) >= 0.5
+    return {str(s): float(ok[:, k].mean()) for k, s in enumerate(PAST)}
 
 
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:

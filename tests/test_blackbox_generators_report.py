@@ -75,6 +75,8 @@ def test_past_the_optimum_counts_the_agents_whose_answer_scaled_further_is_still
     X = labels.X[:30].copy()
     lo, hi = geo.box(X)
     j = next(int(c) for c in np.flatnonzero(geo.numeric) if (hi[:, c] - X[:, c] >= 12).all())
+    base = X[:, j].min()  # every agent at the same value of column j: the model need not know whose row it scores
+    X[:, j] = base
     step = 4.0  # an integer move: the projection keeps every scaled row on the column's grid
     CF = X.copy()
     CF[:, j] += step
@@ -83,7 +85,7 @@ def test_past_the_optimum_counts_the_agents_whose_answer_scaled_further_is_still
         n_features = X.shape[1]
 
         def predict_proba(self, R):
-            return ((R[:, j] - X[:, j] > 0) & (R[:, j] - X[:, j] <= 1.75 * step)).astype(float)
+            return ((R[:, j] - base > 0) & (R[:, j] - base <= 1.75 * step)).astype(float)
 
     class Stub:
         model = Band()

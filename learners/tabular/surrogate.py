@@ -87,6 +87,10 @@ class SurrogateParams:
     batch_size: int = 512  # training batch size
     lr: float = 3e-3  # peak learning rate (one-cycle)
 
+    def __post_init__(self) -> None:
+        if int(self.members) < 1:
+            raise ValueError(f"members: must be >= 1, got {self.members!r}")
+
 
 class Surrogate:
     """A ReLU MLP regressing a model's clipped logit; ``logit``, ``predict_proba`` (so a search can run on
@@ -104,8 +108,6 @@ class Surrogate:
         from learners.torch_training import TorchParams, fit_lightning, mlp, seed_everything
 
         p = self.params
-        if int(p.members) < 1:
-            raise ValueError(f"members: must be >= 1, got {p.members!r}")
         Q = np.asarray(Q, float)
         self.mean_, self.scale_ = Q.mean(0), Q.std(0) + 1e-9
         target = _logit(np.asarray(proba, float))
