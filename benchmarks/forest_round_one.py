@@ -13,7 +13,12 @@ Per forest cell (the labels and held-out agents of ``benchmarks/blackbox_generat
   agents whose optimum's set is among the k most frequent (k = 4, 8, 16): how few sets would cover them;
 - **past the optimum**: the share of agents whose MACE answer, its numeric changes scaled by 1.1 to 3 (its
   categories as MACE set them, clipped to the columns' bounds), the forest still accepts: whether a row of
-  the right set that goes too far is a safe first guess for round two to shrink.
+  the right set that goes too far is a safe first guess for round two to shrink;
+- **MACE's set given** (an oracle of the changed set, not of the values): the same fitted proposer, its
+  first proposals for each agent replaced by its ``ORACLE_K`` nearest training agents whose label changes
+  exactly MACE's raw features, their new values set (*values*) or their changes added (*changes*): what the
+  same search at 2 x 256 reaches if the network named the right set every time. Beside it, how often the
+  network's heads (and then the neighbours after them) name that set at all.
 
 Writes ``benchmarks/results/forest_round_one.{md,json}``.
 """
@@ -21,6 +26,7 @@ Writes ``benchmarks/results/forest_round_one.{md,json}``.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -40,6 +46,7 @@ OUT = Path("benchmarks/results")
 CELLS = ("german/forest", "credit/forest", "adult/forest")
 TOP = (4, 8, 16)
 PAST = (1.1, 1.25, 1.5, 2.0, 3.0)  # MACE's own numeric changes scaled past the optimum
+ORACLE_K = 8  # training agents with MACE's set whose answers lead round one in the set oracle
 
 
 class Recorded:
@@ -71,6 +78,44 @@ def past_the_optimum(world: Any, geo: WorldGeometry, X: np.ndarray, CF: np.ndarr
     R = geo.project(X, R)
     ok = np.asarray(world.model.predict_proba(R.reshape(-1, X.shape[1]))).reshape(len(X), len(PAST)) >= 0.5
     return {str(s): float(ok[:, k].mean()) for k, s in enumerate(PAST)}
+
+
+def same_set_answers(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, LX: np.ndarray, LCF: np.ndarray,
+                     span: np.ndarray, k: int = ORACLE_K, values: bool = True) -> np.ndarray:
+    """(N, k, D) per agent of ``X``, its ``k`` nearest training agents (l1 in ``span``s) whose label
+    ``LCF`` changes exactly the raw features ``CF`` changes: their new values set on the agent (``values``)
+    or their changes added; the agent itself where there are fewer."""
+    span = np.maximum(span, 1e-12)
+    label_sets = changed_sets(geo, LX, LCF)
+    out = np.repeat(X[:, None, :], k, axis=1)
+    for i, x in enumerate(X):  # a diagnostic over at most 100 agents
+        same = np.flatnonzero((label_sets == changed_sets(geo, x, CF[i])[0]).all(1))
+        near = same[np.argsort((np.abs(LX[same] - x) / span).sum(1), kind="stable")[:k]]
+        moved = np.abs(LCF[near] - LX[near]) > 1e-12
+        out[i, :len(near)] = np.where(moved, LCF[near], x) if values else x + (LCF[near] - LX[near])
+    return out
+
+
+def set_oracle(gen: Any, world: Any, geo: WorldGeometry, X: np.ndarray, tl: Any, labels: Any) -> dict[str, Any]:
+    """The optimal share at 2 x 256 with MACE's set given (``same_set_answers`` first, as values and as
+    changes), and the share of agents whose set the network's heads, and then the neighbours, propose."""
+    ok = np.flatnonzero(tl.ok)
+    A, CF = X[ok], tl.cf[ok]
+    P = gen.candidates(world, A)
+    heads = int(gen.params.heads)
+    named = np.array([(changed_sets(geo, A[i], P[i]) == changed_sets(geo, A[i], CF[i])[0]).all(1) for i in range(len(A))])
+    out = {"heads_name_it": float(named[:, :heads].any(1).mean()), "proposals_name_it": float(named.any(1).mean())}
+    budget = Budget(2, 256)
+    for name, values in (("values", True), ("changes", False)):
+        first = same_set_answers(geo, A, CF, labels.X, labels.CF, gen.scale_span_, values=values)
+        oracle = copy.copy(gen)  # a shallow copy: the same network, its proposals led by the oracle's
+        oracle.candidates = lambda w, B, first=first: np.concatenate([first, gen.candidates(w, B)], axis=1)
+        bb = BlackBoxModel(world.model)
+        with bb.budget(budget, agents=len(A)):
+            r = oracle.recommend_within(replace(world, model=bb), A, budget)
+        d = geo.distance(A, np.nan_to_num(r.CF))
+        out[name] = float(np.mean(r.found & (d <= 1.01 * tl.distance[ok])))
+    return out
 
 
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -107,7 +152,8 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
            "not_accepted": int((~acc).sum()), "not_accepted_then_optimal": int((~acc & opt).sum()),
            "not_asked": int((~np.array([r["asked_in_round_one"] for r in rows])).sum()),
            "sets_in_round_one": {"median": float(np.median(sets)), "min": int(sets.min()), "max": int(sets.max())},
-           "label_sets": int(len(keys)), "most_frequent_cover": cover, "past_the_optimum": past}
+           "label_sets": int(len(keys)), "most_frequent_cover": cover, "past_the_optimum": past,
+           "set_oracle": set_oracle(gen, world, geo, X, tl, labels)}
     print(json.dumps(out), flush=True)
     return out
 
@@ -132,6 +178,16 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     for c in cells:
         if "past_the_optimum" in c:
             lines.append(f"| {c['cell']} | " + " | ".join(f"{c['past_the_optimum'][str(s)]:.2f}" for s in PAST) + " |")
+    lines += ["", f"MACE's set given: the same proposer, each agent's first proposals its {ORACLE_K} nearest training "
+              "agents whose label changes exactly MACE's raw features (their values set, or their changes added); "
+              "optimal share at 2 x 256 beside the proposer's own, and how often the network names that set.", "",
+              "| cell | proposer | set given, neighbours' values | set given, neighbours' changes | "
+              "the 12 heads name the set | heads and neighbours name it |", "|---|---:|---:|---:|---:|---:|"]
+    for c in cells:
+        if "set_oracle" in c:
+            o = c["set_oracle"]
+            lines.append(f"| {c['cell']} | {c['optimal'] / c['agents']:.2f} | {o['values']:.2f} | {o['changes']:.2f} | "
+                         f"{o['heads_name_it']:.2f} | {o['proposals_name_it']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
