@@ -43,6 +43,7 @@ from learners.tabular.base import Recommendations, TabularGenerator, TabularLabe
 from learners.tabular.budget_search import budget_search, value_vocabulary
 from learners.tabular.change_net import forward_layers, sequential_layers
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.set_names import SetNamer
 from learners.tabular.steps import STEP_SHARE_MIN, step_share
 from learners.tabular.surrogate import Surrogate, SurrogateParams, boundary_queries
 from solvers.mace.distance import Norm
@@ -58,6 +59,8 @@ class ProposerParams:
 
     heads: int = 12  # K: proposals per agent from one forward pass
     neighbours: int = 8  # and this many nearest training agents' changes after them (0: none; "neighbours": heads; the network first)
+    set_names: int = 3  # label sets a classifier of the agent ranks likeliest, proposed before the heads ("network" only; 0: none)
+    set_donors: int = 3  # of each named set, this many nearest training agents whose labels change it, their values set
     proposals: Proposals = "network"  # network (the method) | averages | neighbours (the baselines, no network)
     calls: int = 2  # round trips to the model per answer (the budget's R)
     rows: int = 256  # rows scored per answer (the budget's N)
@@ -93,6 +96,9 @@ class ProposerParams:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if not 0.0 <= float(self.corner_grid) < 1.0:
             raise ValueError(f"corner_grid: a share of round one in [0, 1), got {self.corner_grid!r}")
+        for name in ("set_names", "set_donors"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
         if int(self.surrogate_rounds) < 0:
             raise ValueError(f"surrogate_rounds: must be >= 0, got {self.surrogate_rounds!r}")
         if int(self.expert_rounds) < 0:
@@ -118,7 +124,7 @@ class ProposerGenerator(TabularGenerator):
         self.raw_of_column_ = np.asarray(geo.raw_of_column, np.int64)
         self.vocab_ = value_vocabulary(geo, self.X_, self.CF_) if p.vocabulary else None
         self.fit_info_: dict[str, Any] = {"labels": int(len(self.X_)), "expert": []}
-        self.surrogate_, self.inner_ = None, None
+        self.surrogate_, self.inner_, self.set_namer_ = None, None, None
         self.step_share_ = 0.0
         if self.vocab_ is not None and float(p.corner_grid) > 0:  # one call: does the model answer in steps?
             probe = BlackBoxModel(world.model)
@@ -130,6 +136,7 @@ class ProposerGenerator(TabularGenerator):
             self._fit_averages(seed)
         elif p.proposals == "network":
             t = time.perf_counter()
+            self.set_namer_ = SetNamer().fit(self._scaled(self.X_), self.changed_) if int(p.set_names) > 0 else None
             self._train(self._scaled(self.X_), self._delta(self.X_, self.CF_), int(p.max_epochs), seed, progress, fresh=True)
             self.fit_info_["imitation_seconds"] = time.perf_counter() - t
             for r in range(int(p.expert_rounds)):
@@ -275,6 +282,8 @@ class ProposerGenerator(TabularGenerator):
         P = X[:, None, :] + delta * self.scale_span_
         if int(p.neighbours) > 0:  # the labels' own answers beside the heads' (the search takes them in this order)
             P = np.concatenate([P, self._lent(X, int(p.neighbours))], axis=1)
+        if getattr(self, "set_namer_", None) is not None and int(p.set_names) > 0 and int(p.set_donors) > 0:
+            P = np.concatenate([self._named_set_rows(X), P], axis=1)
         if getattr(self, "inner_", None) is not None and self.surrogate_ is not None:  # the surrogate's answers first
             P = np.concatenate([self._surrogate_answers(world, X), P], axis=1)
         return P
@@ -300,6 +309,25 @@ class ProposerGenerator(TabularGenerator):
         A = rec.CF[:, None, :] if rec.alternatives is None else np.concatenate([rec.CF[:, None, :], rec.alternatives], 1)
         A = A[:, :k]
         return np.where(np.isnan(A).any(-1, keepdims=True), X[:, None, :], A)
+
+    def _named_set_rows(self, X: np.ndarray) -> np.ndarray:
+        """(N, set_names * set_donors, D) for each of the ``set_names`` sets ``set_namer_`` ranks likeliest,
+        the agent with the new values of its ``set_donors`` nearest training agents whose labels change exactly
+        that set (the agent itself where fewer have it); donor rank first, then set rank: round one, cut
+        short, keeps every named set's nearest donor."""
+        p, namer = self.params, self.set_namer_
+        top = namer.rank(self._scaled(X), int(p.set_names))  # (N, T)
+        k = int(p.set_donors)
+        d = self._train_distances(X)
+        moved = np.abs(self.CF_ - self.X_) > 1e-12
+        out = np.repeat(X[:, None, :], top.shape[1] * k, axis=1)
+        for t in range(top.shape[1]):  # a few named sets: a loop over sets, not agents
+            among = namer.set_of_label_[None, :] == top[:, t:t + 1]  # (N, M)
+            idx = self._neighbours(X, k, among=among, d=d)  # (N, k'); past the set's last member: not in it
+            live = np.take_along_axis(among, idx, axis=1)[..., None]
+            rows = np.where(moved[idx] & live, self.CF_[idx], X[:, None, :])
+            out[:, t + top.shape[1] * np.arange(idx.shape[1])] = rows
+        return out
 
     def _in_steps(self) -> bool:
         """Whether the fit-time probe found the model answering in steps (``steps.step_share``)."""
@@ -382,6 +410,8 @@ class ProposerGenerator(TabularGenerator):
             out["centroids"] = self.centroids_
         if self.surrogate_ is not None:
             out.update(self.surrogate_.arrays())
+        if getattr(self, "set_namer_", None) is not None:
+            out.update(self.set_namer_.arrays())
         return out
 
     def _set_arrays(self, z: dict[str, np.ndarray]) -> None:
@@ -394,6 +424,9 @@ class ProposerGenerator(TabularGenerator):
         if "centroids" in z:
             self.centroids_ = z["centroids"]
         self.surrogate_ = Surrogate.from_arrays(z) if "surrogate_mean" in z else None
+        self.set_namer_ = SetNamer.from_arrays(z) if "set_keys" in z else None
+        if self.set_namer_ is None and int(self.params.set_names) > 0:  # saved before the named sets: it names none
+            self.params = replace(self.params, set_names=0)
 
     def _save_extra(self, path: Path) -> dict[str, Any]:
         if self.params.proposals == "network":
