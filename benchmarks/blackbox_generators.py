@@ -21,7 +21,8 @@ rel_tol 1e-2):
   held-out error says it did not learn the model), ``search_no_net`` (the same search, the
   proposals the labels' change centroids: no network, the baseline the issue names), ``search_knn`` (the
   same search, the nearest training agents' changes); and GeCo (``partial_eval=False``: the black-box
-  route; no budget: its calls and rows reported);
+  route; no budget: its calls and rows reported). ``--methods`` chooses them; ``proposer_surrogates``
+  (three surrogates averaged: three times the fit) is the spread's (``--spread-methods``), not the default;
 - **optimal**: share of MACE-solved held-out agents answered within 1% of MACE's certified distance;
   **valid**: accepted by the real model, no constraint broken; rows per answer (median, max) and calls;
 - ``--latency-ms``: the model behind a fixed wait per call (a remote scoring API); the first
@@ -120,6 +121,7 @@ def run_geco(world: Any, domain: np.ndarray, X: np.ndarray, mace_d: np.ndarray, 
     return m
 
 
+FULL_RUN = tuple(m for m in METHODS if m != "proposer_surrogates")  # a full run's methods (3 surrogates: the spread's)
 REMOTE = ("proposer", "proposer_surrogate", "search_no_net")  # the generators timed against the remote model
 
 
@@ -167,7 +169,8 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
                            "mace_solved": int(mace_ok.sum()), "methods": {}, "training": {}}
     budgets = parse_budgets(args.budgets)
     gens = {}
-    for name, params in METHODS.items():
+    for name in args.methods.split(","):
+        params = METHODS[name]
         t = time.perf_counter()
         bb = BlackBoxModel(world.model)  # the improvement rounds' calls go through the black box too
         gens[name] = build_tabular_generator("proposer", params).fit(replace(world, model=bb), labels, seed=args.seed)
@@ -441,12 +444,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rescore", default="",
                    help=f"comma-separated saved generators ({', '.join(REMOTE)}) to score again at every budget, "
                         "keeping their fits and the cell's other figures (after a change to how they answer)")
+    p.add_argument("--methods", default=",".join(FULL_RUN),
+                   help=f"comma-separated methods a full run fits and scores (of {', '.join(METHODS)}; the default "
+                        "leaves out proposer_surrogates, three times the fit of proposer_surrogate: see --spread-methods)")
     p.add_argument("--spread-seeds", default="",
                    help="comma-separated fit seeds: the proposer and the no-network search fitted again with each, "
                         "scored at 2x256 and 8x2000 (the spread a single fit's share is drawn from)")
     p.add_argument("--spread-methods", default=",".join(SPREAD),
                    help=f"comma-separated methods --spread-seeds fits again (of {', '.join(METHODS)})")
     args = p.parse_args(argv)
+    if not set(args.methods.split(",")) <= set(METHODS) or not set(REMOTE) <= set(args.methods.split(",")):
+        raise SystemExit(f"--methods: expected some of {', '.join(METHODS)} with {', '.join(REMOTE)}, got {args.methods!r}")
     if not set(args.spread_methods.split(",")) <= set(METHODS):
         raise SystemExit(f"--spread-methods: expected some of {', '.join(METHODS)}, got {args.spread_methods!r}")
     if args.rescore and not set(args.rescore.split(",")) <= set(REMOTE):
