@@ -342,6 +342,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                     e = min(fallback.shape[1], int(first * EXTRA_SHARE))
                     F = np.concatenate([geo.project(X, np.asarray(fallback[:, e:], float)), F], axis=1)[:, :per]
                 F = np.pad(F, ((0, 0), (0, max(0, per - F.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
+                # each agent's own rows only: a row past its cap would stand in for a repeat that ``fresh``
+                # drops below, and the batch's widest cap would then choose an agent's rows
+                F[np.arange(per)[None, :] >= cap[:, None]] = np.nan
             lost = np.flatnonzero(~found)
             for lo in range(0, len(lost), MOVE_BLOCK):  # the rows left: one feature at a time, then donors
                 a = lost[lo:lo + MOVE_BLOCK]

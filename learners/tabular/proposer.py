@@ -16,6 +16,12 @@ stages:
    the search keeps the nearest) becomes a target, and the network is trained again on labels and targets.
    The calls and rows this costs are counted (``fit_info_``).
 
+Beside the network, a second learned part names the changed set (``learners/tabular/set_names.py``): a
+logistic regression of the agent ranks the labels' changed raw-feature sets, and for the ``set_names``
+likeliest, the ``set_donors`` nearest training agents whose labels change exactly that set lend their new
+values. These rows lead the proposals (after the surrogate's answers): the heads collapse onto the common
+sets, and on a forest the right set with a neighbour's values is often a row the forest accepts.
+
 Answering (``recommend``) is ``budget_search`` (``learners/tabular/budget_search.py``): the proposals on
 rays and snapped to the labels' value vocabulary in the first call, then moves that shorten the answer,
 within ``calls`` round trips and ``rows`` rows per agent, through ``predict_proba`` only. White-box reading
