@@ -15,10 +15,10 @@ Per forest cell (the labels and held-out agents of ``benchmarks/blackbox_generat
   categories as MACE set them, clipped to the columns' bounds), the forest still accepts: whether a row of
   the right set that goes too far is a safe first guess for round two to shrink;
 - **MACE's set given** (an oracle of the changed set, not of the values): the same fitted proposer, its
-  first proposals for each agent replaced by its ``ORACLE_K`` nearest training agents whose label changes
-  exactly MACE's raw features, their new values set (*values*) or their changes added (*changes*): what the
-  same search at 2 x 256 reaches if the network named the right set every time. Beside it, how often the
-  network's heads (and then the neighbours after them) name that set at all.
+  named sets replaced by the ``ORACLE_K`` nearest training agents whose label changes exactly MACE's raw
+  features, their new values set (*values*) or their changes added (*changes*): what the same search at
+  2 x 256 reaches if the set were named right every time. Beside it, how often the named sets, and all the
+  proposals, hold that set.
 
 Writes ``benchmarks/results/forest_round_one.{md,json}``.
 """
@@ -80,36 +80,26 @@ def past_the_optimum(world: Any, geo: WorldGeometry, X: np.ndarray, CF: np.ndarr
     return {str(s): float(ok[:, k].mean()) for k, s in enumerate(PAST)}
 
 
-def same_set_answers(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, LX: np.ndarray, LCF: np.ndarray,
-                     span: np.ndarray, k: int = ORACLE_K, values: bool = True) -> np.ndarray:
-    """(N, k, D) per agent of ``X``, its ``k`` nearest training agents (l1 in ``span``s) whose label
-    ``LCF`` changes exactly the raw features ``CF`` changes: their new values set on the agent (``values``)
-    or their changes added; the agent itself where there are fewer."""
-    span = np.maximum(span, 1e-12)
-    label_sets = changed_sets(geo, LX, LCF)
-    out = np.repeat(X[:, None, :], k, axis=1)
-    for i, x in enumerate(X):  # a diagnostic over at most 100 agents
-        same = np.flatnonzero((label_sets == changed_sets(geo, x, CF[i])[0]).all(1))
-        near = same[np.argsort((np.abs(LX[same] - x) / span).sum(1), kind="stable")[:k]]
-        moved = np.abs(LCF[near] - LX[near]) > 1e-12
-        out[i, :len(near)] = np.where(moved, LCF[near], x) if values else x + (LCF[near] - LX[near])
-    return out
-
-
 def set_oracle(gen: Any, world: Any, geo: WorldGeometry, X: np.ndarray, tl: Any, labels: Any) -> dict[str, Any]:
-    """The optimal share at 2 x 256 with MACE's set given (``same_set_answers`` first, as values and as
-    changes), and the share of agents whose set the network's heads, and then the neighbours, propose."""
+    """The optimal share at 2 x 256 with MACE's set given in place of the named sets (the proposer's
+    ``set_donor_rows`` of MACE's set, as values and as changes), and the share of agents whose set the named
+    sets, and all the proposals, hold."""
     ok = np.flatnonzero(tl.ok)
     A, CF = X[ok], tl.cf[ok]
+    keys = gen.set_namer_.keys_  # the labels' changed sets; MACE's set among them (-1: no label has it)
+    mace = changed_sets(geo, A, CF)
+    sets = np.array([[next(iter(np.flatnonzero((keys == m).all(1))), -1)] for m in mace])
+    named = gen.set_namer_.rank(gen._scaled(A), int(gen.params.set_names))
     P = gen.candidates(world, A)
-    heads = int(gen.params.heads)
-    named = np.array([(changed_sets(geo, A[i], P[i]) == changed_sets(geo, A[i], CF[i])[0]).all(1) for i in range(len(A))])
-    out = {"heads_name_it": float(named[:, :heads].any(1).mean()), "proposals_name_it": float(named.any(1).mean())}
+    held = np.array([(changed_sets(geo, A[i], P[i]) == mace[i]).all(1).any() for i in range(len(A))])
+    out = {"named_sets_hold_it": float((named == sets).any(1).mean()), "proposals_hold_it": float(held.mean())}
     budget = Budget(2, 256)
     for name, values in (("values", True), ("changes", False)):
-        first = same_set_answers(geo, A, CF, labels.X, labels.CF, gen.scale_span_, values=values)
-        oracle = copy.copy(gen)  # a shallow copy: the same network, its proposals led by the oracle's
-        oracle.candidates = lambda w, B, first=first: np.concatenate([first, gen.candidates(w, B)], axis=1)
+        first = gen.set_donor_rows(A, sets, ORACLE_K, values=values)
+        oracle = copy.copy(gen)  # the same network, MACE's set in place of the named sets
+        oracle.params = replace(gen.params, set_names=0)
+        own = oracle.candidates
+        oracle.candidates = lambda w, B, first=first, own=own: np.concatenate([first, own(w, B)], axis=1)
         bb = BlackBoxModel(world.model)
         with bb.budget(budget, agents=len(A)):
             r = oracle.recommend_within(replace(world, model=bb), A, budget)
@@ -178,16 +168,17 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     for c in cells:
         if "past_the_optimum" in c:
             lines.append(f"| {c['cell']} | " + " | ".join(f"{c['past_the_optimum'][str(s)]:.2f}" for s in PAST) + " |")
-    lines += ["", f"MACE's set given: the same proposer, each agent's first proposals its {ORACLE_K} nearest training "
+    lines += ["", f"MACE's set given: the same proposer, its named sets replaced by the {ORACLE_K} nearest training "
               "agents whose label changes exactly MACE's raw features (their values set, or their changes added); "
-              "optimal share at 2 x 256 beside the proposer's own, and how often the network names that set.", "",
+              "optimal share at 2 x 256 beside the proposer's own, and how often its named sets and all its "
+              "proposals hold that set.", "",
               "| cell | proposer | set given, neighbours' values | set given, neighbours' changes | "
-              "the 12 heads name the set | heads and neighbours name it |", "|---|---:|---:|---:|---:|---:|"]
+              "the named sets hold it | the proposals hold it |", "|---|---:|---:|---:|---:|---:|"]
     for c in cells:
         if "set_oracle" in c:
             o = c["set_oracle"]
             lines.append(f"| {c['cell']} | {c['optimal'] / c['agents']:.2f} | {o['values']:.2f} | {o['changes']:.2f} | "
-                         f"{o['heads_name_it']:.2f} | {o['proposals_name_it']:.2f} |")
+                         f"{o['named_sets_hold_it']:.2f} | {o['proposals_hold_it']:.2f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -93,39 +93,3 @@ def test_past_the_optimum_counts_the_agents_whose_answer_scaled_further_is_still
     got = past_the_optimum(Stub(), geo, X, CF)
     assert got == {str(s): (1.0 if s <= 1.5 else 0.0) for s in PAST}
 
-
-def test_the_set_oracle_lends_only_answers_of_the_optimums_changed_set_nearest_first():
-    """``forest_round_one.same_set_answers``: every row it lends changes exactly the raw features the agent's
-    own answer changes, comes from the nearest training agents with that set (in order), sets their values
-    or adds their changes, and the agent itself fills the rows where fewer training agents have the set."""
-    import numpy as np
-
-    from benchmarks.forest_round_one import changed_sets, same_set_answers
-    from learners.tabular import WorldGeometry
-    from tests.tabular_worlds import german_train_split
-
-    world, labels, _ = german_train_split()
-    geo = WorldGeometry.of(world)
-    LX, LCF = labels.X[10:], labels.CF[10:]
-    X, CF = labels.X[:10], labels.CF[:10]
-    span = np.ones(X.shape[1])
-    label_sets = changed_sets(geo, LX, LCF)
-    for values in (True, False):
-        out = same_set_answers(geo, X, CF, LX, LCF, span, k=4, values=values)
-        assert out.shape == (10, 4, X.shape[1])
-        for i in range(10):
-            same = np.flatnonzero((label_sets == changed_sets(geo, X[i], CF[i])[0]).all(1))
-            near = same[np.argsort(np.abs(LX[same] - X[i]).sum(1), kind="stable")[:4]]
-            for r in range(4):
-                if r >= len(near):
-                    assert np.array_equal(out[i, r], X[i])
-                    continue
-                n = near[r]
-                want = np.where(np.abs(LCF[n] - LX[n]) > 1e-12, LCF[n], X[i]) if values else X[i] + LCF[n] - LX[n]
-                assert np.allclose(out[i, r], want)
-    # a set no training agent has: the agent itself in every row
-    lone = X[:1].copy()
-    cf = lone.copy()
-    cf[0, geo.numeric] = lone[0, geo.numeric] + 1.0  # every numeric column moved: no label changes them all
-    assert not (label_sets == changed_sets(geo, lone[0], cf)[0]).all(1).any()
-    assert np.array_equal(same_set_answers(geo, lone, cf, LX, LCF, span, k=3), np.repeat(lone[:, None], 3, 1))

@@ -103,3 +103,28 @@ def test_bad_counts_name_the_field():
         build_tabular_generator("proposer", {"set_names": -1})
     with pytest.raises(ValueError, match="set_donors: must be >= 0"):
         build_tabular_generator("proposer", {"set_donors": -2})
+
+
+def test_donor_rows_of_given_sets_lend_values_or_changes_and_none_for_a_set_no_label_has(german):
+    """``set_donor_rows`` (the set oracle of ``benchmarks/forest_round_one.py`` gives it MACE's set): each
+    row sets the donor's new values or adds its change; a set index of -1 lends the agent itself."""
+    world, tl, X = german
+    gen = build_tabular_generator("proposer", {"max_epochs": 5}).fit(world, tl)
+    namer = gen.set_namer_
+    sets = np.stack([np.zeros(len(X), np.int64), np.full(len(X), -1)], 1)
+    d = gen._train_distances(X)
+    members = np.flatnonzero(namer.set_of_label_ == 0)
+    for values in (True, False):
+        rows = gen.set_donor_rows(X, sets, 2, values=values)
+        assert rows.shape == (len(X), 4, X.shape[1])
+        for i in range(len(X)):
+            donors = members[np.argsort(d[i, members], kind="stable")][:2]
+            for j in range(2):
+                assert np.array_equal(rows[i, 2 * j + 1], X[i])  # set -1: the agent
+                if j >= len(donors):
+                    assert np.array_equal(rows[i, 2 * j], X[i])
+                    continue
+                n = donors[j]
+                want = np.where(np.abs(gen.CF_[n] - gen.X_[n]) > 1e-12, gen.CF_[n], X[i]) if values \
+                    else X[i] + gen.CF_[n] - gen.X_[n]
+                assert np.allclose(rows[i, 2 * j], want)

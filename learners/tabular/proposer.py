@@ -317,22 +317,26 @@ class ProposerGenerator(TabularGenerator):
         return np.where(np.isnan(A).any(-1, keepdims=True), X[:, None, :], A)
 
     def _named_set_rows(self, X: np.ndarray) -> np.ndarray:
-        """(N, set_names * set_donors, D) for each of the ``set_names`` sets ``set_namer_`` ranks likeliest,
-        the agent with the new values of its ``set_donors`` nearest training agents whose labels change exactly
-        that set (the agent itself where fewer have it); donor rank first, then set rank: round one, cut
-        short, keeps every named set's nearest donor."""
-        p, namer = self.params, self.set_namer_
-        top = namer.rank(self._scaled(X), int(p.set_names))  # (N, T)
-        k = int(p.set_donors)
+        """(N, set_names * set_donors, D) the ``set_donor_rows`` of the ``set_names`` sets ``set_namer_``
+        ranks likeliest for each agent."""
+        p = self.params
+        return self.set_donor_rows(X, self.set_namer_.rank(self._scaled(X), int(p.set_names)), int(p.set_donors))
+
+    def set_donor_rows(self, X: np.ndarray, sets: np.ndarray, k: int, values: bool = True) -> np.ndarray:
+        """(N, T * k, D) for each set index of ``sets`` (N, T) (into ``set_namer_.keys_``; -1: none), the agent
+        with the new values (``values``; else the changes) of its ``k`` nearest training agents whose labels
+        change exactly that set, the agent itself where fewer have it; donor rank first, then set rank:
+        round one, cut short, keeps every set's nearest donor."""
+        T = sets.shape[1]
         d = self._train_distances(X)
         moved = np.abs(self.CF_ - self.X_) > 1e-12
-        out = np.repeat(X[:, None, :], top.shape[1] * k, axis=1)
-        for t in range(top.shape[1]):  # a few named sets: a loop over sets, not agents
-            among = namer.set_of_label_[None, :] == top[:, t:t + 1]  # (N, M)
+        out = np.repeat(X[:, None, :], T * k, axis=1)
+        for t in range(T):  # a few sets: a loop over sets, not agents
+            among = self.set_namer_.set_of_label_[None, :] == sets[:, t:t + 1]  # (N, M)
             idx = self._neighbours(X, k, among=among, d=d)  # (N, k'); past the set's last member: not in it
             live = np.take_along_axis(among, idx, axis=1)[..., None]
-            rows = np.where(moved[idx] & live, self.CF_[idx], X[:, None, :])
-            out[:, t + top.shape[1] * np.arange(idx.shape[1])] = rows
+            lent = np.where(moved[idx], self.CF_[idx], X[:, None, :]) if values else X[:, None, :] + self.CF_[idx] - self.X_[idx]
+            out[:, t + T * np.arange(idx.shape[1])] = np.where(live, lent, X[:, None, :])
         return out
 
     def _in_steps(self) -> bool:
