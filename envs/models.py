@@ -32,6 +32,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from envs.rowwise import rowwise_matmul
+
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
@@ -440,6 +442,7 @@ class MLPModel(WhiteBoxModel):
     weights: list[np.ndarray]  # each (in, out), as sklearn's coefs_
     biases: list[np.ndarray]
     blocks: bool = False  # variant rows' later layers as BLAS blocks (tree_kernels.mlp_scores_blocks), not the loop
+    rowwise: bool = False  # every product a row at a time (envs.rowwise): a row's score the same bits in any batch
     kind: ClassVar[str] = "mlp"
     n_features: int = field(init=False)
     model_class: ClassVar[str] = "mlp"
@@ -455,14 +458,17 @@ class MLPModel(WhiteBoxModel):
         """Post-ReLU activations of each hidden layer."""
         h, out = self._check(X), []
         for W, b in zip(self.weights[:-1], self.biases[:-1], strict=True):
-            h = np.maximum(h @ W + b, 0.0)
+            h = np.maximum(self._product(h, W) + b, 0.0)
             out.append(h)
         return out
 
     def score(self, X: np.ndarray) -> np.ndarray:
         hs = self.hidden(X)
         h = hs[-1] if hs else self._check(X)
-        return (h @ self.weights[-1] + self.biases[-1]).reshape(-1)
+        return (self._product(h, self.weights[-1]) + self.biases[-1]).reshape(-1)
+
+    def _product(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
+        return rowwise_matmul(A, W) if self.rowwise else A @ W
 
     def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """``score`` of variant rows: the first layer by a rank-k update of each base's product (no
@@ -473,7 +479,7 @@ class MLPModel(WhiteBoxModel):
         base = self._check(base)
         if len(self.weights) == 1:
             return _first_layer_variants(self.weights[0], self.biases[0], base, index, cols, vals).reshape(-1)
-        Z0 = np.ascontiguousarray(base @ self.weights[0] + self.biases[0])
+        Z0 = np.ascontiguousarray(self._product(base, self.weights[0]) + self.biases[0])
         args = (Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64),
                 np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64),
                 np.ascontiguousarray(self.weights[0]))

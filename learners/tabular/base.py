@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from envs.rowwise import rowwise_matmul
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import WorldGeometry, accepted_distances, repeats
 from learners.tabular.polish import polish, trade_sweep
@@ -101,7 +102,7 @@ class TabularGenerator(ABC):
             self.__dict__["_scaled_train"] = cached
         _, minus_2bt, bb = cached
         A = self._scaled(X)
-        d = A @ minus_2bt
+        d = rowwise_matmul(A, minus_2bt)  # each agent's row alone: its neighbours do not depend on the batch
         d += (A * A).sum(1)[:, None]
         d += bb[None, :]
         return d

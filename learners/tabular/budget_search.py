@@ -353,6 +353,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                              asked[a])[:, :per]  # rows asked before (a ray back at the agent) leave room
                 if donors is not None:
                     T = _projected(geo, X[a], [np.asarray(donors(a, donor_at[a], per), float)])
+                    T[np.arange(T.shape[1])[None, :] >= cap[a][:, None]] = np.nan  # the agent's own cap of donors
                     gone = np.isnan(T).any(-1)  # past the last donor
                     # each agent's next donors are those after the ones its own rows reached (batch-free)
                     donor_at[a] += np.clip(cap[a] - (~np.isnan(head).any(-1)).sum(1), 0, (~gone).sum(1))

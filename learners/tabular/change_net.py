@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from envs.rowwise import rowwise_matmul
+
 
 def change_value_net(n_columns: int, n_raw: int, hidden: tuple[int, ...], dropout: float):
     """One MLP trunk, two heads: a logit per raw feature (does it change?) and the change of each
@@ -49,10 +51,11 @@ def sequential_layers(modules: Any) -> list[tuple[str, Any, Any]]:
 
 
 def forward_layers(layers: list[tuple[str, Any, Any]], h: np.ndarray) -> np.ndarray:
-    """``h`` through ``sequential_layers``' layers."""
+    """``h`` through ``sequential_layers``' layers, each row alone (``rowwise_matmul``: an agent's bits do not
+    depend on its batch)."""
     for kind, p, q in layers:
         if kind == "linear":
-            h = h @ p + q
+            h = rowwise_matmul(h, p) + q
         elif kind == "affine":  # batch norm in eval mode
             h = h * p + q
         else:
@@ -74,4 +77,4 @@ def numpy_layers(net: Any) -> tuple[list[tuple[str, Any, Any]], np.ndarray, np.n
 
 def numpy_forward(layers: list[tuple[str, Any, Any]], W: np.ndarray, b: np.ndarray, h: np.ndarray) -> np.ndarray:
     """The network's two heads' outputs (N, J + D) on scaled rows ``h`` (N, D), from ``numpy_layers``."""
-    return np.maximum(forward_layers(layers, h), 0.0) @ W + b
+    return rowwise_matmul(np.maximum(forward_layers(layers, h), 0.0), W) + b

@@ -67,6 +67,20 @@ def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int,
         np.take_along_axis(d, order, 1)
 
 
+def _smallest_in_order(flat: np.ndarray, k: int) -> np.ndarray:
+    """(N, min(k, Q)) per row of ``flat`` (N, Q) the indices of its ``k`` smallest entries, ties (the
+    infinite ones included) to the lower index, in index order. A plain partition breaks ties by the row's
+    layout, and a block of agents lays out an option list (all infinite for an agent) that the agent alone
+    skips: its corners then depended on the batch (Adult forest, 1 answer of 100)."""
+    N, Q = flat.shape
+    if Q <= k:
+        return np.broadcast_to(np.arange(Q), (N, Q)).copy()
+    kth = np.partition(flat, k - 1, axis=1)[:, k - 1:k]
+    below, tie = flat < kth, flat == kth
+    take = below | (tie & (np.cumsum(tie, axis=1) <= (k - below.sum(1))[:, None]))
+    return np.argsort(~take, axis=1, kind="stable")[:, :k]  # the taken ones, in index order
+
+
 def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """(N, k, D) each agent's ``k`` nearest corners (the agent itself left out) in increasing distance, and
@@ -98,8 +112,7 @@ def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -
         # every kept corner with this feature kept (cost 0) or moved to one of its options: the k + 1 smallest
         cand = np.concatenate([sums[:, :, None], sums[:, :, None] + d[:, None, :]], axis=2)  # (N, width, 1 + n)
         flat = cand.reshape(N, -1)
-        top = np.argpartition(flat, min(width, flat.shape[1]) - 1, axis=1)[:, :width] if flat.shape[1] > width \
-            else np.argsort(flat, axis=1)
+        top = _smallest_in_order(flat, width)
         parent, pick = np.divmod(top, cand.shape[2])
         sums = np.take_along_axis(flat, top, 1)
         choice = np.take_along_axis(choice, parent[:, :, None], 1)

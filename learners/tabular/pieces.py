@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs.rowwise import rowwise_matmul
 from envs.tabular import TabularWorld
 from learners.tabular.geometry import MARGIN as MARGIN_SCORE
 from learners.tabular.geometry import WorldGeometry, accepts_for
@@ -47,12 +48,12 @@ def _piece_rows(weights: list[np.ndarray], biases: list[np.ndarray], C: np.ndarr
     for W, b in zip(weights[:-1], biases[:-1], strict=True):
         if Js:  # the gradient through the previous layer's active units
             J = np.einsum("ik,ni,nir->nkr", W, sides[-1] > 0, Js[-1])
-        z = h @ W + b
+        z = rowwise_matmul(h, W) + b  # each answer's piece alone: the same bits in any batch
         zs.append(z)
         Js.append(J)
         sides.append(np.where(z > 0, 1.0, -1.0))
         h = np.maximum(z, 0.0)
-    score = (h @ weights[-1] + biases[-1])[:, 0]
+    score = (rowwise_matmul(h, weights[-1]) + biases[-1])[:, 0]
     g = np.einsum("i,ni,nir->nr", weights[-1][:, 0], sides[-1] > 0, Js[-1]) if Js else \
         np.broadcast_to(weights[-1][cols, 0], (len(C), len(cols)))
     if not zs:  # LR: no units

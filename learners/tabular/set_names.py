@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from envs.rowwise import rowwise_matmul
+
 
 @dataclass
 class SetNamer:
@@ -45,7 +47,7 @@ class SetNamer:
 
     def rank(self, Xs: np.ndarray, k: int) -> np.ndarray:
         """(N, min(k, S)) set indices per scaled agent, likeliest first (ties in index order)."""
-        scores = np.asarray(Xs, float) @ self.coef_.T + self.intercept_
+        scores = rowwise_matmul(np.asarray(Xs, float), np.ascontiguousarray(self.coef_.T)) + self.intercept_
         return np.argsort(-scores, axis=1, kind="stable")[:, :min(int(k), len(self.keys_))]
 
     def arrays(self) -> dict[str, np.ndarray]:

@@ -160,7 +160,9 @@ class Surrogate:
         b = [np.asarray(c, float) for k, _, c in self.layers_ if k == "linear"]
         b[0] = b[0] - (self.mean_ / self.scale_) @ W[0]
         W[0] = W[0] / self.scale_[:, None]
-        return MLPModel(W, b, blocks=True)  # its search scores thousands of variant rows an answer: BLAS blocks
+        # its search scores thousands of variant rows an answer: BLAS blocks (the same bits in any batch), and
+        # its other products a row at a time: an agent's answers on it then do not depend on the batch
+        return MLPModel(W, b, blocks=True, rowwise=True)
 
     def pick(self, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, below: np.ndarray) -> np.ndarray:
         """(N, rows, D) the rows of ``C`` (N, Q, D) worth asking the model: distinct, nearer than ``below``
