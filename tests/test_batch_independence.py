@@ -152,3 +152,24 @@ def test_an_mlp_scored_a_row_at_a_time_and_its_region_step_do_not_depend_on_the_
     assert (np.abs(R - C) > 0).any()  # it moved some answers
     for i in range(len(X)):
         np.testing.assert_array_equal(region_step(world, geo, X[i:i + 1], C[i:i + 1])[0], R[i])
+
+
+def test_an_agent_s_training_distances_neighbours_and_named_sets_do_not_depend_on_the_batch(german):
+    """What orders the proposer's neighbours, donors and named sets: each agent's distances to the training
+    agents and the set namer's ranking, the same bits alone as in a batch."""
+    from learners.tabular.nearest import NearestCfeGenerator
+    from learners.tabular.set_names import SetNamer
+
+    world, labels, test = german
+    gen = NearestCfeGenerator().fit(world, labels)
+    X = np.concatenate([test, labels.X[:40]])
+    d, near = gen._train_distances(X), gen._neighbours(X, 8)
+    for i in range(len(X)):
+        assert np.array_equal(gen._train_distances(X[i:i + 1])[0], d[i])
+        assert np.array_equal(gen._neighbours(X[i:i + 1], 8)[0], near[i])
+    rng = np.random.default_rng(2)
+    Xs = rng.random((300, X.shape[1]))
+    namer = SetNamer().fit(Xs, rng.random((300, 5)) < 0.3)  # up to 32 sets
+    scores, ranks = namer.scores(Xs[:50]), namer.rank(Xs[:50], 6)
+    assert all(np.array_equal(namer.scores(Xs[i:i + 1])[0], scores[i]) for i in range(50))
+    assert all(np.array_equal(namer.rank(Xs[i:i + 1], 6)[0], ranks[i]) for i in range(50))

@@ -45,10 +45,14 @@ class SetNamer:
             self.coef_, self.intercept_ = lr.coef_.astype(float), lr.intercept_.astype(float)
         return self
 
+    def scores(self, Xs: np.ndarray) -> np.ndarray:
+        """(N, S) the linear score of each set per scaled agent, each agent's row alone (the same bits in any
+        batch: a near tie must not rank the sets one way in a request and the other in a batch)."""
+        return rowwise_matmul(np.asarray(Xs, float), np.ascontiguousarray(self.coef_.T)) + self.intercept_
+
     def rank(self, Xs: np.ndarray, k: int) -> np.ndarray:
         """(N, min(k, S)) set indices per scaled agent, likeliest first (ties in index order)."""
-        scores = rowwise_matmul(np.asarray(Xs, float), np.ascontiguousarray(self.coef_.T)) + self.intercept_
-        return np.argsort(-scores, axis=1, kind="stable")[:, :min(int(k), len(self.keys_))]
+        return np.argsort(-self.scores(Xs), axis=1, kind="stable")[:, :min(int(k), len(self.keys_))]
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"set_keys": self.keys_, "set_of_label": self.set_of_label_, "set_coef": self.coef_,
