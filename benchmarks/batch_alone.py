@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.blackbox_generators import REMOTE, cell_labels, parse_budgets  # noqa: E402
+from benchmarks.blackbox_generators import REMOTE, answers_within, cell_labels, parse_budgets  # noqa: E402
 from benchmarks.tabular_generators import CELLS  # noqa: E402
-from envs.black_box import BlackBoxModel, Budget  # noqa: E402
+from envs.black_box import Budget  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
 from learners.tabular import TabularGenerator  # noqa: E402
-
-
-def answers(gen: TabularGenerator, world: Any, X: np.ndarray, budget: Budget) -> Any:
-    """``gen``'s answers to ``X`` in one batch, through a fresh black box holding ``budget`` per agent."""
-    bb = BlackBoxModel(world.model)
-    with bb.budget(budget, agents=len(X)):
-        return gen.recommend_within(replace(world, model=bb), X, budget)
 
 
 def check(cell: str, method: str, args: argparse.Namespace, budget: Budget) -> dict[str, Any] | None:
@@ -48,8 +40,8 @@ def check(cell: str, method: str, args: argparse.Namespace, budget: Budget) -> d
     c, tl, _ = cell_labels(cell, args)
     world, X = c.build.world, c.test  # as the table: every held-out agent, scored where MACE certified one
     gen = TabularGenerator.load(path)
-    batch = answers(gen, world, X, budget)
-    alone = [answers(gen, world, X[i:i + 1], budget) for i in range(len(X))]
+    batch = answers_within(gen, world, X, budget)
+    alone = [answers_within(gen, world, X[i:i + 1], budget) for i in range(len(X))]
     CF = np.concatenate([a.CF for a in alone])
     found = np.concatenate([a.found for a in alone])
     rows = np.concatenate([np.atleast_1d(a.rows) for a in alone])

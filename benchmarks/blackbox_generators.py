@@ -82,13 +82,17 @@ def parse_budgets(text: str) -> list[Budget]:
     return out
 
 
+def answers_within(gen: Any, world: Any, X: np.ndarray, budget: Budget) -> Any:
+    """``gen``'s answers to ``X`` in one batch, through a fresh black box that holds ``budget`` per agent."""
+    bb = BlackBoxModel(world.model)
+    with bb.budget(budget, agents=len(X)):
+        return gen.recommend_within(replace(world, model=bb), X, budget)
+
+
 def run_budget(gen: Any, world: Any, X: np.ndarray, budget: Budget, mace_d: np.ndarray, mace_ok: np.ndarray
                ) -> dict[str, Any]:
-    bb = BlackBoxModel(world.model)
-    bworld = replace(world, model=bb)
     t = time.perf_counter()
-    with bb.budget(budget, agents=len(X)):
-        rec = gen.recommend_within(bworld, X, budget)
+    rec = answers_within(gen, world, X, budget)
     sec = time.perf_counter() - t
     m = score_answers(world, X, rec.CF, rec.found, mace_d, mace_ok, "one")
     m.update(budget={"calls": budget.calls, "rows": budget.rows}, calls=int(rec.calls),

@@ -88,7 +88,8 @@ def set_oracle(gen: Any, world: Any, geo: WorldGeometry, X: np.ndarray, tl: Any,
     A, CF = X[ok], tl.cf[ok]
     keys = gen.set_namer_.keys_  # the labels' changed sets; MACE's set among them (-1: no label has it)
     mace = changed_sets(geo, A, CF)
-    sets = np.array([[next(iter(np.flatnonzero((keys == m).all(1))), -1)] for m in mace])
+    match = (mace[:, None, :] == keys[None, :, :]).all(-1)  # (N, S): at most one set each
+    sets = np.where(match.any(1), match.argmax(1), -1)[:, None]
     named = gen.set_namer_.rank(gen._scaled(A), int(gen.params.set_names))
     P = gen.candidates(world, A)
     held = np.array([(changed_sets(geo, A[i], P[i]) == mace[i]).all(1).any() for i in range(len(A))])
