@@ -4,6 +4,7 @@
     python benchmarks/blackbox_generators.py --cells german/forest --budgets 1x64,2x256,8x2000 --latency-ms 20
     python benchmarks/blackbox_generators.py --remote-only          # the remote timings again, alone
     python benchmarks/blackbox_generators.py --rescore proposer_surrogate --cells german/mlp  # the same fit, answered again
+    python benchmarks/blackbox_generators.py --refit search_knn,proposer_expert --cells german/forest  # fitted again
     python benchmarks/blackbox_generators.py --spread-seeds 0,1,2,3 --cells german/forest    # the fit's seed spread
     python benchmarks/blackbox_generators.py --spread-seeds 0,1,2,3 --spread-methods proposer,proposer_surrogate,search_no_net --cells german/mlp
 
@@ -172,28 +173,48 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"cell": cell, "labels": int(len(labels.X)), "test_agents": int(len(test)),
                            "mace_solved": int(mace_ok.sum()), "methods": {}, "training": {}}
     budgets = parse_budgets(args.budgets)
-    gens = {}
-    for name in args.methods.split(","):
-        params = METHODS[name]
-        t = time.perf_counter()
-        bb = BlackBoxModel(world.model)  # the improvement rounds' calls go through the black box too
-        gens[name] = build_tabular_generator("proposer", params).fit(replace(world, model=bb), labels, seed=args.seed)
-        out["training"][name] = {"seconds": time.perf_counter() - t, "model_calls": bb.calls, "model_rows": bb.rows,
-                                 **({"surrogate": gens[name].fit_info_["surrogate"]} if "surrogate" in gens[name].fit_info_ else {})}
-        out["methods"][name] = []
-        for b in budgets:
-            m = run_budget(gens[name], world, test, b, mace_d, mace_ok)
-            out["methods"][name].append(m)
-            print(f"[{cell}] {name} {b.calls}x{b.rows}: optimal {m['optimal_share']:.3f}, valid {m['validity']}, "
-                  f"rows median {m['rows_median']:.0f}", flush=True)
-    for name in REMOTE:  # kept for ``--remote-only`` (the latency measured alone, one process)
-        gens[name].save(Path(args.generators) / cell.replace("/", "_") / name)
+    gens = {name: fit_and_score(cell, name, c, tl, labels, budgets, out, args) for name in args.methods.split(",")}
     out["geco"] = run_geco(world, c.build.data.X_train, test, mace_d, mace_ok)
     print(f"[{cell}] geco: optimal {out['geco']['optimal_share']:.3f}, rows median {out['geco']['rows_median']:.0f}",
           flush=True)
     if args.latency_ms > 0:
         out["remote"] = remote_entry(cell, c, {k: gens[k] for k in REMOTE}, budgets, args)
     out["load_average"] = os.getloadavg()[0]
+    return out
+
+
+def fit_and_score(cell: str, name: str, c: Cell, tl: Any, labels: TabularLabels, budgets: list[Budget],
+                  out: dict[str, Any], args: argparse.Namespace) -> TabularGenerator:
+    """Fit method ``name`` through the black box (its training calls counted), score it at every budget into
+    ``out`` and save it under ``--generators`` (``--rescore`` answers with it again, ``--remote-only`` times it)."""
+    world = c.build.world
+    t = time.perf_counter()
+    bb = BlackBoxModel(world.model)  # the improvement rounds' calls go through the black box too
+    gen = build_tabular_generator("proposer", METHODS[name]).fit(replace(world, model=bb), labels, seed=args.seed)
+    out["training"][name] = {"seconds": time.perf_counter() - t, "model_calls": bb.calls, "model_rows": bb.rows,
+                             **({"surrogate": gen.fit_info_["surrogate"]} if "surrogate" in gen.fit_info_ else {})}
+    out["methods"][name] = []
+    for b in budgets:
+        m = run_budget(gen, world, c.test, b, tl.distance, tl.ok)
+        out["methods"][name].append(m)
+        print(f"[{cell}] {name} {b.calls}x{b.rows}: optimal {m['optimal_share']:.3f}, valid {m['validity']}, "
+              f"rows median {m['rows_median']:.0f}", flush=True)
+    gen.save(Path(args.generators) / cell.replace("/", "_") / name)
+    return gen
+
+
+def refit(cell: str, path: Path, names: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """``--refit``: methods ``names`` fitted again and scored at every budget (saved for a later ``--rescore``);
+    the cell's other figures are kept."""
+    if not path.exists():
+        raise SystemExit(f"--refit: {path} is missing; run the cell first")
+    out = json.loads(path.read_text())
+    c, tl, labels = cell_labels(cell, args)
+    out.setdefault("training", {})
+    for name in names:
+        fit_and_score(cell, name, c, tl, labels, parse_budgets(args.budgets), out, args)
+    out["rescored"] = sorted(set(out.get("rescored", [])) - set(names))  # fitted again: no longer a rescore
+    out["refitted"] = sorted(set(out.get("refitted", [])) | set(names))
     return out
 
 
@@ -236,7 +257,7 @@ def rescore(cell: str, path: Path, names: list[str], args: argparse.Namespace) -
     tl = c.test_labels(args)
     for name in names:
         if not (where / name).exists():
-            raise SystemExit(f"--rescore: no saved generator {name!r} under {where}; rerun the cell with --force")
+            raise SystemExit(f"--rescore: no saved generator {name!r} under {where}; fit it with --refit {name}")
         gen = TabularGenerator.load(where / name)
         out["methods"][name] = []
         for b in parse_budgets(args.budgets):
@@ -363,6 +384,10 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     if again:
         lines += ["", "Answered again with their saved fits after a change to the search (`--rescore`; their "
                   "ms / agent measured then, the cell's other rows from its full run): " + "; ".join(again) + "."]
+    anew = [f"{c['cell']} ({', '.join(c['refitted'])})" for c in cells if c.get("refitted")]
+    if anew:
+        lines += ["", "Fitted again after their full run (`--refit`: the same labels, seed and agents; the cell's "
+                  "other rows from its full run): " + "; ".join(anew) + "."]
     lines += ["", "Training: " + "; ".join(
         f"{c['cell']} expert iteration {c['training']['proposer_expert']['model_calls']} calls, "
         f"{c['training']['proposer_expert']['model_rows']:,} rows, {c['training']['proposer_expert']['seconds']:.0f} s"
@@ -446,8 +471,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--remote-only", action="store_true",
                    help="only the remote timings again, from the saved generators (run it alone on the machine)")
     p.add_argument("--rescore", default="",
-                   help=f"comma-separated saved generators ({', '.join(REMOTE)}) to score again at every budget, "
-                        "keeping their fits and the cell's other figures (after a change to how they answer)")
+                   help="comma-separated saved generators (every method a full run or --refit fitted) to score again "
+                        "at every budget, keeping their fits and the cell's other figures (after a change to how they answer)")
+    p.add_argument("--refit", default="",
+                   help="comma-separated methods to fit again and score at every budget (saved), keeping the cell's "
+                        "other figures")
     p.add_argument("--methods", default=",".join(FULL_RUN),
                    help=f"comma-separated methods a full run fits and scores (of {', '.join(METHODS)}; the default "
                         "leaves out proposer_surrogates, three times the fit of proposer_surrogate: see --spread-methods)")
@@ -461,8 +489,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--methods: expected some of {', '.join(METHODS)} with {', '.join(REMOTE)}, got {args.methods!r}")
     if not set(args.spread_methods.split(",")) <= set(METHODS):
         raise SystemExit(f"--spread-methods: expected some of {', '.join(METHODS)}, got {args.spread_methods!r}")
-    if args.rescore and not set(args.rescore.split(",")) <= set(REMOTE):
-        raise SystemExit(f"--rescore: expected some of {', '.join(REMOTE)}, got {args.rescore!r}")
+    for flag, value in (("--rescore", args.rescore), ("--refit", args.refit)):
+        if value and not set(value.split(",")) <= set(METHODS):
+            raise SystemExit(f"{flag}: expected some of {', '.join(METHODS)}, got {value!r}")
     # what Cell.of reads of tabular_generators' arguments
     args.sizes_for, args.numeric_scale, args.resample_prob, args.rules, args.quiet = [], 0.05, 0.15, False, True
     out = Path(args.out)
@@ -472,6 +501,8 @@ def main(argv: list[str] | None = None) -> None:
         if cell not in CELLS:
             raise SystemExit(f"--cells: unknown cell {cell!r}; known: {', '.join(CELLS)}")
         path = cell_dir / f"{cell.replace('/', '_')}.json"
+        if args.refit:
+            save(refit(cell, path, args.refit.split(","), args), path)
         if args.rescore:
             save(rescore(cell, path, args.rescore.split(","), args), path)
         if args.spread_seeds:
@@ -479,7 +510,7 @@ def main(argv: list[str] | None = None) -> None:
                         tuple(args.spread_methods.split(","))), path)
         if args.remote_only:
             save(remote_only(cell, path, args), path)
-        elif not (args.rescore or args.spread_seeds) and (not path.exists() or args.force):  # the full run
+        elif not (args.rescore or args.refit or args.spread_seeds) and (not path.exists() or args.force):  # the full run
             save(run_cell(cell, args), path)
     # the tables, json and plot hold every cell with a saved JSON (a run of some cells keeps the others)
     paths = [cell_dir / f"{cell.replace('/', '_')}.json" for cell in CELLS]

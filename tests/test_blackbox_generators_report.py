@@ -1,5 +1,6 @@
 """``benchmarks/blackbox_generators.py``'s seed-spread table (``--spread-seeds``): min-max (mean) per method
-and budget from the cell's JSON, and nothing for cells that have no spread."""
+and budget from the cell's JSON, and nothing for cells that have no spread; ``--refit`` / ``--rescore``'s
+argument checks."""
 
 from __future__ import annotations
 
@@ -93,3 +94,17 @@ def test_past_the_optimum_counts_the_agents_whose_answer_scaled_further_is_still
     got = past_the_optimum(Stub(), geo, X, CF)
     assert got == {str(s): (1.0 if s <= 1.5 else 0.0) for s in PAST}
 
+
+
+def test_refit_and_rescore_name_only_known_methods_and_need_the_cells_run(tmp_path):
+    """``--refit`` and ``--rescore`` take any of the methods (each full run saves every generator) and say
+    which flag and value are wrong; both keep a cell's other figures, so a cell never run is an error."""
+    import pytest
+
+    from benchmarks.blackbox_generators import main
+
+    for flag in ("--refit", "--rescore"):
+        with pytest.raises(SystemExit, match=f"{flag}: expected some of proposer.*got 'nope'"):
+            main([flag, "nope", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--refit: .*german_forest.json is missing; run the cell first"):
+        main(["--refit", "search_knn", "--cells", "german/forest", "--out", str(tmp_path)])

@@ -23,6 +23,7 @@ from learners.tabular.budget_search import (
     _trades,
     value_vocabulary,
 )
+from learners.tabular.moves import SMOOTH_TRADE_SHARES
 from learners.tabular.rows import nearest_first
 from learners.tabular.slides import SLIDE_BACKS, SLIDE_SHARES, slides
 from tests.tabular_worlds import german_train_split, toy_mlp_world
@@ -33,7 +34,7 @@ def german():
     return german_train_split()
 
 
-def _trades_by_loop(geo: WorldGeometry, X: np.ndarray, B: np.ndarray) -> list[list[np.ndarray]]:
+def _trades_by_loop(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, shares=TRADE_SHARES) -> list[list[np.ndarray]]:
     """Per agent, every trade row written out one at a time from the definition (the second route)."""
     lo, hi = geo.box(X)
     cost, raw = geo.direction_costs, geo.raw_of_column
@@ -53,7 +54,7 @@ def _trades_by_loop(geo: WorldGeometry, X: np.ndarray, B: np.ndarray) -> list[li
                             continue
                         if (sgn > 0 and hi[i, j] <= B[i, j]) or (sgn < 0 and lo[i, j] >= B[i, j]):
                             continue
-                        for share in TRADE_SHARES:
+                        for share in shares:
                             r = B[i].copy()
                             r[c] = B[i, c] - np.sign(g) * k
                             r[j] = B[i, j] + sgn * (share * (freed / w) * geo.span[j])
@@ -62,15 +63,17 @@ def _trades_by_loop(geo: WorldGeometry, X: np.ndarray, B: np.ndarray) -> list[li
     return out
 
 
-def test_trades_match_a_loop_over_every_combination(german):
-    """The vectorized ``_trades`` gives, per agent, exactly the rows of the definition written as a loop."""
+@pytest.mark.parametrize("shares", [TRADE_SHARES, SMOOTH_TRADE_SHARES])
+def test_trades_match_a_loop_over_every_combination(german, shares):
+    """The vectorized ``_trades`` gives, per agent, exactly the rows of the definition written as a loop (the
+    shares of a model in steps and the finer ones of a smooth model)."""
     world, labels, _ = german
     geo = WorldGeometry.of(world)
     X, B = labels.X[:12], labels.CF[:12].copy()
     B[3] = X[3]  # an agent whose answer changes nothing: no trade
     changed = np.abs(B - X) > 1e-12
-    R = np.concatenate(_trades(geo, X, B, changed) or [np.zeros((len(X), 0, X.shape[1]))], axis=1)
-    expected = _trades_by_loop(geo, X, B)
+    R = np.concatenate(_trades(geo, X, B, changed, shares) or [np.zeros((len(X), 0, X.shape[1]))], axis=1)
+    expected = _trades_by_loop(geo, X, B, shares)
     assert sum(map(len, expected)) > 0
     for i in range(len(X)):
         got = R[i][~np.isnan(R[i]).any(1)]

@@ -1,5 +1,5 @@
-"""``learners.tabular.steps``: telling a model that answers in steps from its answers alone, and the corner grid
-of the proposals' changed sets on the value vocabulary (issue 56)."""
+"""``learners.tabular.steps``: telling a model that answers in steps from its answers alone, the corner grid
+of the proposals' changed sets on the value vocabulary, and the inner grid of an answer (issue 56)."""
 
 from __future__ import annotations
 
@@ -147,3 +147,71 @@ def test_corner_grid_at_once_is_the_loop_over_proposals(german, n_agents):
     P = np.concatenate([labels.CF[idx][:, None], X[:, None] + donors, labels.CF[idx][:, None]], axis=1)
     for rows in (5, 40, 200):
         np.testing.assert_array_equal(corner_grid(geo, X, P, vocab, rows), _corner_grid_rows(geo, X, P, vocab, rows))
+
+
+def _inner_loop(X, B, vocab, numeric, K):
+    """``inner_values`` by its definition, one agent and column at a time."""
+    out = np.full(X.shape + (K,), np.nan)
+    for n, c in itertools.product(range(len(X)), np.flatnonzero(numeric)):
+        x, b = X[n, c], B[n, c]
+        if abs(b - x) <= 1e-12:
+            continue
+        inside = sorted((v for v in vocab[c] if min(x, b) < v < max(x, b)), key=lambda v: abs(v - b))[:K]
+        out[n, c, : len(inside)] = inside
+    return out
+
+
+def test_inner_values_are_the_vocabulary_values_just_inside_the_answer(german):
+    """Per changed numeric column, the vocabulary values strictly between the agent's value and the answer's,
+    nearest the answer first; NaN for unchanged and other columns and past the values there are."""
+    from learners.tabular.moves import inner_values
+
+    world, labels = german
+    geo = WorldGeometry.of(world)
+    vocab = value_vocabulary(geo, labels.X, labels.CF)
+    rng = np.random.default_rng(0)
+    X = labels.X[:20]
+    B = np.where(rng.random(X.shape) < 0.5, labels.CF[:20], labels.CF[rng.permutation(20)])  # answers either way
+    for K in (1, 3, 6):
+        np.testing.assert_array_equal(inner_values(geo, X, B, vocab, K), _inner_loop(X, B, vocab, geo.numeric, K))
+
+
+def _staircase_world():
+    """One tree: accept iff float32(x0) > 2.9 and float32(x1) > 3.9 (both real, in [0, 10])."""
+    from envs.models import Tree, TreeEnsemble
+    from envs.schema import Feature, FeatureSchema
+    from envs.tabular import TabularWorld
+
+    schema = FeatureSchema((Feature("x0", "numeric", 0.0, 10.0), Feature("x1", "numeric", 0.0, 10.0)))
+    tree = Tree(np.array([1, -1, 3, -1, -1]), np.array([2, -1, 4, -1, -1]), np.array([0, 0, 1, 0, 0]),
+                np.array([2.9, 0, 3.9, 0, 0]), np.array([0.0, 0, 0, 0, 1]), np.array([1.0, 1, 1, 1, 0]))
+    return TabularWorld("toy/staircase", schema, TreeEnsemble([tree], 2))
+
+
+def test_the_inner_grid_moves_two_columns_onto_their_split_edges_at_once(monkeypatch):
+    """From an accepted answer past both splits, the nearest accepted row (3, 4: both columns on the vocabulary
+    value just past their split) differs from it in two columns: the one-column shrinks do not reach it in one
+    round, the inner grid does; every inner-grid row is the answer with a pair of changed columns at levels of
+    ``inner_values`` (level 0: the answer's own value)."""
+    import learners.tabular.moves as mv
+
+    world = _staircase_world()
+    geo = WorldGeometry.of(world)
+    vocab = [np.array([1.0, 2.0, 3.0, 3.5, 6.0]), np.array([2.0, 4.0, 4.5, 7.0, 9.0])]
+    X, B = np.array([[0.0, 0.0]]), np.array([[6.0, 7.0]])
+    target = np.array([3.0, 4.0])
+    assert world.model.predict(target[None])[0] and not world.model.predict(np.array([[2.0, 4.0], [3.0, 2.0]])).any()
+
+    def has(M):
+        return bool((np.abs(np.nan_to_num(M[0], nan=-1.0) - target) == 0).all(-1).any())
+
+    assert has(mv._moves_one(geo, X, B, vocab, steps=True))
+    monkeypatch.setattr(mv, "STEP_INNER_VALUES", 0)
+    assert not has(mv._moves_one(geo, X, B, vocab, steps=True))
+    K = 6
+    W = mv.inner_values(geo, X, B, vocab, K)
+    levels = [np.concatenate([B[0, c:c + 1], W[0, c][~np.isnan(W[0, c])]]) for c in (0, 1)]
+    rows = np.concatenate(mv.inner_grid(geo, X, B, vocab, np.array([[True, True]]), K), axis=1)[0]
+    rows = rows[~np.isnan(rows).any(-1)]
+    expected = {(a, b) for a in levels[0] for b in levels[1]} - {(6.0, 7.0)} | {(3.5, 4.5)}  # and both at their first
+    assert {tuple(r) for r in rows} == expected

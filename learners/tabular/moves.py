@@ -26,7 +26,14 @@ STEP_FRACTIONS = (0.5, 0.8, 0.95)
 STEP_FLIPS = 2  # and a changed column goes to this many vocabulary values on the other side of the agent
 TRADE_BACKS = (1.0, 2.0)  # integer steps a changed integer column gives back in a trade
 TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 1.0)  # of the room a give-back frees, the partner's move
+# on a smooth model the partner's optimum is anywhere in (0.75, 1) of it (German MLP, 8 x 2,000: a give-back of two
+# months needed 0.79 of the amount it freed); a forest's partner moves to its splits (step_trades), not finer shares
+SMOOTH_TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 0.8, 0.875, 0.95, 1.0)
 ADD_SHRINK = (0.5, 0.7, 0.85, 0.95)  # the answer's numeric changes scaled toward the agent when a feature is added
+# in steps, two changed numeric columns go at once to the answer's value or one of this many vocabulary values just
+# inside it (a forest's optimum is often both columns on the split edges just inside the answer found, which the
+# one-column shrinks reach one column at a time: a round each); chosen on validation agents (docs/generators.md)
+STEP_INNER_VALUES = 6
 
 
 def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -141,8 +148,8 @@ def _ray(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, lo: np.ndarray | None
 def _shrinks(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray] | None, steps: bool = False,
              trades: bool = False) -> list[np.ndarray]:
     """The moves of ``_moves_one`` but the ray, each part (N, Q_i, D) unprojected: a changed feature back to the
-    agent's value, a numeric change shrunk (fractions, vocabulary values between), two shrunk together, the
-    trades, the slides (a smooth model) or the step trades (in steps, with ``trades``)."""
+    agent's value, a numeric change shrunk (fractions, vocabulary values between), two shrunk together (and, in
+    steps, two at once onto the vocabulary values just inside the answer: ``inner_grid``), the trades, the slides (a smooth model) or the step trades (in steps, with ``trades``)."""
     N, D = X.shape
     parts = []
     cols = geo.raw_columns()
@@ -185,7 +192,9 @@ def _shrinks(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.nd
             R[:, :, c2] = X[:, None, c2] + f2[None, :] * (B[:, None, c2] - X[:, None, c2])
             R[~both] = np.nan
             parts.append(R)
-    parts += _trades(geo, X, B, changed)
+    if steps and STEP_INNER_VALUES and vocab is not None:
+        parts += inner_grid(geo, X, B, vocab, changed, STEP_INNER_VALUES)
+    parts += _trades(geo, X, B, changed, TRADE_SHARES if steps else SMOOTH_TRADE_SHARES)
     if steps and trades and vocab is not None:  # in steps, a round to follow: along the splits (step_trades.py)
         parts.append(step_trades(geo, X, B, vocab))
     if not steps:  # a smooth boundary: less of one real change, more of another
@@ -193,9 +202,10 @@ def _shrinks(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.nd
     return parts
 
 
-def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarray) -> list[np.ndarray]:
+def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarray,
+            shares: tuple[float, ...] = TRADE_SHARES) -> list[np.ndarray]:
     """(N, Q, D) rows per changed integer column: it gives back ``TRADE_BACKS`` steps toward the agent and
-    another numeric column moves on, either way it may, by ``TRADE_SHARES`` of the distance that frees (the
+    another numeric column moves on, either way it may, by ``shares`` of the distance that frees (the
     optimum that takes one step less of an integer feature and tips over with a little of another). All
     (column, steps, partner, direction) combinations at once: one agent's moves are built per request."""
     num = np.flatnonzero(geo.numeric & ~geo.fixed)
@@ -218,9 +228,9 @@ def _trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, changed: np.ndarra
     g = Bn[:, c] - X[:, c]  # (N, T) the integer column's change
     freed = k / geo.span[c] * np.where(g < 0, cost[raw[c], 1], cost[raw[c], 0])  # the normalized, weighted change a give-back frees
     w = np.where(sgn > 0, cost[raw[j], 0], cost[raw[j], 1])
-    step = np.asarray(TRADE_SHARES)[None, None, :] * (freed / w)[:, :, None] * geo.span[j][None, :, None]  # (N, T, S)
+    step = np.asarray(shares)[None, None, :] * (freed / w)[:, :, None] * geo.span[j][None, :, None]  # (N, T, S)
     D = X.shape[1]
-    R = np.repeat(np.repeat(B[:, None, None, :], len(c), 1), len(TRADE_SHARES), 2)  # (N, T, S, D)
+    R = np.repeat(np.repeat(B[:, None, None, :], len(c), 1), len(shares), 2)  # (N, T, S, D)
     n, t = np.arange(len(X))[:, None], np.arange(len(c))[None, :]
     R[n, t, :, c[None, :]] = (B[:, c] - np.sign(g) * k)[:, :, None]
     R[n, t, :, j[None, :]] = B[:, j][:, :, None] + sgn[None, :, None] * step
@@ -244,3 +254,52 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
         base[:, num] = X[:, num] + t * (base[:, num] - X[:, num])
         out.append(one_more_feature(X, base, Sc, changed))
     return _projected(geo, X, out)
+
+
+def inner_values(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray], K: int) -> np.ndarray:
+    """(N, D, K) per agent and numeric column the ``K`` vocabulary values strictly between the agent's value
+    and the answer's, nearest to the answer first (a forest's split edges just inside the answer); NaN where
+    fewer and for other columns."""
+    N, D = X.shape
+    out = np.full((N, D, K), np.nan)
+    k = np.arange(K)[None, :]
+    for c in np.flatnonzero(geo.numeric):
+        v = vocab[c]
+        if not len(v):
+            continue
+        x, b = X[:, c], nan_as_zero(B[:, c:c + 1])[:, 0]
+        up = b > x
+        i = np.where(up[:, None], np.searchsorted(v, b, "left")[:, None] - 1 - k, np.searchsorted(v, b, "right")[:, None] + k)
+        ok = (i >= 0) & (i < len(v))
+        val = v[np.clip(i, 0, len(v) - 1)]
+        ok &= np.where(up[:, None], val > x[:, None], val < x[:, None]) & (np.abs(b - x) > 1e-12)[:, None]
+        out[:, c] = np.where(ok, val, np.nan)
+    return out
+
+
+def inner_grid(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray], changed: np.ndarray,
+               K: int) -> list[np.ndarray]:
+    """(N, Q, D) rows per pair of changed numeric columns: each at its answer's value or one of the ``K``
+    vocabulary values just inside it (``inner_values``), both at once (a pair the one-column shrinks reach
+    only one at a time), the answer itself left out; then every changed numeric column at its first inner
+    value at once."""
+    W = inner_values(geo, X, B, vocab, K)
+    num = np.flatnonzero(geo.numeric)
+    L = np.concatenate([B[:, :, None], W], axis=2)  # (N, D, K + 1): level 0 the answer's own value
+    g1, g2 = np.repeat(np.arange(K + 1), K + 1)[1:], np.tile(np.arange(K + 1), K + 1)[1:]
+    parts = []
+    for i, c1 in enumerate(num):
+        for c2 in num[i + 1:]:
+            both = changed[:, c1] & changed[:, c2]
+            if not both.any():
+                continue
+            R = np.repeat(B[:, None], len(g1), axis=1)
+            R[:, :, c1] = L[:, c1, g1]
+            R[:, :, c2] = L[:, c2, g2]
+            R[~both] = np.nan
+            parts.append(R)
+    R = B.copy()
+    first = W[:, :, 0]
+    R[:, num] = np.where(np.isnan(first[:, num]), B[:, num], first[:, num])
+    parts.append(R[:, None])
+    return parts
