@@ -149,7 +149,8 @@ def _shrinks(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.nd
              trades: bool = False) -> list[np.ndarray]:
     """The moves of ``_moves_one`` but the ray, each part (N, Q_i, D) unprojected: a changed feature back to the
     agent's value, a numeric change shrunk (fractions, vocabulary values between), two shrunk together (and, in
-    steps, two at once onto the vocabulary values just inside the answer: ``inner_grid``), the trades, the slides (a smooth model) or the step trades (in steps, with ``trades``)."""
+    steps, two at once onto the vocabulary values just inside the answer: ``inner_grid``), the trades, the
+    slides (a smooth model) or the step trades (in steps, with ``trades``)."""
     N, D = X.shape
     parts = []
     cols = geo.raw_columns()
@@ -269,7 +270,9 @@ def inner_values(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[n
             continue
         x, b = X[:, c], nan_as_zero(B[:, c:c + 1])[:, 0]
         up = b > x
-        i = np.where(up[:, None], np.searchsorted(v, b, "left")[:, None] - 1 - k, np.searchsorted(v, b, "right")[:, None] + k)
+        below = np.searchsorted(v, b, "left")[:, None] - 1 - k  # the values under b, nearest first
+        above = np.searchsorted(v, b, "right")[:, None] + k
+        i = np.where(up[:, None], below, above)
         ok = (i >= 0) & (i < len(v))
         val = v[np.clip(i, 0, len(v) - 1)]
         ok &= np.where(up[:, None], val > x[:, None], val < x[:, None]) & (np.abs(b - x) > 1e-12)[:, None]
