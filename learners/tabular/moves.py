@@ -182,17 +182,8 @@ def _shrinks(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.nd
                 parts.append(R)
     g = np.asarray(PAIR_FRACTIONS)  # two numeric changes shrunk together, on a grid (an optimum trading them)
     changed = np.abs(nan_as_zero(B) - X) > 1e-12
-    for i, c1 in enumerate(num):
-        for c2 in num[i + 1:]:
-            both = changed[:, c1] & changed[:, c2]
-            if not both.any():
-                continue
-            R = np.repeat(B[:, None], len(g) ** 2, axis=1)
-            f1, f2 = np.repeat(g, len(g)), np.tile(g, len(g))
-            R[:, :, c1] = X[:, None, c1] + f1[None, :] * (B[:, None, c1] - X[:, None, c1])
-            R[:, :, c2] = X[:, None, c2] + f2[None, :] * (B[:, None, c2] - X[:, None, c2])
-            R[~both] = np.nan
-            parts.append(R)
+    levels = X[:, :, None] + g[None, None, :] * (B - X)[:, :, None]  # (N, D, G) each column's change shrunk
+    parts += _pair_rows(B, changed, num, levels, np.repeat(np.arange(len(g)), len(g)), np.tile(np.arange(len(g)), len(g)))
     if steps and STEP_INNER_VALUES and vocab is not None:
         parts += inner_grid(geo, X, B, vocab, changed, STEP_INNER_VALUES)
     parts += _trades(geo, X, B, changed, TRADE_SHARES if steps else SMOOTH_TRADE_SHARES)
@@ -257,6 +248,25 @@ def _additions(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     return _projected(geo, X, out)
 
 
+def _pair_rows(B: np.ndarray, changed: np.ndarray, num: np.ndarray, levels: np.ndarray, i1: np.ndarray,
+               i2: np.ndarray) -> list[np.ndarray]:
+    """(N, len(i1), D) per pair of numeric columns ``num`` that an agent's answer ``B`` changes both of: the answer
+    with the first column at its ``levels`` (N, D, G) ``i1`` and the second at ``i2``, row by row (NaN rows for
+    the agents that change only one of them)."""
+    parts = []
+    for i, c1 in enumerate(num):
+        for c2 in num[i + 1:]:
+            both = changed[:, c1] & changed[:, c2]
+            if not both.any():
+                continue
+            R = np.repeat(B[:, None], len(i1), axis=1)
+            R[:, :, c1] = levels[:, c1, i1]
+            R[:, :, c2] = levels[:, c2, i2]
+            R[~both] = np.nan
+            parts.append(R)
+    return parts
+
+
 def inner_values(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray], K: int) -> np.ndarray:
     """(N, D, K) per agent and numeric column the ``K`` vocabulary values strictly between the agent's value
     and the answer's, nearest to the answer first (a forest's split edges just inside the answer); NaN where
@@ -289,18 +299,8 @@ def inner_grid(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     W = inner_values(geo, X, B, vocab, K)
     num = np.flatnonzero(geo.numeric)
     L = np.concatenate([B[:, :, None], W], axis=2)  # (N, D, K + 1): level 0 the answer's own value
-    g1, g2 = np.repeat(np.arange(K + 1), K + 1)[1:], np.tile(np.arange(K + 1), K + 1)[1:]
-    parts = []
-    for i, c1 in enumerate(num):
-        for c2 in num[i + 1:]:
-            both = changed[:, c1] & changed[:, c2]
-            if not both.any():
-                continue
-            R = np.repeat(B[:, None], len(g1), axis=1)
-            R[:, :, c1] = L[:, c1, g1]
-            R[:, :, c2] = L[:, c2, g2]
-            R[~both] = np.nan
-            parts.append(R)
+    # every pair of levels but (0, 0), the answer itself
+    parts = _pair_rows(B, changed, num, L, np.repeat(np.arange(K + 1), K + 1)[1:], np.tile(np.arange(K + 1), K + 1)[1:])
     R = B.copy()
     first = W[:, :, 0]
     R[:, num] = np.where(np.isnan(first[:, num]), B[:, num], first[:, num])
