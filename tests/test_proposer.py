@@ -158,6 +158,26 @@ def test_bad_parameters_name_the_field():
         build_tabular_generator("proposer", {"heads": 0})
     with pytest.raises(ValueError, match="proposals: expected"):
         build_tabular_generator("proposer", {"proposals": "magic"})
+    with pytest.raises(ValueError, match="first_share: a share of the rows in"):
+        build_tabular_generator("proposer", {"first_share": 1.0})
+
+
+@pytest.mark.parametrize("share", [0.25, 0.75])
+def test_round_one_takes_first_share_of_the_rows(german, share):
+    """``first_share`` reaches the search: round one asks at most that share of an answer's rows, one agent."""
+    world, tl, labels, test = german
+    gen = build_tabular_generator("proposer", {"max_epochs": 5, "first_share": share}).fit(world, tl)
+    asked = []
+
+    class Recording(BlackBoxModel):
+        def predict_proba(self, rows):
+            asked.append(len(rows))
+            return super().predict_proba(rows)
+
+    x = labels.X[test][:1]
+    gen.recommend_within(replace(world, model=Recording(world.model)), x, Budget(2, 256))
+    assert 0 < asked[0] <= round(share * 256)
+    assert sum(asked) <= 256
 
 
 def test_screens_change_one_feature_inside_the_box(german):

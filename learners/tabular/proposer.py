@@ -93,6 +93,7 @@ class ProposerParams:
     answer_piece_lp: bool = False  # answering: and for the answers' first proposals (True: 5-20 ms more an answer, the same optimal share on German and Credit MLP)
     surrogate_rounds: int = 1  # rounds asking the model about the search's answers on the surrogate for the training agents, refitting it
     surrogate_max_sigma: float = 0.15  # the surrogate is used only where its held-out logit error near the boundary is at most this
+    first_share: float = 0.5  # of an answer's rows, the share round one (the proposals) takes when more rounds follow
     corner_grid: float = 0.25  # of round one's rows, the proposals' changed sets on the vocabulary's values, where the model answers in steps (probed at fit time; 0: never)
 
     def __post_init__(self) -> None:
@@ -100,6 +101,8 @@ class ProposerParams:
                      "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs", "surrogate_members"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
+        if not 0.0 < float(self.first_share) < 1.0:
+            raise ValueError(f"first_share: a share of the rows in (0, 1), got {self.first_share!r}")
         if not 0.0 <= float(self.corner_grid) < 1.0:
             raise ValueError(f"corner_grid: a share of round one in [0, 1), got {self.corner_grid!r}")
         for name in ("set_names", "set_donors"):
@@ -396,7 +399,8 @@ class ProposerGenerator(TabularGenerator):
             raise ValueError(f"X: expected {self.n_columns_} encoded columns, got {X.shape[1]}")
         geo = WorldGeometry.of(world, norm)
         res = budget_search(world.model, geo, X, self.candidates(world, X), budget, vocab=self.vocab_,
-                            fallback=self._transplants(X, FALLBACK_DONORS), surrogate=self.surrogate_,
+                            first_share=float(self.params.first_share), fallback=self._transplants(X, FALLBACK_DONORS),
+                            surrogate=self.surrogate_,
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
                             grid_share=self._grid_share(), steps=self._in_steps(),
                             donors=lambda a, start, k: self._donor_rows(X[a], start, k))
