@@ -453,17 +453,28 @@ def plot_frontier(cells: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cells", default=",".join(CELLS), help="comma-separated dataset/model cells")
+def add_label_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments that choose a cell's labels and held-out agents (shared with ``round_two_bound.py``)."""
     p.add_argument("--sizes", default="500", help="training labels (the tabular_generators cache of that budget)")
     p.add_argument("--test-agents", type=int, default=100, help="held-out rejected test rows per cell (at most)")
-    p.add_argument("--budgets", default="1x64,1x128,2x256,4x1000,8x2000", help="R x N budgets per answer")
-    p.add_argument("--latency-ms", type=float, default=20.0, help="remote model: ms per call (0: skip)")
-    p.add_argument("--remote-agents", type=int, default=30, help="agents answered one by one against the remote model")
     p.add_argument("--seed", type=int, default=0, help="world, split, sample and training seed")
     p.add_argument("--jobs", type=int, default=2, help="MACE labelling processes (labels missing from the cache)")
     p.add_argument("--cache", default="data_cache/tabular_generators", help="label chunks (resumable)")
+
+
+def with_cell_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with what ``Cell.of`` reads of tabular_generators' other arguments, at their defaults."""
+    args.sizes_for, args.numeric_scale, args.resample_prob, args.rules, args.quiet = [], 0.05, 0.15, False, True
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", default=",".join(CELLS), help="comma-separated dataset/model cells")
+    add_label_arguments(p)
+    p.add_argument("--budgets", default="1x64,1x128,2x256,4x1000,8x2000", help="R x N budgets per answer")
+    p.add_argument("--latency-ms", type=float, default=20.0, help="remote model: ms per call (0: skip)")
+    p.add_argument("--remote-agents", type=int, default=30, help="agents answered one by one against the remote model")
     p.add_argument("--out", default=str(OUT), help="results directory")
     p.add_argument("--force", action="store_true", help="recompute cells whose JSON exists")
     p.add_argument("--generators", default="data_cache/blackbox_generators",
@@ -492,8 +503,7 @@ def main(argv: list[str] | None = None) -> None:
     for flag, value in (("--rescore", args.rescore), ("--refit", args.refit)):
         if value and not set(value.split(",")) <= set(METHODS):
             raise SystemExit(f"{flag}: expected some of {', '.join(METHODS)}, got {value!r}")
-    # what Cell.of reads of tabular_generators' arguments
-    args.sizes_for, args.numeric_scale, args.resample_prob, args.rules, args.quiet = [], 0.05, 0.15, False, True
+    with_cell_defaults(args)
     out = Path(args.out)
     cell_dir = out / "blackbox_generators"
     cell_dir.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.blackbox_generators import METHODS, answers_within, cell_labels  # noqa: E402
+from benchmarks.blackbox_generators import (  # noqa: E402
+    METHODS,
+    add_label_arguments,
+    answers_within,
+    cell_labels,
+    with_cell_defaults,
+)
 from benchmarks.tabular_generators import CELLS  # noqa: E402
 from envs.black_box import BlackBoxModel, Budget  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
@@ -69,11 +75,10 @@ def bound_cell(cell: str, args: argparse.Namespace) -> dict:
 
 
 def report(cells: list[dict], command: str) -> str:
+    widths = [b["round_two_rows"] for b in next(iter(cells[0]["methods"].values()))["budgets"]]
     lines = ["# Round one at 128 rows, round two up to W rows (issue 56)", "", f"`{command}`", "",
-             "| cell | method | 2 x 256 (W = 128) | " + " | ".join(
-                 f"W = {b['round_two_rows']}" for b in cells[0]["methods"][next(iter(cells[0]["methods"]))]["budgets"][1:])
-             + " | rows median at the widest |", "|---|---|---:|" + "---:|" * (
-                 len(cells[0]["methods"][next(iter(cells[0]["methods"]))]["budgets"]) - 1) + "---:|"]
+             "| cell | method | 2 x 256 (W = 128) | " + "".join(f"W = {w} | " for w in widths[1:])
+             + "rows median at the widest |", "|---|---|" + "---:|" * (len(widths) + 1)]
     for cell in cells:
         for method, r in cell["methods"].items():
             b = r["budgets"]
@@ -87,11 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cells", default="german/forest,credit/forest,adult/forest", help="comma-separated cells")
     p.add_argument("--methods", default="proposer,search_no_net", help=f"of {', '.join(METHODS)}")
     p.add_argument("--wide", default="2000", help="round two's rows W beyond the 2 x 256 run's 128")
-    p.add_argument("--sizes", default="500", help="training labels (the tabular_generators cache of that budget)")
-    p.add_argument("--test-agents", type=int, default=100, help="held-out rejected test rows per cell (at most)")
-    p.add_argument("--seed", type=int, default=0, help="world, split, sample and training seed")
-    p.add_argument("--jobs", type=int, default=2, help="MACE labelling processes (labels missing from the cache)")
-    p.add_argument("--cache", default="data_cache/tabular_generators", help="label chunks (resumable)")
+    add_label_arguments(p)
     p.add_argument("--generators", default="data_cache/blackbox_generators", help="blackbox_generators.py's saved fits")
     p.add_argument("--out", default="benchmarks/results", help="results directory")
     args = p.parse_args(argv)
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--cells: unknown cell {cell!r}; known: {', '.join(CELLS)}")
     if not set(args.methods.split(",")) <= set(METHODS):
         raise SystemExit(f"--methods: expected some of {', '.join(METHODS)}, got {args.methods!r}")
-    args.sizes_for, args.numeric_scale, args.resample_prob, args.rules, args.quiet = [], 0.05, 0.15, False, True
+    with_cell_defaults(args)
     cells = [bound_cell(cell, args) for cell in args.cells.split(",")]
     command = "python benchmarks/round_two_bound.py" + "".join(" " + a for a in (sys.argv[1:] if argv is None else argv))
     out = Path(args.out)
