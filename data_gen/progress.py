@@ -4,7 +4,7 @@ A tqdm bar redraws itself with carriage returns many times a second. On a termin
 live line; in CI, a pipe or a log file every redraw is kept, thousands of them. So every
 progress bar of the project is made by :func:`progress_bar`, and the choice between a bar and
 plain lines is made once, by :func:`interactive`. Lightning's per-epoch bars follow the same
-rule (:func:`learners.torch_training.fit_lightning`). It lives in ``data_gen``, the lowest layer
+rule (:func:`learners.lightning_fit.fit_lightning`). It lives in ``data_gen``, the lowest layer
 that reports progress, so that both ``data_gen`` and ``learners`` use it.
 """
 

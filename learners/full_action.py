@@ -30,7 +30,6 @@ from learners.base import FitContext, Generator, Prediction, register
 from learners.named_action import NamedActionParams, log_bernoulli, weighted_bce_l1
 from learners.torch_training import (
     check_agents,
-    fit_lightning,
     mlp,
     predict_batched,
     seed_everything,
@@ -104,6 +103,8 @@ class _FullActionGenerator(Generator):
         train, val = train_val(train, val, self.params.val_fraction, ctx.seed)
         seed_everything(ctx.seed)
         self.model_ = self._build()
+        from learners.lightning_fit import fit_lightning  # Lightning only where a network trains
+
         self.fit_info_ = fit_lightning(self.model_, self._loss, self._tensors(train, vectors),
                                        self._tensors(val, vectors), self.params, ctx)
         return self

@@ -21,7 +21,6 @@ from learners.base import FitContext, Generator, Prediction, register
 from learners.torch_training import (
     TorchParams,
     check_agents,
-    fit_lightning,
     mlp,
     predict_batched,
     seed_everything,
@@ -87,6 +86,8 @@ class NamedActionGenerator(Generator):
         def loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
             x, y = batch
             return weighted_bce_l1(model(x), y, p.p_w, p.alpha)
+
+        from learners.lightning_fit import fit_lightning  # Lightning only where a network trains
 
         self.fit_info_ = fit_lightning(self.model_, loss, tensors(train), tensors(val), p, ctx)
         return self

@@ -26,7 +26,6 @@ from learners.base import FitContext, Generator, Prediction, register
 from learners.torch_training import (
     TorchParams,
     check_agents,
-    fit_lightning,
     mlp,
     predict_batched,
     seed_everything,
@@ -109,6 +108,8 @@ class NamedCfeGenerator(Generator):
         def loss(model: nn.Module, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
             x, y = batch  # a validation CFE never seen in training (-1) is left out
             return F.cross_entropy(model(x), y, ignore_index=-1)
+
+        from learners.lightning_fit import fit_lightning  # Lightning only where a network trains
 
         self.fit_info_ = fit_lightning(self.model_, loss, tensors(train), tensors(val), self.params, ctx)
         return self

@@ -210,7 +210,8 @@ def test_early_stopping_waits_for_the_warm_up(schedule, min_epochs, ctx):
     end of one-cycle's warm-up (20% of 20 epochs = 4), not from the first epoch."""
     from torch import nn
 
-    from learners.torch_training import TorchParams, fit_lightning
+    from learners.lightning_fit import fit_lightning
+    from learners.torch_training import TorchParams
 
     calls = {"val": 0}
 

@@ -125,7 +125,8 @@ class ChangeValueGenerator(TabularGenerator):
         import torch
 
         from learners.base import FitContext
-        from learners.torch_training import TorchParams, fit_lightning, seed_everything
+        from learners.lightning_fit import fit_lightning
+        from learners.torch_training import TorchParams, seed_everything
 
         self._store(world, labels)
         p = self.params

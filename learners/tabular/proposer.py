@@ -210,7 +210,8 @@ class ProposerGenerator(TabularGenerator):
         import torch
 
         from learners.base import FitContext
-        from learners.torch_training import TorchParams, fit_lightning, mlp, seed_everything
+        from learners.lightning_fit import fit_lightning
+        from learners.torch_training import TorchParams, mlp, seed_everything
 
         p = self.params
         K, D, J = int(p.heads), Xs.shape[1], self.changed_.shape[1]

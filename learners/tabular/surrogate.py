@@ -104,8 +104,9 @@ class Surrogate:
         import torch
 
         from learners.base import FitContext
+        from learners.lightning_fit import fit_lightning
         from learners.tabular.change_net import sequential_layers
-        from learners.torch_training import TorchParams, fit_lightning, mlp, seed_everything
+        from learners.torch_training import TorchParams, mlp, seed_everything
 
         p = self.params
         Q = np.asarray(Q, float)
