@@ -135,3 +135,13 @@ def test_readme_python_runs_on_a_base_install(tmp_path):
     for code in blocks:
         out = _base_python(tmp_path, "-c", code)
         assert out.returncode == 0, code + out.stderr
+
+
+def test_a_process_that_only_answers_does_not_import_lightning():
+    """Lightning is imported only where a network trains (learners/lightning_fit.py): it took 6 of the 11 s
+    that importing the tabular service took, in the server, its batch worker and each Ray Serve replica."""
+    code = ("import sys, serve, serving.tabular, serving.service, serving.batch_worker, learners.tabular.proposer; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout[-500:]
