@@ -263,7 +263,7 @@ def _tabular_builder(args: argparse.Namespace, budget_s: float):
         from serving.tabular_app import create_tabular_app
 
         # Batches and jobs in a process of their own, so a single request never waits for a batch's GIL. It
-        # starts first: it imports, loads and warms up beside this process's own (on 2 cores, 30 -> 18 s
+        # starts first: it imports, loads and warms up beside this process's own (on 2 cores, 18 -> 13-16 s
         # to ready for a tiny run), and the server is ready when both are.
         worker = BatchWorker(args.run_dir, args.model, budget_s, args.max_batch, args.max_diverse,
                              model_latency_s=args.model_latency_ms / 1e3)

@@ -48,10 +48,10 @@ class JobFiles:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        # a job's writes and its removal one at a time, and no write after it: a chunk written while a cancel
-        # removed the directory brought it back (rmtree cannot remove a directory a new file just entered)
+        # a job's writes and its removal one at a time (a write checks the directory is still there): a chunk
+        # written while a cancel removed the directory brought it back (rmtree cannot remove a directory a new
+        # file just entered)
         self._lock = threading.Lock()
-        self._removed: set[str] = set()
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _dir(self, job_id: str) -> Path:
@@ -75,13 +75,13 @@ class JobFiles:
     def write_meta(self, job_id: str, meta: dict[str, Any]) -> None:
         d = self._dir(job_id)
         with self._lock:
-            if job_id not in self._removed and d.exists():
+            if d.exists():
                 _atomic_write(d / "meta.json", json.dumps(meta).encode())
 
     def write_chunk(self, job_id: str, k: int, answers: list[Any]) -> None:
         d = self._dir(job_id)
         with self._lock:
-            if job_id not in self._removed and d.exists():
+            if d.exists():
                 _atomic_write(d / f"chunk-{k:06d}.json", json.dumps(answers, separators=(",", ":")).encode())
 
     def chunks(self, job_id: str) -> list[list[Any]]:
@@ -97,7 +97,6 @@ class JobFiles:
 
     def remove(self, job_id: str) -> None:
         with self._lock:
-            self._removed.add(job_id)
             shutil.rmtree(self._dir(job_id), ignore_errors=True)
 
     def stored(self) -> list[dict[str, Any]]:

@@ -34,11 +34,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local 2-CPU Ray instance for one test module: its workers (and what they load) are reused."""
-    ray = pytest.importorskip("ray")
-    # Ray's workers start at nice 15: beside the other xdist worker's CPU-bound tests they starved (a 120-agent
-    # batch on Ray: 24 s alone, 125 s in the suite); data_gen.compute.ray_init does the same for its instances
-    os.environ.setdefault("RAY_worker_niceness", "0")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    pytest.importorskip("ray")
+    from data_gen.compute import ComputeConfig, ray_init
+
+    # ray_init's local instance runs its workers at nice 0, not Ray's 15: beside the other xdist worker's
+    # CPU-bound tests they starved (a 120-agent batch on Ray: 24 s alone, 125 s in the suite)
+    ray = ray_init(ComputeConfig(backend="ray", n_workers=2))
     yield ray
     ray.shutdown()
 
