@@ -20,7 +20,8 @@ Per forest cell (the labels and held-out agents of ``benchmarks/blackbox_generat
   rows per agent (a forest's probability is a vote share; a black box still returns it);
 - **surrogate-ranked** (``--surrogate-agents`` > 0): a gradient-boosted classifier of the model's
   answers on 200 corners of each of that many rejected training rows, then per agent the nearest corners
-  it accepts scored, at 64 and 256 rows.
+  it accepts scored, at 64 and 256 rows (``--surrogate-drawn``: corners of that many agents drawn around
+  them instead; ``--surrogate-model lgb``: a larger LightGBM classifier);
 
 Writes ``benchmarks/results/forest_corners.{md,json}``.
 """
@@ -123,17 +124,28 @@ def additive_shares(world: Any, geo: WorldGeometry, X: np.ndarray, vocab: list[n
 
 
 def surrogate_shares(world: Any, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], agents: int,
-                     mace_d: np.ndarray, ok: np.ndarray, train_X: np.ndarray, seed: int) -> dict[str, float]:
+                     mace_d: np.ndarray, ok: np.ndarray, train_X: np.ndarray, seed: int, drawn: int = 0,
+                     model: str = "hgb") -> dict[str, float]:
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     rng = np.random.default_rng(seed)
     rejected = train_X[~accepts(world, train_X)]
     A = rejected[rng.permutation(len(rejected))[:agents]]
+    if drawn:  # agents drawn around the rejected rows instead: as many as asked, the held-out ones excluded
+        from data_gen.perturbed_agents import perturb_agents
+
+        A = perturb_agents(world, rejected, drawn, seed=seed + 3, allow_fewer=True, exclude=X)
     R, _ = nearest_corners(geo, A, vocab, 1000)
     pick = np.concatenate([np.arange(60), np.sort(rng.choice(np.arange(60, 1000), 140, replace=False))])
     S = R[:, pick].reshape(-1, R.shape[-1])
     S = S[~np.isnan(S).any(1)]
-    clf = HistGradientBoostingClassifier(max_iter=400, max_leaf_nodes=63, random_state=seed).fit(S, accepts(world, S))
+    if model == "lgb":  # more capacity and 4,095 bins a column (the vocabulary's values apart)
+        import lightgbm as lgb
+
+        clf = lgb.LGBMClassifier(n_estimators=1500, num_leaves=255, max_bin=4095, learning_rate=0.05, verbose=-1,
+                                 n_jobs=2, random_state=seed).fit(S, accepts(world, S))
+    else:
+        clf = HistGradientBoostingClassifier(max_iter=400, max_leaf_nodes=63, random_state=seed).fit(S, accepts(world, S))
     Rt, dt = nearest_corners(geo, X, vocab, 3000)
     live = np.isfinite(dt)
     p = np.zeros(dt.shape)
@@ -175,7 +187,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
         out["additive"] = additive_shares(world, geo, X, vocab, tl.distance, ok, args.additive_corners)
     if args.surrogate_agents:
         out["surrogate"] = surrogate_shares(world, geo, X, vocab, args.surrogate_agents, tl.distance, ok,
-                                            c.build.data.X_train, args.seed)
+                                            c.build.data.X_train, args.seed, args.surrogate_drawn, args.surrogate_model)
     print(json.dumps(out), flush=True)
     return out
 
@@ -204,12 +216,17 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", default="adult/forest,german/forest,credit/forest,compas/forest", help="forest cells")
     p.add_argument("--surrogate-agents", type=int, default=2000, help="rejected training rows for the surrogate (0: none)")
+    p.add_argument("--surrogate-drawn", type=int, default=0,
+                   help="train the surrogate on corners of this many agents drawn around those rows instead (0: the rows)")
+    p.add_argument("--surrogate-model", choices=("hgb", "lgb"), default="hgb",
+                   help="hgb: scikit-learn's histogram boosting (400 trees); lgb: LightGBM, 1,500 trees of 255 leaves")
     p.add_argument("--additive-corners", type=int, default=5000,
                    help="nearest corners per agent ranked by the additive vote estimate (0: none)")
     p.add_argument("--seed", type=int, default=0, help="world and sample seed")
     p.add_argument("--out", default=str(OUT), help="results directory")
     args = p.parse_args(argv)
     cells = [run_cell(cell, args) for cell in args.cells.split(",")]
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "forest_corners.json").write_text(json.dumps(cells, indent=1))
     (Path(args.out) / "forest_corners.md").write_text(report(cells))
     print(report(cells))
