@@ -215,3 +215,42 @@ def test_the_inner_grid_moves_two_columns_onto_their_split_edges_at_once(monkeyp
     rows = rows[~np.isnan(rows).any(-1)]
     expected = {(a, b) for a in levels[0] for b in levels[1]} - {(6.0, 7.0)} | {(3.5, 4.5)}  # and both at their first
     assert {tuple(r) for r in rows} == expected
+
+
+def test_the_answer_edges_are_its_changed_columns_alone_and_in_pairs_just_inside_it():
+    """``answer_edges``: the answer with one changed column at one of its ``inner_values`` (the others as
+    answered), then ``inner_grid``'s pairs; nothing for an agent without an answer."""
+    import learners.tabular.moves as mv
+
+    world = _staircase_world()
+    geo = WorldGeometry.of(world)
+    vocab = [np.array([1.0, 2.0, 3.0, 3.5, 6.0]), np.array([2.0, 4.0, 4.5, 7.0, 9.0])]
+    X, B = np.array([[0.0, 0.0], [0.0, 0.0]]), np.array([[6.0, 7.0], [np.nan, np.nan]])
+    E = mv.answer_edges(geo, X, B, vocab, 6)
+    assert np.isnan(E[1]).all()
+    rows = {tuple(r) for r in E[0][~np.isnan(E[0]).any(-1)]}
+    alone = {(v, 7.0) for v in (3.5, 3.0, 2.0, 1.0)} | {(6.0, v) for v in (4.5, 4.0, 2.0)}
+    pairs = {tuple(r) for r in np.concatenate(mv.inner_grid(geo, X[:1], B[:1], vocab, np.array([[True, True]]), 6),
+                                                axis=1)[0] if not np.isnan(r).any()}
+    assert alone <= rows and pairs <= rows and rows == alone | pairs
+
+
+def test_a_refinement_round_asks_the_answers_edges_ahead_of_its_spread(monkeypatch):
+    """At 2 x 32 from a proposal far past both splits, round two reaches the nearest accepted row (3, 4) through
+    the answer's edges; with none (``EDGE_ROWS`` 0) its spread of moves stops at (3, 4.5)."""
+    import learners.tabular.budget_search as bs
+    from envs.black_box import Budget
+
+    world = _staircase_world()
+    geo = WorldGeometry.of(world)
+    vocab = [np.array([1.0, 2.0, 3.0, 3.5, 6.0, 6.5, 7.0, 8.0]), np.array([2.0, 4.0, 4.5, 5.0, 5.5, 7.0, 7.5, 9.0])]
+    X, P = np.array([[0.0, 0.0]]), np.array([[[6.0, 7.0]]])
+
+    def answer():
+        bb = BlackBoxModel(world.model)
+        with bb.budget(Budget(2, 32), agents=1):
+            return bs.budget_search(bb, geo, X, P, Budget(2, 32), vocab=vocab, steps=True).CF[0]
+
+    np.testing.assert_array_equal(answer(), [3.0, 4.0])
+    monkeypatch.setattr(bs, "EDGE_ROWS", 0)
+    np.testing.assert_array_equal(answer(), [3.0, 4.5])

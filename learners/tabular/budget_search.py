@@ -21,7 +21,8 @@ idea), ``budget_search`` spends its budget in rounds, every agent of the batch i
    ``rows`` of them spread from the nearest to the mildest, in one call; the nearest accepted replaces
    the answer. On a model in steps, with a round to follow, the moves also include ``step_trades``: one changed
    column back a few of the vocabulary's values while another moves on a few (an answer one feature short
-   of the optimum's set).
+   of the optimum's set); in steps the best answer's split edges just inside it (its changed columns alone
+   and in pairs at the vocabulary's values nearest it) go ahead of the spread.
 
 Every answer was itself accepted by a model call (no value is recomputed after its check) and lies in the
 agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent rows between rounds.
@@ -70,6 +71,7 @@ from learners.tabular.moves import (  # noqa: F401 (the constants and builders: 
     _moves_one,
     _starts,
     _trades,
+    answer_edges,
 )
 from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.rows import projected as _projected
@@ -88,6 +90,7 @@ AHEAD_AGENTS = 64  # a batch this small gets round two's rows of its own built w
 SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the screens (one feature at a time)
 SCREEN_MIN_ROWS = 512  # only where the first round has this many rows: below, the proposals need them all
 ADD_SHARE = 0.25  # of a refinement round's rows that a later round can shrink, the share for ``_additions``
+EDGE_SHARE, EDGE_ROWS = 0.5, 64  # in steps, of a refinement round's rows, the most for the answer's edges (``answer_edges``)
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
 
 
@@ -269,7 +272,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     proposals' sets left out, found within the rows already paid for) and, where a later round follows, the first
     ``SPARE_DONORS`` donors nearer than the answer (a neighbour's changed set the proposals lacked). ``steps``: the model answers in steps
     (``steps.step_share``): the shrinks take ``STEP_VOCAB_STEPS`` vocabulary values and ``STEP_FRACTIONS``,
-    and a changed column also goes to ``STEP_FLIPS`` vocabulary values on the other side of the agent."""
+    and a changed column also goes to ``STEP_FLIPS`` vocabulary values on the other side of the agent; ahead of
+    a refinement round's spread, up to ``EDGE_ROWS`` (``EDGE_SHARE`` of its rows) of the best answer's split
+    edges just inside it (``moves.answer_edges``)."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))
@@ -330,6 +335,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             L = lifted(geo, X, near[0], own_Sc if own_Sc is not None else lambda a: screens(geo, X[a], vocab), asked,
                        int(n_lift.max()), np.where(found, dS[:, 0], -np.inf), n_lift)
             M = compact(np.concatenate([L, M], axis=1), per)
+        if steps and vocab is not None and EDGE_ROWS:  # the answer's split edges just inside it, ahead of the spread
+            n_edge = np.minimum(EDGE_ROWS, (EDGE_SHARE * cap).astype(np.int64))
+            Ed = nearest_first(geo, X, fresh(answer_edges(geo, X, S[:, 0], vocab), asked), int(n_edge.max()),
+                               np.where(found, dS[:, 0], -np.inf), n_edge)
+            M = compact(np.concatenate([Ed, M], axis=1), per)
         if n_add.any():
             A = nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), int(n_add.max()),
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf), n_add)
