@@ -295,12 +295,12 @@ def inner_values(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[n
 
 
 def inner_grid(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray], changed: np.ndarray,
-               K: int) -> list[np.ndarray]:
+               K: int, W: np.ndarray | None = None) -> list[np.ndarray]:
     """(N, Q, D) rows per pair of changed numeric columns: each at its answer's value or one of the ``K``
     vocabulary values just inside it (``inner_values``), both at once (a pair the one-column shrinks reach
     only one at a time), the answer itself left out; then every changed numeric column at its first inner
-    value at once."""
-    W = inner_values(geo, X, B, vocab, K)
+    value at once. ``W``: ``inner_values(geo, X, B, vocab, K)`` where the caller has it already."""
+    W = inner_values(geo, X, B, vocab, K) if W is None else W
     num = np.flatnonzero(geo.numeric)
     L = np.concatenate([B[:, :, None], W], axis=2)  # (N, D, K + 1): level 0 the answer's own value
     # every pair of levels but (0, 0), the answer itself
@@ -326,7 +326,7 @@ def answer_edges(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[n
         R = np.repeat(B[:, None], K, axis=1)
         R[:, :, c] = W[:, c, :]
         parts.append(R)
-    parts += inner_grid(geo, X, B, vocab, np.abs(nan_as_zero(B) - X) > 1e-12, K)
+    parts += inner_grid(geo, X, B, vocab, np.abs(nan_as_zero(B) - X) > 1e-12, K, W)
     out = np.concatenate(parts, axis=1)
     out[np.isnan(B).any(-1)] = np.nan
     return out
