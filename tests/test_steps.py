@@ -254,3 +254,55 @@ def test_a_refinement_round_asks_the_answers_edges_ahead_of_its_spread(monkeypat
     np.testing.assert_array_equal(answer(), [3.0, 4.0])
     monkeypatch.setattr(bs, "EDGE_ROWS", 0)
     np.testing.assert_array_equal(answer(), [3.0, 4.5])
+
+
+def _edge_copies():
+    """Two copies of the split edge 5.5 of ``threshold_world`` (float32(x0) > 5.5) 2e-13 apart, either side of
+    the midpoint between float32(5.5) and the next float32: the lower reads as 5.5 (on the split), the upper
+    as past it."""
+    lo32 = np.float64(np.float32(5.5))
+    mid = (lo32 + np.float64(np.nextafter(np.float32(5.5), np.float32(10.0)))) / 2
+    return mid - 1e-13, mid + 1e-13
+
+
+def test_vocab_sides_keep_each_edges_upward_copy_going_up_and_its_downward_copy_going_down():
+    """Copies of one edge (float noise of the labels' unscaling) collapse to their largest for upward moves and
+    their smallest for downward ones; other values, and a vocabulary without copies, stay as they are."""
+    from learners.tabular.steps import vocab_sides
+
+    a, b = _edge_copies()
+    up, down = vocab_sides(np.array([1.0, a, b, 7.0]))
+    np.testing.assert_array_equal(up, [1.0, b, 7.0])
+    np.testing.assert_array_equal(down, [1.0, a, 7.0])
+    plain = np.array([1.0, 2.0, 2.0001, 7.0])
+    for side in vocab_sides(plain):
+        np.testing.assert_array_equal(side, plain)
+
+
+def test_every_vocabulary_move_takes_the_copy_that_crosses_the_split():
+    """On a forest that reads float32, of two copies of its edge only the upper crosses it going up and only the
+    lower going down; the values going up (``first_vocab_values``, the corners, the snaps, the inner values of
+    an answer past the edge, the step trades' give-backs) each take the upper, going down the lower."""
+    import learners.tabular.moves as mv
+    from learners.tabular.corners import nearest_corners
+    from learners.tabular.first_round import _snap
+    from learners.tabular.step_trades import _back, _on
+
+    world = threshold_world()
+    geo = WorldGeometry.of(world)
+    a, b = _edge_copies()
+    assert world.model.predict(np.array([[b, 0.0]]))[0] and not world.model.predict(np.array([[a, 0.0]]))[0]
+    vocab = [np.array([2.0, a, b, 8.0]), np.zeros(0)]
+    below, above = np.array([[1.0, 0.0]]), np.array([[9.0, 0.0]])
+    F = first_vocab_values(geo, below, vocab, 2)
+    assert F[0, 0, 0].tolist() == [2.0, b]
+    assert first_vocab_values(geo, above, vocab, 2)[1, 0, 0].tolist() == [8.0, a]
+    corners_up = nearest_corners(geo, below, vocab, 3)[0][0, :, 0]
+    assert b in corners_up and a not in corners_up
+    assert _snap(geo, below, np.array([[[5.0, 0.0]]]), vocab)[0, 0, 0] == b
+    assert _snap(geo, above, np.array([[[6.0, 0.0]]]), vocab)[0, 0, 0] == a
+    assert mv.inner_values(geo, below, np.array([[8.0, 0.0]]), vocab, 2)[0, 0].tolist() == [b, 2.0]
+    assert mv.inner_values(geo, above, np.array([[2.0, 0.0]]), vocab, 2)[0, 0].tolist() == [a, 8.0]
+    assert _back(vocab[0], np.array([1.0]), np.array([8.0]), 2)[0].tolist() == [b, 2.0]
+    assert _on(vocab[0], np.array([2.0]), np.array([True]), 2)[0].tolist() == [b, 8.0]
+    assert _on(vocab[0], np.array([8.0]), np.array([False]), 2)[0].tolist() == [a, 2.0]

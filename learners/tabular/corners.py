@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.steps import vocab_sides
 
 __all__ = ["OPTIONS_PER_FEATURE", "nearest_corners"]
 
@@ -42,9 +43,11 @@ def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int,
     kind = geo.raw_kinds[j]
     if kind == "numeric":
         c = cols[0]
-        v = np.asarray(vocab[c], float)
+        vu, vd = vocab_sides(vocab[c])  # above the agent each edge's upward copy, below its downward one
+        v = np.union1d(vu, vd)
         V = np.broadcast_to(v, (N, len(v)))
-        ok = (V >= lo[:, c:c + 1] - 1e-12) & (V <= hi[:, c:c + 1] + 1e-12) & (np.abs(V - X[:, c:c + 1]) > 1e-12)
+        side = np.where(V > X[:, c:c + 1], np.isin(v, vu)[None, :], np.isin(v, vd)[None, :])
+        ok = (V >= lo[:, c:c + 1] - 1e-12) & (V <= hi[:, c:c + 1] + 1e-12) & (np.abs(V - X[:, c:c + 1]) > 1e-12) & side
         vals = V[:, :, None]
     elif kind == "group":
         eye = np.eye(len(cols))

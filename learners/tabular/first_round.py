@@ -11,7 +11,7 @@ import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import nan_as_zero
-from learners.tabular.steps import first_vocab_values
+from learners.tabular.steps import first_vocab_values, vocab_sides
 
 SCALES = (0.45, 0.7, 0.85, 1.0, 1.2, 1.5, 2.2)  # ray multiples of a proposal's numeric change in round 1
 EXTRA_SHARE = 1 / 16  # of the first round's rows, at most this share for the fallback rows (coverage)
@@ -31,14 +31,14 @@ def _snap(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarr
     the agent in its direction (unchanged where the vocabulary has none)."""
     S = P.copy()
     for c in np.flatnonzero(geo.numeric):
-        v = vocab[c]
-        if not len(v):
+        if not len(vocab[c]):
             continue
+        vu, vd = vocab_sides(vocab[c])
         x, p = np.broadcast_to(X[:, None, c], P.shape[:2]), P[:, :, c]
         up, down = p > x + 1e-12, p < x - 1e-12
-        i_up = np.clip(np.searchsorted(v, p, "left"), 0, len(v) - 1)  # first value >= p
-        i_dn = np.clip(np.searchsorted(v, p, "right") - 1, 0, len(v) - 1)  # last value <= p
-        S[:, :, c] = np.where(up & (v[i_up] >= p), v[i_up], np.where(down & (v[i_dn] <= p), v[i_dn], p))
+        i_up = np.clip(np.searchsorted(vu, p, "left"), 0, len(vu) - 1)  # first value >= p
+        i_dn = np.clip(np.searchsorted(vd, p, "right") - 1, 0, len(vd) - 1)  # last value <= p
+        S[:, :, c] = np.where(up & (vu[i_up] >= p), vu[i_up], np.where(down & (vd[i_dn] <= p), vd[i_dn], p))
     return S
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.steps import vocab_sides
 
 __all__ = ["step_trades"]
 
@@ -26,20 +27,22 @@ ON = 4  # vocabulary values past the partner's value, nearest first
 def _back(v: np.ndarray, x: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
     """(N, k) the vocabulary values strictly between ``x`` and ``b`` (N,), nearest ``b`` first; NaN past them."""
     up = b > x
-    i_up = np.searchsorted(v, b, "left")[:, None] - 1 - np.arange(k)  # values below b, descending
-    i_dn = np.searchsorted(v, b, "right")[:, None] + np.arange(k)  # values above b, ascending
-    i = np.where(up[:, None], i_up, i_dn)
-    vals = v[np.clip(i, 0, len(v) - 1)]
-    inside = (i >= 0) & (i < len(v)) & np.where(up[:, None], vals > x[:, None], vals < x[:, None])
+    vu, vd = vocab_sides(v)  # an upward change's values are upward moves' values
+    i_up = np.searchsorted(vu, b, "left")[:, None] - 1 - np.arange(k)  # values below b, descending
+    i_dn = np.searchsorted(vd, b, "right")[:, None] + np.arange(k)  # values above b, ascending
+    vals = np.where(up[:, None], vu[np.clip(i_up, 0, len(vu) - 1)], vd[np.clip(i_dn, 0, len(vd) - 1)])
+    inside = np.where(up[:, None], i_up >= 0, i_dn < len(vd)) & np.where(up[:, None], vals > x[:, None], vals < x[:, None])
     return np.where(inside, vals, np.nan)
 
 
 def _on(v: np.ndarray, b: np.ndarray, up: np.ndarray, k: int) -> np.ndarray:
     """(N, k) the vocabulary values past ``b`` (N,) in the direction ``up`` (N,) bool, nearest first; NaN past the end."""
-    i = np.where(up[:, None], np.searchsorted(v, b, "right")[:, None] + np.arange(k),
-                 np.searchsorted(v, b, "left")[:, None] - 1 - np.arange(k))
-    ok = (i >= 0) & (i < len(v))
-    return np.where(ok, v[np.clip(i, 0, len(v) - 1)], np.nan)
+    vu, vd = vocab_sides(v)
+    i_up = np.searchsorted(vu, b, "right")[:, None] + np.arange(k)
+    i_dn = np.searchsorted(vd, b, "left")[:, None] - 1 - np.arange(k)
+    ok = np.where(up[:, None], i_up < len(vu), i_dn >= 0)
+    vals = np.where(up[:, None], vu[np.clip(i_up, 0, len(vu) - 1)], vd[np.clip(i_dn, 0, len(vd) - 1)])
+    return np.where(ok, vals, np.nan)
 
 
 def step_trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray]) -> np.ndarray:

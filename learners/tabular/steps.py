@@ -127,11 +127,33 @@ def first_vocab_values(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray
     out = np.full((2, N, D, V), np.nan)
     steps = np.arange(V)
     for c in np.flatnonzero(geo.numeric):
-        v = vocab[c]
-        if not len(v):
+        if not len(vocab[c]):
             continue
-        up = np.searchsorted(v, X[:, c], "right")[:, None] + steps
-        down = np.searchsorted(v, X[:, c], "left")[:, None] - 1 - steps
-        out[0, :, c] = np.where(up < len(v), v[np.clip(up, 0, len(v) - 1)], np.nan)
-        out[1, :, c] = np.where(down >= 0, v[np.clip(down, 0, len(v) - 1)], np.nan)
+        vu, vd = vocab_sides(vocab[c])
+        up = np.searchsorted(vu, X[:, c], "right")[:, None] + steps
+        down = np.searchsorted(vd, X[:, c], "left")[:, None] - 1 - steps
+        out[0, :, c] = np.where(up < len(vu), vu[np.clip(up, 0, len(vu) - 1)], np.nan)
+        out[1, :, c] = np.where(down >= 0, vd[np.clip(down, 0, len(vd) - 1)], np.nan)
     return out
+
+
+SAME_EDGE = 1e-9  # vocabulary values nearer than this share of their size are copies of one split edge
+
+
+def vocab_sides(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A column's sorted vocabulary ``v`` as the values a move *up* takes and those a move *down* takes: of
+    each run of copies of one edge (values within ``SAME_EDGE``, the float noise of the labels' unscaling:
+    Credit forest's 265.00001525878906 and 265.0000152587891), the largest going up and the smallest going
+    down. The copies straddle the split in the model's float32 reading (Credit forest's 265.00001525878906
+    reads as 265.0, on its split ``x <= 265``, and 265.0000152587891 as 265.00003, past it), so only that copy
+    crosses it either way, and the others would each take a row of every vocabulary move (Credit forest: 166
+    values, 125 edges)."""
+    v = np.asarray(v, float)
+    if len(v) < 2:
+        return v, v
+    new = np.diff(v) > SAME_EDGE * np.maximum(1.0, np.abs(v[1:]))
+    if new.all():
+        return v, v
+    first = np.concatenate([[True], new])
+    last = np.concatenate([new, [True]])
+    return v[last], v[first]
