@@ -33,7 +33,8 @@ rel_tol 1e-2):
   generators each cell's run saved (``--generators``) again, alone, and keeps the cell's other figures.
 
 Writes ``benchmarks/results/blackbox_generators.{md,json}``, one JSON per cell under
-``benchmarks/results/blackbox_generators/`` (reused unless ``--force``), and ``frontier.png`` there
+``benchmarks/results/blackbox_generators/`` (reused unless ``--force``; a forced run keeps the cell's
+``--spread-seeds`` figures, whose fits are their own), and ``frontier.png`` there
 (optimal share against rows scored per answer, per method, per cell). CFRL is not rerun here: CFRL at
 its default 100,000 steps is ``benchmarks/cfrl_budget.py``; the CFRL figures of ``docs/peers.md`` are
 2,000 steps (alibi's default is 100,000) and say so.
@@ -180,6 +181,16 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.latency_ms > 0:
         out["remote"] = remote_entry(cell, c, {k: gens[k] for k in REMOTE}, budgets, args)
     out["load_average"] = os.getloadavg()[0]
+    return out
+
+
+def keep_spread(out: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``out`` (a cell's full run) with the spread of the cell's saved JSON at ``path``, where it has one: the
+    spread's fits are its own (``--spread-seeds``), which a full run neither refits nor scores."""
+    if path.exists():
+        old = json.loads(path.read_text()).get("spread")
+        if old:
+            out["spread"] = old
     return out
 
 
@@ -521,7 +532,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.remote_only:
             save(remote_only(cell, path, args), path)
         elif not (args.rescore or args.refit or args.spread_seeds) and (not path.exists() or args.force):  # the full run
-            save(run_cell(cell, args), path)
+            save(keep_spread(run_cell(cell, args), path), path)
     # the tables, json and plot hold every cell with a saved JSON (a run of some cells keeps the others)
     paths = [cell_dir / f"{cell.replace('/', '_')}.json" for cell in CELLS]
     cells = [json.loads(path.read_text()) for path in paths if path.exists()]

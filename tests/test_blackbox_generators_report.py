@@ -108,3 +108,20 @@ def test_refit_and_rescore_name_only_known_methods_and_need_the_cells_run(tmp_pa
             main([flag, "nope", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="--refit: .*german_forest.json is missing; run the cell first"):
         main(["--refit", "search_knn", "--cells", "german/forest", "--out", str(tmp_path)])
+
+
+def test_a_full_run_keeps_the_cells_spread(tmp_path):
+    """A cell's full run (``--force``) replaces its fits' figures but keeps the spread its JSON holds (the spread's
+    fits are its own); a cell with no JSON, or none in it, has none."""
+    import json
+
+    from benchmarks.blackbox_generators import keep_spread
+
+    path = tmp_path / "german_forest.json"
+    assert "spread" not in keep_spread({"cell": "german/forest"}, path)
+    spread = {"seeds": [0, 1], "methods": {"proposer": {"2x256": [0.8, 0.9]}}}
+    path.write_text(json.dumps({"cell": "german/forest", "methods": {"old": []}, "spread": spread}))
+    out = keep_spread({"cell": "german/forest", "methods": {"new": []}}, path)
+    assert out["spread"] == spread and out["methods"] == {"new": []}
+    path.write_text(json.dumps({"cell": "german/forest"}))
+    assert "spread" not in keep_spread({"cell": "german/forest"}, path)
