@@ -282,11 +282,11 @@ def test_vocab_sides_keep_each_edges_upward_copy_going_up_and_its_downward_copy_
 def test_every_vocabulary_move_takes_the_copy_that_crosses_the_split():
     """On a forest that reads float32, of two copies of its edge only the upper crosses it going up and only the
     lower going down; the values going up (``first_vocab_values``, the corners, the snaps, the inner values of
-    an answer past the edge, the step trades' give-backs) each take the upper, going down the lower."""
+    an answer past the edge, the step trades' give-backs and partners) each take the upper, going down the lower."""
     import learners.tabular.moves as mv
     from learners.tabular.corners import nearest_corners
     from learners.tabular.first_round import _snap
-    from learners.tabular.step_trades import _back, _on
+    from learners.tabular.steps import vocab_between, vocab_past
 
     world = threshold_world()
     geo = WorldGeometry.of(world)
@@ -303,6 +303,6 @@ def test_every_vocabulary_move_takes_the_copy_that_crosses_the_split():
     assert _snap(geo, above, np.array([[[6.0, 0.0]]]), vocab)[0, 0, 0] == a
     assert mv.inner_values(geo, below, np.array([[8.0, 0.0]]), vocab, 2)[0, 0].tolist() == [b, 2.0]
     assert mv.inner_values(geo, above, np.array([[2.0, 0.0]]), vocab, 2)[0, 0].tolist() == [a, 8.0]
-    assert _back(vocab[0], np.array([1.0]), np.array([8.0]), 2)[0].tolist() == [b, 2.0]
-    assert _on(vocab[0], np.array([2.0]), np.array([True]), 2)[0].tolist() == [b, 8.0]
-    assert _on(vocab[0], np.array([8.0]), np.array([False]), 2)[0].tolist() == [a, 2.0]
+    assert vocab_between(vocab[0], np.array([1.0]), np.array([8.0]), 2)[0].tolist() == [b, 2.0]
+    assert vocab_past(vocab[0], np.array([2.0]), np.array([True]), 2)[0].tolist() == [b, 8.0]
+    assert vocab_past(vocab[0], np.array([8.0]), np.array([False]), 2)[0].tolist() == [a, 2.0]

@@ -12,7 +12,7 @@ from learners.tabular.rows import nan_as_zero, packed_rows, repeats
 from learners.tabular.rows import projected as _projected
 from learners.tabular.slides import slides
 from learners.tabular.step_trades import step_trades
-from learners.tabular.steps import first_vocab_values, vocab_sides
+from learners.tabular.steps import first_vocab_values, vocab_between
 
 # a numeric change shrunk to these fractions of itself (coarse far from the answer, fine near it)
 FRACTIONS = tuple(np.round(np.concatenate([np.linspace(0.05, 0.75, 8), 1 - np.geomspace(0.2, 0.004, 12)]), 6))
@@ -277,19 +277,11 @@ def inner_values(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[n
     fewer and for other columns."""
     N, D = X.shape
     out = np.full((N, D, K), np.nan)
-    k = np.arange(K)[None, :]
     for c in np.flatnonzero(geo.numeric):
         if not len(vocab[c]):
             continue
-        vu, vd = vocab_sides(vocab[c])  # an upward answer's inner values are upward moves' values
         x, b = X[:, c], nan_as_zero(B[:, c:c + 1])[:, 0]
-        up = b > x
-        below = np.searchsorted(vu, b, "left")[:, None] - 1 - k  # the values under b, nearest first
-        above = np.searchsorted(vd, b, "right")[:, None] + k
-        ok = np.where(up[:, None], below >= 0, above < len(vd))
-        val = np.where(up[:, None], vu[np.clip(below, 0, len(vu) - 1)], vd[np.clip(above, 0, len(vd) - 1)])
-        ok &= np.where(up[:, None], val > x[:, None], val < x[:, None]) & (np.abs(b - x) > 1e-12)[:, None]
-        out[:, c] = np.where(ok, val, np.nan)
+        out[:, c] = np.where((np.abs(b - x) > 1e-12)[:, None], vocab_between(vocab[c], x, b, K), np.nan)
     return out
 
 

@@ -16,33 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.steps import vocab_sides
+from learners.tabular.steps import vocab_between, vocab_past
 
 __all__ = ["step_trades"]
 
 BACK = 4  # vocabulary values between the agent and the answer, nearest the answer first, per changed column
 ON = 4  # vocabulary values past the partner's value, nearest first
-
-
-def _back(v: np.ndarray, x: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
-    """(N, k) the vocabulary values strictly between ``x`` and ``b`` (N,), nearest ``b`` first; NaN past them."""
-    up = b > x
-    vu, vd = vocab_sides(v)  # an upward change's values are upward moves' values
-    i_up = np.searchsorted(vu, b, "left")[:, None] - 1 - np.arange(k)  # values below b, descending
-    i_dn = np.searchsorted(vd, b, "right")[:, None] + np.arange(k)  # values above b, ascending
-    vals = np.where(up[:, None], vu[np.clip(i_up, 0, len(vu) - 1)], vd[np.clip(i_dn, 0, len(vd) - 1)])
-    inside = np.where(up[:, None], i_up >= 0, i_dn < len(vd)) & np.where(up[:, None], vals > x[:, None], vals < x[:, None])
-    return np.where(inside, vals, np.nan)
-
-
-def _on(v: np.ndarray, b: np.ndarray, up: np.ndarray, k: int) -> np.ndarray:
-    """(N, k) the vocabulary values past ``b`` (N,) in the direction ``up`` (N,) bool, nearest first; NaN past the end."""
-    vu, vd = vocab_sides(v)
-    i_up = np.searchsorted(vu, b, "right")[:, None] + np.arange(k)
-    i_dn = np.searchsorted(vd, b, "left")[:, None] - 1 - np.arange(k)
-    ok = np.where(up[:, None], i_up < len(vu), i_dn >= 0)
-    vals = np.where(up[:, None], vu[np.clip(i_up, 0, len(vu) - 1)], vd[np.clip(i_dn, 0, len(vd) - 1)])
-    return np.where(ok, vals, np.nan)
 
 
 def step_trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray]) -> np.ndarray:
@@ -59,7 +38,7 @@ def step_trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np
         moved = live & (np.abs(Bn[:, c1] - X[:, c1]) > 1e-12)
         if not moved.any():
             continue
-        back = _back(vocab[c1], X[:, c1], Bn[:, c1], BACK)  # (N, BACK)
+        back = vocab_between(vocab[c1], X[:, c1], Bn[:, c1], BACK)  # (N, BACK)
         for c2 in cols:
             if c2 == c1:
                 continue
@@ -69,7 +48,7 @@ def step_trades(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np
                 ok = moved & (~changed | ((Bn[:, c2] > X[:, c2]) == up))  # a changed partner goes on its own way
                 if not ok.any():
                     continue
-                on = _on(vocab[c2], Bn[:, c2], way, ON)  # (N, ON)
+                on = vocab_past(vocab[c2], Bn[:, c2], way, ON)  # (N, ON)
                 R = np.repeat(Bn[:, None, :], BACK * ON, axis=1)
                 R[:, :, c1] = np.repeat(back, ON, axis=1)
                 R[:, :, c2] = np.tile(on, (1, BACK))

@@ -125,16 +125,34 @@ def first_vocab_values(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray
     and ``budget_search``'s screens and vocabulary moves)."""
     N, D = X.shape
     out = np.full((2, N, D, V), np.nan)
-    steps = np.arange(V)
     for c in np.flatnonzero(geo.numeric):
         if not len(vocab[c]):
             continue
-        vu, vd = vocab_sides(vocab[c])
-        up = np.searchsorted(vu, X[:, c], "right")[:, None] + steps
-        down = np.searchsorted(vd, X[:, c], "left")[:, None] - 1 - steps
-        out[0, :, c] = np.where(up < len(vu), vu[np.clip(up, 0, len(vu) - 1)], np.nan)
-        out[1, :, c] = np.where(down >= 0, vd[np.clip(down, 0, len(vd) - 1)], np.nan)
+        out[0, :, c] = vocab_past(vocab[c], X[:, c], np.ones(N, bool), V)
+        out[1, :, c] = vocab_past(vocab[c], X[:, c], np.zeros(N, bool), V)
     return out
+
+
+def vocab_past(v: np.ndarray, b: np.ndarray, up: np.ndarray, k: int) -> np.ndarray:
+    """(N, k) the values of a column's vocabulary ``v`` past ``b`` (N,) in the direction ``up`` (N,) bool, nearest
+    first, each edge's copy on that side (``vocab_sides``); NaN past the vocabulary's end."""
+    vu, vd = vocab_sides(v)
+    i_up = np.searchsorted(vu, b, "right")[:, None] + np.arange(k)
+    i_dn = np.searchsorted(vd, b, "left")[:, None] - 1 - np.arange(k)
+    vals = np.where(up[:, None], vu[np.clip(i_up, 0, len(vu) - 1)], vd[np.clip(i_dn, 0, len(vd) - 1)])
+    return np.where(np.where(up[:, None], i_up < len(vu), i_dn >= 0), vals, np.nan)
+
+
+def vocab_between(v: np.ndarray, x: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
+    """(N, k) the values of a column's vocabulary ``v`` strictly between ``x`` and ``b`` (N,), nearest ``b`` first,
+    each edge's copy on the side of the change from ``x`` to ``b`` (``vocab_sides``); NaN past them."""
+    vu, vd = vocab_sides(v)
+    up = b > x
+    i_up = np.searchsorted(vu, b, "left")[:, None] - 1 - np.arange(k)  # values below b, descending
+    i_dn = np.searchsorted(vd, b, "right")[:, None] + np.arange(k)  # values above b, ascending
+    vals = np.where(up[:, None], vu[np.clip(i_up, 0, len(vu) - 1)], vd[np.clip(i_dn, 0, len(vd) - 1)])
+    inside = np.where(up[:, None], (i_up >= 0) & (vals > x[:, None]), (i_dn < len(vd)) & (vals < x[:, None]))
+    return np.where(inside, vals, np.nan)
 
 
 SAME_EDGE = 1e-9  # vocabulary values nearer than this share of their size are copies of one split edge
