@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from envs.black_box import Budget
+from learners.tabular.bolder import BOLD_GAIN, BOLD_SHARE, bolder
 from learners.tabular.corners import nearest_corners
 from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: read by the proposer and the tests)
     EXTRA_SHARE,
@@ -274,7 +275,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     (``steps.step_share``): the shrinks take ``STEP_VOCAB_STEPS`` vocabulary values and ``STEP_FRACTIONS``,
     and a changed column also goes to ``STEP_FLIPS`` vocabulary values on the other side of the agent; ahead of
     a refinement round's spread, up to ``EDGE_ROWS`` (``EDGE_SHARE`` of its rows) of the best answer's split
-    edges just inside it (``moves.answer_edges``)."""
+    edges just inside it (``moves.answer_edges``). An agent that a refinement round brought less than 1% nearer
+    gets, in the next round, a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed
+    set pushed further from it (``bolder.bolder``)."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))
@@ -314,6 +317,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     rounds_left = int(budget.calls) - 1
     tried_far, donor_at = False, np.zeros(N, np.int64)  # donor_at: each agent's next donor rank
     done = np.zeros(N, bool)
+    stalled = np.zeros(N, bool)  # agents the last refinement round brought no nearer (``bolder``)
     while True:
         cap = rows_left // max(rounds_left, 1)  # this round's rows per agent
         per = int(cap.max())
@@ -340,6 +344,15 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             Ed = nearest_first(geo, X, fresh(answer_edges(geo, X, S[:, 0], vocab), asked), int(n_edge.max()),
                                np.where(found, dS[:, 0], -np.inf), n_edge)
             M = compact(np.concatenate([Ed, M], axis=1), per)
+        n_bold = np.where(stalled, (BOLD_SHARE * cap).astype(np.int64), 0)
+        if n_bold.any():  # the last round brought these agents nothing nearer: their refused rows, bolder
+            a = np.flatnonzero(n_bold)
+            Bd = np.full((N, int(n_bold.max()), D), np.nan)
+            for lo in range(0, len(a), MOVE_BLOCK):  # a block of agents at a time (memory: rows x factors x D)
+                blk = a[lo:lo + MOVE_BLOCK]
+                Bd[blk] = bolder(geo, X[blk], S[blk, 0], recent[blk], vocab, asked[blk], Bd.shape[1], dS[blk, 0],
+                                 n_bold[blk])
+            M = compact(np.concatenate([Bd, M], axis=1), per)
         if n_add.any():
             A = nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), int(n_add.max()),
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf), n_add)
@@ -403,6 +416,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         dm = np.full(ok.shape, np.inf)
         n_ok, q_ok = np.nonzero(ok)  # the accepted rows' distances only (each row's own sum: the same bits)
         dm[n_ok, q_ok] = geo.distance(X[n_ok], M[n_ok, q_ok])
+        # under 1% nearer is no progress; an agent with no answer yet has its own rows (the fallback)
+        stalled = found & ~(dm.min(1) < BOLD_GAIN * dS[:, 0])
         pool_C, pool_d = np.concatenate([S, M], axis=1), np.concatenate([dS, dm], axis=1)
         if lifting and rounds_left > 0:
             near = near_misses(geo, X, M, proba, ok, pool_d.min(1), kept=near)
