@@ -89,3 +89,16 @@ def test_a_search_that_stops_getting_nearer_pushes_its_refused_rows_and_finds_th
     monkeypatch.setattr(budget_search_module, "BOLD_SHARE", 0.0)
     without = budget_search(BlackBoxModel(either.model), geo, X, P, Budget(6, 400), steps=steps)
     assert without.CF[0, 0] > 50 and without.distance[0] > 50 / 300 - 1e-9
+
+
+def test_an_agents_bolder_rows_do_not_depend_on_the_rest_of_the_batch(either):
+    """Agents that stall in different rounds, with different caps of bolder rows: each alone gets the answer
+    it gets in the batch, bit for bit."""
+    geo = WorldGeometry.of(either)
+    X = np.array([[0.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, 0, 0]])
+    P = np.array([[[60.0, 0, 0], [0, 2.0, 2.0]], [[80.0, 0, 0], [1.0, 3.0, 3.0]], [[70.0, 1.0, 0], [0, 1.5, 1.0]],
+                  [[0, 7.0, 7.0], [55.0, 0, 0]]])
+    batch = budget_search(BlackBoxModel(either.model), geo, X, P, Budget(5, 300), steps=True)
+    for i in range(len(X)):
+        alone = budget_search(BlackBoxModel(either.model), geo, X[i:i + 1], P[i:i + 1], Budget(5, 300), steps=True)
+        assert np.array_equal(alone.CF[0], batch.CF[i], equal_nan=True) and alone.rows[0] == batch.rows[i]
