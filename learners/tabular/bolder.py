@@ -4,9 +4,11 @@ A refinement round works inward: it shrinks the accepted rows toward the agent, 
 the best answer, lifts near misses. When a whole round brings an agent nothing nearer than its best answer,
 the rows it refused that lie nearer than that answer are changed sets the search held likely at values too
 timid, and their bolder versions, between those rows and the answer's distance, are rows no inward move
-builds. So the next round gives a share ``BOLD_SHARE`` of such an agent's rows to its latest ``BOLD_ROWS``
-refused rows moved away from the agent along their own change by ``BOLD_FACTORS``, numeric changes snapped
-outward to the value vocabulary (a forest's splits), nearer than the answer, nearest first (``bolder``).
+builds. So when a round brings an agent less than 1% nearer (``BOLD_GAIN``), the next gives a share
+``BOLD_SHARE`` of its rows to its latest ``BOLD_ROWS`` refused rows that change a column its answer leaves
+alone (a shrink of the answer pushed out only goes back toward the answer), moved away from the agent along
+their own change by ``BOLD_FACTORS``, numeric changes snapped outward to the value vocabulary (a forest's
+splits), nearer than the answer (``bolder``).
 
 Found on German forest at 8 x 2,000: on three fits of four the proposer's search spent five rounds of 254
 rows with none accepted on an agent whose optimum (duration, amount and age) lies at 0.55 of its best
