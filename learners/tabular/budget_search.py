@@ -317,7 +317,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     rounds_left = int(budget.calls) - 1
     tried_far, donor_at = False, np.zeros(N, np.int64)  # donor_at: each agent's next donor rank
     done = np.zeros(N, bool)
-    stalled = np.zeros(N, bool)  # agents the last refinement round brought no nearer (``bolder``)
+    stalled = np.zeros(N, bool)  # agents the last refinement round brought less than 1% nearer (``bolder``)
     while True:
         cap = rows_left // max(rounds_left, 1)  # this round's rows per agent
         per = int(cap.max())
@@ -345,7 +345,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                                np.where(found, dS[:, 0], -np.inf), n_edge)
             M = compact(np.concatenate([Ed, M], axis=1), per)
         n_bold = np.where(stalled, (BOLD_SHARE * cap).astype(np.int64), 0)
-        if n_bold.any():  # the last round brought these agents nothing nearer: their refused rows, bolder
+        if n_bold.any():  # the last round brought these agents less than 1% nearer: their refused rows, bolder
             a = np.flatnonzero(n_bold)
             Bd = np.full((N, int(n_bold.max()), D), np.nan)
             for lo in range(0, len(a), MOVE_BLOCK):  # a block of agents at a time (memory: rows x factors x D)
