@@ -287,7 +287,7 @@ def run_generators(f: Fitted, agents: np.ndarray, test_labels: Any, args: argpar
         d = WorldGeometry.of(world, "one").distance(agents[ok], rec.CF[ok]) if len(ok) else np.zeros(0)
         mace_ok, mace_d = test_labels.ok, test_labels.distance
         near = mace_ok[ok] & (d <= mace_d[ok] * 1.01 + 1e-12) & world.accepts(rec.CF[ok]) & acc if len(ok) else d > 0
-        # score_answers counts an answer that is no record, or that the user's model rejects, too
+        # score_answers needs the answer valid in the world; the user's own model must accept it too
         m["valid_optimal_share"] = float(near.sum() / max(1, mace_ok.sum()))
         m["oracle_rejected_rows"] = [int(i) for i in ok[~acc]]
         m.update(fit_seconds=fit_s, answered=int(len(rows)), broke_constraints=int(len(rows) - len(ok)),

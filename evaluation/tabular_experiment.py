@@ -439,7 +439,9 @@ def load_tabular_run(run_dir: str | Path) -> TabularRun:
 
 def score_answers(world: TabularWorld, X: np.ndarray, CF: np.ndarray, found: np.ndarray, mace_d: np.ndarray,
                   mace_ok: np.ndarray, norm: str = "one", rel: float = 0.01) -> dict[str, Any]:
-    """Validity, coverage and the distance against MACE's certified optimum of a batch of answers."""
+    """Validity, coverage and the distance against MACE's certified optimum of a batch of answers. An answer
+    counts as optimal only if it is valid too (accepted, in the agent's box, integer columns integral, the rules
+    kept): a row nearer than MACE's optimum is nearer because it breaks something."""
     geo = WorldGeometry.of(world, norm)
     n = len(X)
     f = found & mace_ok
@@ -456,7 +458,7 @@ def score_answers(world: TabularWorld, X: np.ndarray, CF: np.ndarray, found: np.
         "coverage": float(found[mace_ok].mean()) if mace_ok.any() else None,
         "validity": float(valid[found].mean()) if found.any() else None,
         "answered_without_mace_answer": int((found & ~mace_ok).sum()),
-        "optimal_share": float((d[f] <= mace_d[f] * (1 + rel) + 1e-12).sum() / max(1, mace_ok.sum())),
+        "optimal_share": float((valid[f] & (d[f] <= mace_d[f] * (1 + rel) + 1e-12)).sum() / max(1, mace_ok.sum())),
         "distance_ratio_mean": float(ratio.mean()) if len(ratio) else None,
         "distance_ratio_median": float(np.median(ratio)) if len(ratio) else None,
         "distance_ratio_p90": float(np.quantile(ratio, 0.9)) if len(ratio) else None,

@@ -223,3 +223,18 @@ def test_change_value_refits_to_the_same_net(german, german_labels):
             for _ in range(2)]
     probs = [g._predict(neg[:20])[0] for g in nets]
     np.testing.assert_array_equal(probs[0], probs[1])
+
+
+def test_an_answer_that_breaks_a_rule_is_never_counted_optimal():
+    """``score_answers``: a row as near as MACE's optimum that the model refuses, or whose integer column is
+    fractional, is not valid, so it is not optimal either; the valid one at the optimum is."""
+    from evaluation.tabular_experiment import score_answers
+
+    world = threshold_world()  # accept iff x0 > 5.5; x1 an integer
+    x0 = float(split_limits(5.5)[1])  # the first value past the split
+    X = np.array([[5.0, 3.0], [5.0, 3.0], [5.0, 3.4]])
+    CF = np.array([[x0, 3.0], [5.0, 3.0], [x0, 3.4]])  # valid; refused (the agent itself); x1 fractional
+    mace_d = WorldGeometry.of(world, "one").distance(X[:1], CF[:1]).repeat(3)
+    m = score_answers(world, X, CF, np.ones(3, bool), mace_d, np.ones(3, bool), "one")
+    assert m["validity"] == pytest.approx(1 / 3)
+    assert m["optimal_share"] == pytest.approx(1 / 3)
