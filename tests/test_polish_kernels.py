@@ -214,3 +214,25 @@ def test_scaled_rows_are_the_numpy_rows(seed, P):
     want[..., num] = np.clip(V, lon, hin)
     got = scaled_rows_kernel(x, c, S, np.flatnonzero(num), rounded, lo, hi)
     np.testing.assert_array_equal(got, want.reshape(-1, D))
+
+
+def test_the_cell_clip_keeps_a_one_hot_group_a_record():
+    """A tree that splits both entries of a one-hot group at 0.5 (float64 splits, as an imported boosted model
+    does): the agent clipped into the accepted cell would put the group at (0.5, 0.5 + 1 ulp), whose sum is 1
+    within any float tolerance; the clip rounds each entry into the cell, so the answer is (0, 1), a record."""
+    from envs.models import Tree, TreeEnsemble
+    from envs.schema import Feature, FeatureSchema
+    from envs.tabular import TabularWorld
+    from learners.tabular.polish import cell_clip, polish
+
+    schema = FeatureSchema(tuple(Feature(f"g={c}", "binary", 0, 1, "free", group="g", integer=True) for c in "ab"))
+    tree = Tree(np.array([1, 3, -1, -1, -1]), np.array([2, 4, -1, -1, -1]), np.array([0, 1, 0, 0, 0]),
+                np.array([0.5, 0.5, 0, 0, 0]), np.array([0.0, 0.0, 0.0, 0.0, 1.0]), np.array([1.0, 1.0, 1.0, 1.0, 0.0]),
+                splits="float64")  # accept iff g=a <= 0.5 and g=b > 0.5
+    world = TabularWorld("toy/one-hot", schema, TreeEnsemble([tree], 2))
+    geo = WorldGeometry.of(world)
+    x, c = np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]])
+    assert world.accepts(c).all() and not world.accepts(x).any()
+    for out in (cell_clip(world, geo, x, c), polish(world, geo, x, c)):
+        np.testing.assert_array_equal(out, c)
+        assert not geo.violations(x, out).any()

@@ -175,8 +175,9 @@ def _stacked_leaf_boxes(model: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
     """For a tree ensemble, the point of each accepted row's *cell* (the box where every tree
     reaches the same leaves, so the decision is the same) nearest its agent: the agent clipped
-    into the cell and its reachable box (integer columns rounded inward, a one-hot group the row's
-    own where the clip would break it), checked by one model call. Exact for every norm of Eq. 3,
+    into the cell and its reachable box (integer columns, one-hot entries too, rounded inward: a group
+    split at 0.5 would clip to (0.5, 0.5 + 1 ulp), whose sum is 1 to any tolerance; a one-hot group the
+    row's own where the clip would break it), checked by one model call. Exact for every norm of Eq. 3,
     which is monotone in each |change|. Rows of other models, and NaN rows, come back unchanged."""
     from envs.models import TreeEnsemble
 
@@ -192,7 +193,7 @@ def cell_clip(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, C: np.ndar
     offsets, node_lo, node_hi = _stacked_leaf_boxes(model)
     g_cols, g_ends = geo.group_arrays()
     P, inside = cell_points_kernel(np.ascontiguousarray(leaves, np.int64), offsets, node_lo, node_hi, lo, hi,
-                                   np.ascontiguousarray(x, float), np.ascontiguousarray(c, float), geo.rounded, g_cols,
+                                   np.ascontiguousarray(x, float), np.ascontiguousarray(c, float), geo.integral, g_cols,
                                    g_ends)
     inside[inside] = accepts_for(world, geo, x[inside], P[inside])  # and the model has the last word
     P = np.where(inside[:, None], P, c)

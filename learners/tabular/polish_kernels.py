@@ -143,7 +143,7 @@ def cell_points_kernel(leaves, offsets, node_lo, node_hi, lo, hi, x, c, rounded,
     """Per row i, the point of its cell nearest the agent ``x[i]``: the agent clipped into the box of
     the leaves it reaches (``leaves`` (n, trees), ids within each tree; ``offsets``: each tree's first
     row of the stacked (nodes, D) ``node_lo``, ``node_hi``) intersected with its reachable box
-    [``lo``, ``hi``] (n, D); integer columns (``rounded``) rounded inward, a one-hot group (columns
+    [``lo``, ``hi``] (n, D); integer columns (``rounded``, one-hot entries too) rounded inward, a one-hot group (columns
     ``group_cols``, each group ending at ``group_ends``) the row ``c[i]``'s own where the clip breaks
     it. Returns the points (n, D) and whether each lies in its box (a rounding may leave it)."""
     n, D = x.shape
