@@ -74,6 +74,7 @@ from learners.tabular.moves import (  # noqa: F401 (the constants and builders: 
     _trades,
     answer_edges,
 )
+from learners.tabular.reach import reach_rows
 from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.rows import projected as _projected
 from learners.tabular.speculation import MoveCache, cached_moves, speculate
@@ -91,6 +92,7 @@ AHEAD_AGENTS = 64  # a batch this small gets round two's rows of its own built w
 SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the screens (one feature at a time)
 SCREEN_MIN_ROWS = 512  # only where the first round has this many rows: below, the proposals need them all
 ADD_SHARE = 0.25  # of a refinement round's rows that a later round can shrink, the share for ``_additions``
+REACH, REACH_SHARE = True, 0.25  # smooth model, surrogate: a refinement round's share for ``reach`` rows at most
 EDGE_SHARE, EDGE_ROWS = 0.5, 64  # in steps, of a refinement round's rows, the most for the answer's edges (``answer_edges``)
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
 
@@ -277,7 +279,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     a refinement round's spread, up to ``EDGE_ROWS`` (``EDGE_SHARE`` of its rows) of the best answer's split
     edges just inside it (``moves.answer_edges``). An agent that a refinement round brought less than 1% nearer
     gets, in the next round, a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed
-    set pushed further from it (``bolder.bolder``)."""
+    set pushed further from it (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals'
+    rays that round one refused at every rung are asked in round two at the crossings their logits point to
+    (``reach.reach_rows``; a share ``REACH_SHARE`` of its rows at most), an agent without an answer too."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))
@@ -308,6 +312,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         cache.stop.set()
         guess[1].result()
     calls, rows_left = 1, rows_left - used
+    reach = None  # a smooth model with a surrogate: the lead rays refused at every rung, reached (``reach``)
+    if REACH and surrogate is not None and lead and not steps and int(budget.calls) > 1:
+        ladder = _round_one(geo, X, np.asarray(P, float)[:, :lead], None, lead * len(LEAD_LADDER), LEAD_LADDER)
+        reach = reach_rows(geo, X, np.asarray(P, float)[:, :lead], LEAD_LADDER, ladder, C, proba, threshold)
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], nan_as_zero(C)), np.inf)  # every accepted row
     lifting = steps and int(budget.calls) > 1  # a model in steps: its near misses, lifted by one feature (lifts.py)
     near = near_misses(geo, X, C, proba, ok, pool_d.min(1)) if lifting else None
@@ -386,6 +394,13 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
             M = np.where(found[:, None, None], M, F)
             tried_far = True
+        if reach is not None:  # round one's refused lead rays at their estimated crossings, ahead of the rest
+            # (an agent without an answer too: its fallback rows above follow them)
+            n_reach = np.minimum(reach.shape[1], (REACH_SHARE * cap).astype(np.int64))
+            Rc = nearest_first(geo, X, fresh(reach, asked), int(n_reach.max()), np.where(found, dS[:, 0], np.inf),
+                               n_reach)
+            M = compact(np.concatenate([Rc, M], axis=1), per)
+            reach = None
         M[np.arange(M.shape[1])[None, :] >= cap[:, None]] = np.nan  # each agent's own rows, then no repeats
         M = fresh(M, asked)  # the moves, additions and screens overlap: a repeated row is a row lost
         spare = np.flatnonzero(found & ((~np.isnan(M).any(-1)).sum(1) < cap))

@@ -54,6 +54,8 @@ def _round_one(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.
             head = geo.project(X, np.asarray(extra[:, :e], float))
             return np.concatenate([head, _round_one(geo, X, P, vocab, rows - e, tuple(scales))], axis=1)
     K = P.shape[1]
+    if K == 0:  # no proposals (a surrogate's lead ones may be all there are)
+        return np.zeros((len(X), 0, X.shape[1]))
     per = len(scales) + (1 if vocab is not None else 0)
     k = max(1, min(K, -(-rows // per)))  # proposals kept (the first k: the caller orders them; the last in part)
     P = P[:, :k]
