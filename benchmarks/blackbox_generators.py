@@ -24,7 +24,7 @@ rel_tol 1e-2):
   same search, the nearest training agents' changes); and GeCo (``partial_eval=False``: the black-box
   route; no budget: its calls and rows reported). ``--methods`` chooses them; ``proposer_surrogates``
   (three surrogates averaged: three times the fit) is the spread's (``--spread-methods``), not the default;
-- **optimal**: share of MACE-solved held-out agents answered within 1% of MACE's certified distance;
+- **optimal**: share of MACE-solved held-out agents answered validly within 1% of MACE's certified distance;
   **valid**: accepted by the real model, no constraint broken; rows per answer (median, max) and calls;
 - ``--latency-ms``: the model behind a fixed wait per call (a remote scoring API); the first
   ``--remote-agents`` agents answered one request at a time, end-to-end p50/p99 per answer for the
@@ -354,7 +354,7 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     lines = ["# Black-box generators: learning against the same search without it (`benchmarks/blackbox_generators.py`)",
              "", f"Command: `{command}`. The model seen only through `predict_proba` (`envs.black_box.BlackBoxModel`), "
              "every call and row counted and the budget enforced per answer. **optimal**: share of the MACE-solved "
-             "held-out rejected test agents answered within 1% of MACE's certified l1 distance; **valid**: accepted "
+             "held-out rejected test agents answered validly within 1% of MACE's certified l1 distance; **valid**: accepted "
              "by the real model, nothing broken. **rows**: rows scored per answer, median / max; **calls**: round "
              "trips (the batch shares each). GeCo has no budget. CFRL is not in this table: alibi's "
              "CounterfactualRLTabular at its default 100,000 steps on German forest and German MLP is in "
