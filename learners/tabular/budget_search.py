@@ -288,6 +288,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     first = int(budget.rows) if int(budget.calls) == 1 else max(1, int(round(first_share * int(budget.rows))))
     if surrogate is not None:
         C = _first_round_with_surrogate(geo, X, np.asarray(P, float), vocab, first, fallback, surrogate, lead)
+        ladder = np.full((N, lead * len(LEAD_LADDER), D), np.nan)  # its lead rays' rungs, as built (``reach``;
+        ladder[:, :C.shape[1]] = C[:, :ladder.shape[1]]  # a round one shorter than the ladder holds its first)
     else:
         n_screen = int(SCREEN_SHARE * first) if first >= SCREEN_MIN_ROWS else 0
         n_grid = int(grid_share * first) if vocab is not None else 0
@@ -314,7 +316,6 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     calls, rows_left = 1, rows_left - used
     reach = None  # a smooth model with a surrogate: the lead rays refused at every rung, reached (``reach``)
     if REACH and surrogate is not None and lead and not steps and int(budget.calls) > 1:
-        ladder = _round_one(geo, X, np.asarray(P, float)[:, :lead], None, lead * len(LEAD_LADDER), LEAD_LADDER)
         reach = reach_rows(geo, X, np.asarray(P, float)[:, :lead], LEAD_LADDER, ladder, C, proba, threshold)
     pool_C, pool_d = C, np.where(ok, geo.distance(X[:, None, :], nan_as_zero(C)), np.inf)  # every accepted row
     lifting = steps and int(budget.calls) > 1  # a model in steps: its near misses, lifted by one feature (lifts.py)
