@@ -368,3 +368,35 @@ def test_found_agents_get_their_donors_in_a_round_a_later_round_follows(german):
     assert helped.found.all() and world.accepts(helped.CF).all()
     assert (helped.distance <= d_mace * (1 + 1e-9)).all()
     assert (plain.distance > d_mace * (1 + 1e-9)).any()
+
+
+def test_a_row_that_is_no_record_is_never_asked_nor_the_answer():
+    """A vocabulary value that is not whole on an integer column (a labeler's float noise: 5.6 where the
+    model's split is at 5.5) would make a refinement row (the answer's edge just inside it) that the model
+    accepts and that is nearer than any whole value: the search never asks it, and its answer is whole.
+    ``_no_record`` against ``geo.violations`` on rows with every kind of break."""
+    from envs.models import Tree, TreeEnsemble
+    from envs.schema import Feature, FeatureSchema
+    from envs.tabular import TabularWorld
+    from learners.tabular.budget_search import _no_record, budget_search
+
+    schema = FeatureSchema((Feature("x0", "numeric", 0.0, 10.0), Feature("x1", "numeric", 0, 9, integer=True)))
+    tree = Tree(np.array([1, -1, -1]), np.array([2, -1, -1]), np.array([1, 0, 0]), np.array([5.5, 0, 0]),
+                np.array([0.0, 0.0, 1.0]), np.array([0.0, 1.0, 0.0]))  # accept iff x1 > 5.5
+    world = TabularWorld("toy/integer", schema, TreeEnsemble([tree], 2))
+    geo = WorldGeometry.of(world)
+    X = np.array([[3.0, 2.0]])
+    P = np.array([[[3.0, 8.0]]])  # accepted, two steps past the split
+    vocab = [np.zeros(0), np.array([5.6, 8.0])]
+    bb = BlackBoxModel(world.model)
+    asked = []
+    real = bb.predict_proba
+    bb.predict_proba = lambda R: (asked.append(np.array(R)), real(R))[1]
+    with bb.budget(Budget(2, 64)):
+        res = budget_search(bb, geo, X, P, Budget(2, 64), vocab=vocab, steps=True)
+    rows = np.concatenate(asked)
+    assert not (np.abs(rows[:, 1] - np.round(rows[:, 1])) > 1e-9).any()
+    assert res.found[0] and res.CF[0, 1] == 6.0  # the first whole value past the split
+    C = np.array([[[3.0, 6.0], [3.0, 5.6], [11.0, 6.0], [3.0, np.nan]]])
+    assert _no_record(geo, X, C).tolist() == [[False, True, True, False]]
+    assert _no_record(geo, X, C[:, :3]).tolist()[0] == geo.violations(np.repeat(X, 3, 0), C[0, :3]).tolist()

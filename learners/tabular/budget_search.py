@@ -125,12 +125,28 @@ def value_vocabulary(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, cap: int
     return out
 
 
+def _no_record(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+    """(N, Q) rows of ``C`` (N, Q, D) that break their agent's box, an integer code or a one-hot group (NaN rows
+    do not: they are not asked anyway); ``geo.violations`` without the rules, which the rows' builders check."""
+    lo, hi = geo.box(X)
+    bad = ((C < lo[:, None, :] - tol) | (C > hi[:, None, :] + tol)).any(-1)
+    ints = geo.integral
+    if ints.any():
+        bad |= (np.abs(C[..., ints] - np.round(C[..., ints])) > tol).any(-1)
+    for cols in geo.group_columns:
+        bad |= np.abs(C[..., cols].sum(-1) - 1) > tol
+    return bad
+
+
 def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float,
             go: threading.Event | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(N, Q) acceptance of the finite rows of ``C`` (N, Q, D) in one call, rows scored per agent, and (N, Q)
     the model's probabilities (NaN for the rows not scored). ``go`` is set as the call starts (the helper
-    thread's jobs wait for it: started earlier, they would take the GIL from the work before the call)."""
+    thread's jobs wait for it: started earlier, they would take the GIL from the work before the call).
+    A row that is no answer (outside the agent's box, an integer code not whole, a one-hot group not one
+    1: ``_no_record``) is set to NaN in ``C`` itself and never asked: accepted, it could become the answer."""
     N, Q, D = C.shape
+    C[_no_record(geo, X, C)] = np.nan
     live = ~np.isnan(C).any(-1)
     proba = np.full((N, Q), np.nan)
     try:
