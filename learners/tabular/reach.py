@@ -60,7 +60,8 @@ def reach_rows(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, scales: tuple[f
     rank = np.cumsum(scored[..., ::-1], axis=-1)[..., ::-1]  # 1 for the last scored rung, 2 the one before, ...
     use = scored & (rank <= REACH_POINTS)
     n = use.sum(-1)
-    z = np.log(np.clip(np.where(use, p, 0.5), 1e-9, 1 - 1e-9) / (1 - np.clip(np.where(use, p, 0.5), 1e-9, 1 - 1e-9)))
+    q = np.clip(np.where(use, p, 0.5), 1e-9, 1 - 1e-9)
+    z = np.log(q / (1 - q))  # the rungs' logits (0 where not used)
     sm = np.where(use, s, 0.0).sum(-1) / np.maximum(n, 1)
     zm = np.where(use, z, 0.0).sum(-1) / np.maximum(n, 1)
     ds = np.where(use, s - sm[..., None], 0.0)
