@@ -125,17 +125,11 @@ def value_vocabulary(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, cap: int
     return out
 
 
-def _no_record(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, tol: float = 1e-9) -> np.ndarray:
-    """(N, Q) rows of ``C`` (N, Q, D) that break their agent's box, an integer code or a one-hot group (NaN rows
-    do not: they are not asked anyway); ``geo.violations`` without the rules, which the rows' builders check."""
-    lo, hi = geo.box(X)
-    bad = ((C < lo[:, None, :] - tol) | (C > hi[:, None, :] + tol)).any(-1)
-    ints = geo.integral
-    if ints.any():
-        bad |= (np.abs(C[..., ints] - np.round(C[..., ints])) > tol).any(-1)
-    for cols in geo.group_columns:
-        bad |= np.abs(C[..., cols].sum(-1) - 1) > tol
-    return bad
+def _no_record(geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(N, Q) rows of ``C`` (N, Q, D) that break their agent's box, an integer code or a one-hot group
+    (``geo.violations`` without the rules, which the rows' builders check; NaN rows break none)."""
+    N, Q, D = C.shape
+    return geo.violations(np.repeat(X, Q, axis=0), C.reshape(N * Q, D), rules=False).reshape(N, Q)
 
 
 def _accept(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, threshold: float,

@@ -229,15 +229,16 @@ class WorldGeometry:
 
         return rows(X), rows(C), shape[:-1]
 
-    def violations(self, X: np.ndarray, C: np.ndarray, tol: float = 1e-9) -> np.ndarray:
-        """(N,) bool: does a row of ``C`` leave the agent's reachable box or break a one-hot group?"""
+    def violations(self, X: np.ndarray, C: np.ndarray, tol: float = 1e-9, rules: bool = True) -> np.ndarray:
+        """(N,) bool: does a row of ``C`` leave the agent's reachable box, leave an integer code fractional or
+        break a one-hot group (or, with ``rules``, one of the world's rules)? Without ``rules`` a NaN entry breaks none."""
         lo, hi = self.box(X)
         bad = ((C < lo - tol) | (C > hi + tol)).any(-1)
         for cols in self.group_columns:
             bad |= np.abs(C[:, cols].sum(-1) - 1) > tol
         ints = self.integral
         bad |= (np.abs(C[:, ints] - np.round(C[:, ints])) > tol).any(-1)
-        if self.gate is not None:  # and the world's rules, by the shared checker
+        if rules and self.gate is not None:  # and the world's rules, by the shared checker
             bad |= ~self.keeps(X, np.where(np.isfinite(C), C, 0.0))
         return bad
 
