@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.steps import vocab_sides
+from learners.tabular.rows import take_rows
+from learners.tabular.vocab_table import vocab_sides
 
 __all__ = ["OPTIONS_PER_FEATURE", "nearest_corners"]
 
@@ -118,10 +119,10 @@ def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -
         top = _smallest_in_order(flat, width)
         parent, pick = np.divmod(top, cand.shape[2])
         sums = np.take_along_axis(flat, top, 1)
-        choice = np.take_along_axis(choice, parent[:, :, None], 1)
+        choice = take_rows(choice, parent)
         choice[:, :, f] = pick - 1
     order = np.argsort(sums, axis=1, kind="stable")
-    sums, choice = np.take_along_axis(sums, order, 1), np.take_along_axis(choice, order[:, :, None], 1)
+    sums, choice = np.take_along_axis(sums, order, 1), take_rows(choice, order)
     R = np.repeat(X[:, None, :], width, axis=1)
     cols_of = geo.raw_columns()
     for f, j in enumerate(features):
@@ -136,4 +137,4 @@ def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -
     R[live & ~geo.keeps(X[:, None, :], np.nan_to_num(R))] = np.nan
     d = np.where(np.isnan(R).any(-1), np.inf, sums)
     keep = np.argsort(~np.isfinite(d), axis=1, kind="stable")[:, :k]  # order kept, rule-breakers dropped
-    return np.take_along_axis(R, keep[:, :, None], 1), np.take_along_axis(d, keep, 1)
+    return take_rows(R, keep), np.take_along_axis(d, keep, 1)

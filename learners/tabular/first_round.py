@@ -11,7 +11,8 @@ import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import nan_as_zero
-from learners.tabular.steps import first_vocab_values, vocab_sides
+from learners.tabular.steps import first_vocab_values
+from learners.tabular.vocab_table import snap_outward, vocab_table
 
 SCALES = (0.45, 0.7, 0.85, 1.0, 1.2, 1.5, 2.2)  # ray multiples of a proposal's numeric change in round 1
 EXTRA_SHARE = 1 / 16  # of the first round's rows, at most this share for the fallback rows (coverage)
@@ -28,18 +29,8 @@ POOL_BLOCK = 64  # agents whose surrogate pool is built at a time (memory)
 
 def _snap(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray]) -> np.ndarray:
     """``P`` (N, K, D) with each numeric change moved to the nearest vocabulary value at least as far from
-    the agent in its direction (unchanged where the vocabulary has none)."""
-    S = P.copy()
-    for c in np.flatnonzero(geo.numeric):
-        if not len(vocab[c]):
-            continue
-        vu, vd = vocab_sides(vocab[c])
-        x, p = np.broadcast_to(X[:, None, c], P.shape[:2]), P[:, :, c]
-        up, down = p > x + 1e-12, p < x - 1e-12
-        i_up = np.clip(np.searchsorted(vu, p, "left"), 0, len(vu) - 1)  # first value >= p
-        i_dn = np.clip(np.searchsorted(vd, p, "right") - 1, 0, len(vd) - 1)  # last value <= p
-        S[:, :, c] = np.where(up & (vu[i_up] >= p), vu[i_up], np.where(down & (vd[i_dn] <= p), vd[i_dn], p))
-    return S
+    the agent in its direction (unchanged where the vocabulary has none): ``vocab_table.snap_outward``."""
+    return snap_outward(vocab_table(geo, vocab), X, P)
 
 
 def _round_one(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np.ndarray] | None, rows: int,

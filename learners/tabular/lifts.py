@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.rows import fresh, nan_as_zero, nearest_first, projected
+from learners.tabular.rows import fresh, nan_as_zero, nearest_first, projected, take_rows
 
 NEAR_K = 2  # refused rows per agent kept as near misses (the highest acceptance share first)
 NEAR_MIN = 0.4  # a refused row is a near miss only where the model's probability is at least this
@@ -44,7 +44,7 @@ def near_misses(geo: WorldGeometry, X: np.ndarray, rows: np.ndarray, proba: np.n
     d = geo.distance(X[:, None, :], nan_as_zero(rows))
     p = np.where(live & (proba >= floor) & (d < best[:, None]), proba, -1.0)
     top = np.argsort(-p, axis=1, kind="stable")[:, :k]  # stable: among equal shares, the earlier row
-    near, p_near = np.take_along_axis(rows, top[..., None], 1), np.take_along_axis(p, top, 1)
+    near, p_near = take_rows(rows, top), np.take_along_axis(p, top, 1)
     near[p_near < 0] = np.nan
     return near, p_near
 

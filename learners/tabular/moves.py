@@ -8,7 +8,7 @@ import numpy as np
 from learners.tabular.first_round import screens
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.lifts import one_more_feature
-from learners.tabular.rows import nan_as_zero, packed_rows, repeats
+from learners.tabular.rows import nan_as_zero, packed_rows, repeats, take_rows
 from learners.tabular.rows import projected as _projected
 from learners.tabular.slides import slides
 from learners.tabular.step_trades import step_trades
@@ -48,21 +48,22 @@ def _starts(C: np.ndarray, d: np.ndarray, k: int, X: np.ndarray | None = None) -
     C, d = _accepted_only(C, d)
     order = np.argsort(d, axis=1, kind="stable")
     d = np.take_along_axis(d, order, 1)
-    C = np.take_along_axis(C, order[:, :, None], 1)
+    C = take_rows(C, order)
     dup = np.zeros_like(d, bool)
     dup[:, 1:] = (d[:, 1:] == d[:, :-1]) & np.isfinite(d[:, 1:])  # equal distance: most likely the same row
     d = np.where(dup, np.inf, d)
     key = d.copy()
     if X is not None and C.shape[1] > 1:  # a row whose changed set a nearer row has ranks after every first
-        moved = np.packbits(np.abs(nan_as_zero(C) - X[:, None, :]) > 1e-12, axis=-1)  # (N, Q, bytes)
-        width = -(-moved.shape[-1] // 8) * 8  # whole 8-byte words
-        moved = np.pad(moved, ((0, 0), (0, 0), (0, width - moved.shape[-1])))
+        packed = np.packbits(np.abs(nan_as_zero(C) - X[:, None, :]) > 1e-12, axis=-1)  # (N, Q, bytes)
+        width = -(-packed.shape[-1] // 8) * 8  # whole 8-byte words
+        moved = np.zeros((*packed.shape[:2], width), np.uint8)
+        moved[..., : packed.shape[-1]] = packed
         # the rows come nearest first, so each (agent, set)'s first is its nearest
         repeat = repeats(np.ascontiguousarray(moved).view(np.dtype((np.void, width)))[..., 0])
         key[repeat & np.isfinite(d)] += 1e6  # after every first of its set, in distance order
     order = np.argsort(key, axis=1, kind="stable")[:, :k]
     d = np.take_along_axis(d, order, 1)
-    S = np.take_along_axis(C, order[:, :, None], 1)
+    S = take_rows(C, order)
     S[~np.isfinite(d)] = np.nan
     if S.shape[1] < k:
         S = np.pad(S, ((0, 0), (0, k - S.shape[1]), (0, 0)), constant_values=np.nan)

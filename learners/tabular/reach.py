@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.rows import word_hashes
 
 REACH_FACTORS = (1.0, 1.01, 1.025, 1.05, 1.1, 1.2)  # multiples of a ray's estimated crossing scale asked
 REACH_POINTS = 3  # the last rungs of a ray fitted (the nearest the boundary)
@@ -28,14 +29,21 @@ BLOCK = 64  # agents matched at a time (memory: agents x rungs x rows x D)
 
 def _rung_probabilities(L: np.ndarray, C: np.ndarray, proba: np.ndarray) -> np.ndarray:
     """(N, R) the probability the model gave each rung row of ``L`` (N, R, D) among the scored rows ``C``
-    (N, Q, D) with ``proba`` (N, Q); NaN where the rung was not scored (a repeat, a broken rule, cut)."""
+    (N, Q, D) with ``proba`` (N, Q) (the first equal row's); NaN where the rung was not scored (a repeat, a
+    broken rule, cut). Rows are matched by their hashes, then compared whole (NaN rows never equal)."""
     out = np.full(L.shape[:2], np.nan)
+    R = L.shape[1]
+
+    def hashes(A: np.ndarray) -> np.ndarray:  # -0.0 read as 0.0, as ``==`` does
+        return word_hashes(np.ascontiguousarray(A + 0.0).view(np.uint64))
+
     for lo in range(0, len(L), BLOCK):
         sl = slice(lo, lo + BLOCK)
-        same = (L[sl, :, None, :] == C[sl, None, :, :]).all(-1)  # (n, R, Q); NaN rows never equal
-        hit = same.any(-1)
-        q = same.argmax(-1)
-        out[sl] = np.where(hit, np.take_along_axis(proba[sl], q, 1), np.nan)
+        n, r, q = np.nonzero(hashes(L[sl])[:, :, None] == hashes(C[sl])[:, None, :])  # (n, r, q) in order
+        eq = (L[sl][n, r] == C[sl][n, q]).all(-1)
+        n, r, q = n[eq], r[eq], q[eq]
+        first = np.unique(n * R + r, return_index=True)[1]  # each rung's first equal row
+        out[sl][n[first], r[first]] = proba[sl][n[first], q[first]]
     return out
 
 

@@ -18,6 +18,12 @@ def row_keys(C: np.ndarray) -> np.ndarray:
     return C.view(np.dtype((np.void, 8 * C.shape[-1])))[..., 0]
 
 
+def take_rows(A: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """(N, k, ...) each agent's rows ``idx`` (N, k) of ``A`` (N, Q, ...): ``np.take_along_axis`` along axis 1
+    without its broadcast index arrays (6x faster on an agent's (Q, D) rows)."""
+    return A[np.arange(len(A))[:, None], idx]
+
+
 def nan_as_zero(a: np.ndarray) -> np.ndarray:
     """``a`` with NaN read as 0 (where a row's unused entries are NaN): ``np.nan_to_num`` in 2 passes, not 6;
     an infinite entry stays infinite (the searches' rows hold none)."""
@@ -26,6 +32,15 @@ def nan_as_zero(a: np.ndarray) -> np.ndarray:
 
 
 _MIX = np.random.default_rng(56).integers(1, 2**63, size=(2, 4096), dtype=np.uint64) | np.uint64(1)  # odd multipliers
+
+
+def word_hashes(words: np.ndarray) -> np.ndarray:
+    """(...) a 64-bit hash of each row of 8-byte ``words`` (..., D), D up to 4096: integer arithmetic modulo
+    2^64, so a row has the same hash in any batch and any order of summing."""
+    D = words.shape[-1]
+    v = words * _MIX[0, :D]  # (wraps modulo 2^64)
+    v ^= v >> np.uint64(29)  # not linear: sign bits flipped in two columns must not cancel
+    return v @ _MIX[1, :D]
 
 
 def repeats(keys: np.ndarray) -> np.ndarray:
@@ -38,9 +53,7 @@ def repeats(keys: np.ndarray) -> np.ndarray:
     if D > _MIX.shape[1] or not Q:
         return _repeats_by_bytes(keys)
     words = np.ascontiguousarray(keys).view(np.uint64).reshape(N, Q, D)
-    v = words * _MIX[0, :D]  # (wraps modulo 2^64)
-    v ^= v >> np.uint64(29)  # not linear: sign bits flipped in two columns must not cancel
-    h = v @ _MIX[1, :D]
+    h = word_hashes(words)
     order = np.argsort(h, axis=1, kind="stable")  # equal hashes together, in their original order
     s = np.take_along_axis(h, order, 1)
     meet = np.zeros((N, Q), bool)
@@ -109,10 +122,12 @@ def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, b
         order = np.take_along_axis(order, np.minimum(pick, order.shape[1] - 1), 1)
     else:
         order = order[:, :rows]
-    out = np.take_along_axis(C, np.take_along_axis(first, order, 1)[:, :, None], 1)
-    out = np.pad(out, ((0, 0), (0, rows - out.shape[1]), (0, 0)), constant_values=np.nan)
-    d = np.pad(np.take_along_axis(d, order, 1), ((0, 0), (0, rows - order.shape[1])), constant_values=np.inf)
-    out[~np.isfinite(d) | (pos >= k[:, None])] = np.nan
+    m, agent = order.shape[1], np.arange(N)[:, None]
+    out = np.full((N, rows, D), np.nan)
+    out[:, :m] = C[agent, first[agent, order]]
+    kept = np.full((N, rows), np.inf)
+    kept[:, :m] = d[agent, order]
+    out[~np.isfinite(kept) | (pos >= k[:, None])] = np.nan
     return out
 
 

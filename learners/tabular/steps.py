@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.vocab_table import first_values, vocab_sides, vocab_table
 
 GRID_VALUES = {1: 8, 2: 4, 3: 3}  # vocabulary values per numeric column of a changed set, by its numeric columns
 STEP_PROBES = 256  # agents probed for steps
@@ -122,15 +123,8 @@ def corner_grid(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np
 def first_vocab_values(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], V: int) -> np.ndarray:
     """(2, N, D, V) per agent and numeric column the first ``V`` vocabulary values above the agent's value
     (ascending) and below it (descending); NaN past the vocabulary's end and for other columns (the corner grid,
-    and ``budget_search``'s screens and vocabulary moves)."""
-    N, D = X.shape
-    out = np.full((2, N, D, V), np.nan)
-    for c in np.flatnonzero(geo.numeric):
-        if not len(vocab[c]):
-            continue
-        out[0, :, c] = vocab_past(vocab[c], X[:, c], np.ones(N, bool), V)
-        out[1, :, c] = vocab_past(vocab[c], X[:, c], np.zeros(N, bool), V)
-    return out
+    and ``budget_search``'s screens and vocabulary moves): ``vocab_past`` for every column at once."""
+    return first_values(vocab_table(geo, vocab), X, X.shape[1], V)
 
 
 def vocab_past(v: np.ndarray, b: np.ndarray, up: np.ndarray, k: int) -> np.ndarray:
@@ -153,25 +147,3 @@ def vocab_between(v: np.ndarray, x: np.ndarray, b: np.ndarray, k: int) -> np.nda
     vals = np.where(up[:, None], vu[np.clip(i_up, 0, len(vu) - 1)], vd[np.clip(i_dn, 0, len(vd) - 1)])
     inside = np.where(up[:, None], (i_up >= 0) & (vals > x[:, None]), (i_dn < len(vd)) & (vals < x[:, None]))
     return np.where(inside, vals, np.nan)
-
-
-SAME_EDGE = 1e-9  # vocabulary values nearer than this share of their size are copies of one split edge
-
-
-def vocab_sides(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A column's sorted vocabulary ``v`` as the values a move *up* takes and those a move *down* takes: of
-    each run of copies of one edge (values within ``SAME_EDGE``, the float noise of the labels' unscaling:
-    Credit forest's 265.00001525878906 and 265.0000152587891), the largest going up and the smallest going
-    down. The copies straddle the split in the model's float32 reading (Credit forest's 265.00001525878906
-    reads as 265.0, on its split ``x <= 265``, and 265.0000152587891 as 265.00003, past it), so only that copy
-    crosses it either way, and the others would each take a row of every vocabulary move (Credit forest: 166
-    values, 125 edges)."""
-    v = np.asarray(v, float)
-    if len(v) < 2:
-        return v, v
-    new = np.diff(v) > SAME_EDGE * np.maximum(1.0, np.abs(v[1:]))
-    if new.all():
-        return v, v
-    first = np.concatenate([[True], new])
-    last = np.concatenate([new, [True]])
-    return v[last], v[first]

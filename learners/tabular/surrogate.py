@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.rows import nan_as_zero, take_rows
 
 LOGIT_CLIP = 8.0  # the regression target: the model's logit clipped here (a forest's 0 and 1 are infinite)
 NEAR_LOGIT = 1.0  # held-out rows with |logit| below this measure ``sigma_`` (the boundary's neighbourhood)
@@ -181,24 +182,25 @@ class Surrogate:
         from scipy.special import ndtr
 
         dead = np.isnan(C).any(-1)
-        Cz = np.nan_to_num(C)
+        Cz = nan_as_zero(C)
         d = np.where(dead, np.inf, geo.distance(X[:, None, :], Cz))
         d[d >= below[:, None] - 1e-15] = np.inf
         if geo.gate is not None:
             d[~geo.keeps(X[:, None, :], Cz)] = np.inf
         order = np.argsort(d, axis=1, kind="stable")
         d = np.take_along_axis(d, order, 1)
-        C = np.take_along_axis(Cz, order[:, :, None], 1)
+        C = take_rows(Cz, order)
         same = np.zeros_like(d, bool)  # a row equal to the previous one is not asked twice
         same[:, 1:] = (np.abs(C[:, 1:] - C[:, :-1]).max(-1) == 0) & np.isfinite(d[:, 1:])
         d[same] = np.inf
         live = np.isfinite(d)
-        pi = np.where(live, ndtr(self.logit(C) / self.sigma_), 0.0)
+        pi = np.zeros(d.shape)  # the surrogate asked about the live rows only (rowwise: the same bits; about
+        pi[live] = ndtr(self.logit(C[live]) / self.sigma_)  # half of a pool repeats or breaks a rule)
         none_nearer = np.cumprod(np.concatenate([np.ones((len(X), 1)), 1.0 - pi[:, :-1]], axis=1), axis=1)
         value = np.where(live, pi * none_nearer + 1e-12 * pi, -1.0)  # the tiny term ranks the hopeless by pi
         top = np.argsort(-value, axis=1, kind="stable")[:, :rows]
         top = np.sort(top, axis=1)  # nearest first
-        out = np.take_along_axis(C, top[:, :, None], 1)
+        out = take_rows(C, top)
         out[~np.take_along_axis(live, top, 1)] = np.nan
         return out
 
