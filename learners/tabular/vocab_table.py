@@ -11,6 +11,7 @@ the values found are those of the column-at-a-time code, bit for bit (``tests/te
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,13 +57,15 @@ class VocabTable:
 
 
 _TABLES: dict[tuple, tuple[list[np.ndarray], VocabTable]] = {}
+_TABLES_LOCK = threading.Lock()
 
 
 def vocab_table(geo: WorldGeometry, vocab: list[np.ndarray]) -> VocabTable:
     """The ``VocabTable`` of ``vocab`` on ``geo``'s numeric columns, built once and kept (by the vocabulary
     arrays' identity: the cache holds them, so an id is not reused while its entry lives)."""
     key = (geo.numeric.tobytes(), *map(id, vocab))
-    hit = _TABLES.get(key)
+    with _TABLES_LOCK:  # the search's helper thread looks up too (its guessed moves)
+        hit = _TABLES.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], vocab, strict=True)):
         return hit[1]
     cols = np.array([c for c in np.flatnonzero(geo.numeric) if len(vocab[c])], np.int64)
@@ -76,16 +79,18 @@ def vocab_table(geo: WorldGeometry, vocab: list[np.ndarray]) -> VocabTable:
         return T, np.array([len(s[k]) for s in sides], np.int64)
 
     table = VocabTable(cols, *padded(0), *padded(1))
-    if len(_TABLES) >= _CACHE_SIZE:
-        _TABLES.pop(next(iter(_TABLES)))
-    _TABLES[key] = (list(vocab), table)
+    with _TABLES_LOCK:
+        while len(_TABLES) >= _CACHE_SIZE:  # the oldest first
+            _TABLES.pop(next(iter(_TABLES)))
+        _TABLES[key] = (list(vocab), table)
     return table
 
 
 def _counts(T: np.ndarray, p: np.ndarray, strict: bool) -> np.ndarray:
     """(R, C) per row of ``p`` (R, C) and column, the values of ``T`` (C, L) below (``strict``: < p) or at most
-    ``p``: ``np.searchsorted(row, p, "left" / "right")`` on each column's real values (the +inf padding is
-    never counted for a finite p; a NaN p counts as past every value, as ``np.searchsorted`` places it)."""
+    ``p``: ``np.searchsorted(row, p, "left" / "right")`` on each column's real values for a finite p (the +inf
+    padding is never counted); a NaN p counts none, where ``np.searchsorted`` places it past every value (the
+    callers read it so)."""
     out = np.empty(p.shape, np.int64)
     step = max(1, LOOKUP_ELEMENTS // max(1, T.size))
     for lo in range(0, len(p), step):
