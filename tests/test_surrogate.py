@@ -91,37 +91,6 @@ def test_an_ensemble_is_one_mlp_whose_logit_is_its_members_mean(tiny_mlp):
         Surrogate(SurrogateParams(members=0)).fit(Q, proba)
 
 
-def test_select_keeps_the_candidate_with_the_lowest_held_out_error(tiny_mlp, monkeypatch):
-    """``select``: surrogates fitted with successive seeds on the same rows and split; the one whose held-out
-    logit error near the boundary is lowest is kept (its network, its error as ``sigma_``); with one, the fit
-    is the plain one."""
-    import learners.tabular.surrogate as su
-
-    world, labels, _, S = tiny_mlp
-    Q = boundary_queries(WorldGeometry.of(world), labels.X, labels.CF, 100)
-    proba = world.model.predict_proba(Q)
-    params = dict(hidden=(16, 16), max_epochs=15)
-    candidates = []
-    monkeypatch.setattr(su, "average_layers", lambda nets: candidates.append(nets[0]) or nets[0])
-    chosen = Surrogate(SurrogateParams(**params, select=3)).fit(Q, proba, seed=5)
-    monkeypatch.undo()
-    target = su._logit(proba)
-    val = np.random.default_rng(5).permutation(len(Q))[: len(Q) // 10]  # the fit's held-out split
-    near = np.abs(target[val]) < su.NEAR_LOGIT
-    errors = []
-    for layers in candidates:
-        probe = Surrogate.from_arrays(chosen.arrays())
-        probe.layers_ = layers
-        errors.append(float(np.sqrt(np.mean((probe.logit(Q[val])[near] - target[val][near]) ** 2))))
-    assert len(candidates) == 3 and len(set(errors)) == 3  # three networks: the choice is a real one
-    best = int(np.argmin(errors))
-    assert chosen.layers_ is candidates[best] and chosen.sigma_ == max(su.SIGMA_FLOOR, errors[best])
-    one = Surrogate(SurrogateParams(**params)).fit(Q, proba, seed=5)
-    assert np.allclose(Surrogate(SurrogateParams(**params, select=1)).fit(Q, proba, seed=5).logit(S), one.logit(S))
-    with pytest.raises(ValueError, match="select"):
-        Surrogate(SurrogateParams(select=0)).fit(Q, proba)
-
-
 class _Stub(Surrogate):
     """A surrogate whose logit is the first column minus 5 (accepts x0 > 5), known exactly."""
 

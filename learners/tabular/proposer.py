@@ -87,7 +87,6 @@ class ProposerParams:
     surrogate_queries: int = 600  # rows per training label the model scores for the surrogate (fit time, counted)
     surrogate_hidden: tuple[int, ...] = (64, 64)  # the surrogate's MLP widths
     surrogate_members: int = 1  # surrogate networks fitted with successive seeds and averaged (the fit's seed matters less)
-    surrogate_select: int = 1  # surrogates fitted with successive seeds, the lowest held-out error kept (fit time x this; an answer's cost unchanged)
     surrogate_epochs: int = 60  # its training epochs
     surrogate_search: int = 3  # answers per agent of the white-box search (change_value) on the surrogate, proposed first (0: none)
     surrogate_piece_lp: bool = True  # fitting: the surrogate's white-box search also solves each answer's piece MILP for the refit rounds (False: German MLP .93 -> .88 at 2 x 256)
@@ -99,8 +98,7 @@ class ProposerParams:
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
-                     "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs", "surrogate_members",
-                     "surrogate_select"):
+                     "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs", "surrogate_members"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if not 0.0 < float(self.first_share) < 1.0:
@@ -171,7 +169,7 @@ class ProposerGenerator(TabularGenerator):
         Q = boundary_queries(geo, self.X_, self.CF_, int(p.surrogate_queries), seed)
         proba = model.predict_proba(Q)
         params = SurrogateParams(hidden=p.surrogate_hidden, members=int(p.surrogate_members),
-                                 select=int(p.surrogate_select), max_epochs=int(p.surrogate_epochs))
+                                 max_epochs=int(p.surrogate_epochs))
         sur = Surrogate(params).fit(Q, proba, seed=seed, progress=progress)
         rounds = int(p.surrogate_rounds) if int(p.surrogate_search) > 0 else 0
         for r in range(rounds + 1):

@@ -84,15 +84,13 @@ class SurrogateParams:
 
     hidden: tuple[int, ...] = (64, 64)  # MLP widths
     members: int = 1  # networks fitted with successive seeds and averaged (one MLP members times as wide)
-    select: int = 1  # surrogates (each of ``members``) fitted with successive seeds; the lowest held-out error kept
     max_epochs: int = 60  # training epochs
     batch_size: int = 512  # training batch size
     lr: float = 3e-3  # peak learning rate (one-cycle)
 
     def __post_init__(self) -> None:
-        for name in ("members", "select"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
+        if int(self.members) < 1:
+            raise ValueError(f"members: must be >= 1, got {self.members!r}")
 
 
 class Surrogate:
@@ -128,26 +126,19 @@ class Surrogate:
 
         tp = TorchParams(hidden=tuple(p.hidden), lr=float(p.lr), batch_size=int(p.batch_size),
                          max_epochs=int(p.max_epochs), patience=max(10, int(p.max_epochs) // 4), batch_norm=False)
-        self.training_, best = [], None
+        nets, self.training_ = [], []
+        for m in range(int(p.members)):  # the same rows and split, another initialisation and batch order each
+            seed_everything(seed + m)
+            net = mlp(Q.shape[1], tuple(p.hidden), 1, batch_norm=False)
+            ctx = FitContext(n_features=Q.shape[1], n_actions=1, max_len=1, seed=seed + m, progress=progress)
+            self.training_.append(fit_lightning(net, loss_fn, [t[tr] for t in tensors], [t[val] for t in tensors], tp, ctx))
+            nets.append(sequential_layers(net))
+        self.layers_ = average_layers(nets)
+        held = self.logit(Q[val])
         near = np.abs(target[val]) < NEAR_LOGIT
-        for c in range(int(p.select)):  # each candidate on the same rows and split, other seeds
-            nets = []
-            for m in range(int(p.members)):  # another initialisation and batch order each
-                s = seed + c * int(p.members) + m
-                seed_everything(s)
-                net = mlp(Q.shape[1], tuple(p.hidden), 1, batch_norm=False)
-                ctx = FitContext(n_features=Q.shape[1], n_actions=1, max_len=1, seed=s, progress=progress)
-                self.training_.append(fit_lightning(net, loss_fn, [t[tr] for t in tensors], [t[val] for t in tensors],
-                                                    tp, ctx))
-                nets.append(sequential_layers(net))
-            self.layers_ = average_layers(nets)
-            held = self.logit(Q[val])
-            resid = held[near] - target[val][near] if near.any() else held - target[val]
-            error = float(np.sqrt(np.mean(resid ** 2)))
-            if best is None or error < best[0]:  # the first of equal errors
-                best = (error, self.layers_, float(np.mean((held > 0) == (target[val] > 0))))
-        error, self.layers_, self.agreement_ = best
-        self.sigma_ = float(max(SIGMA_FLOOR, error))
+        resid = held[near] - target[val][near] if near.any() else held - target[val]
+        self.sigma_ = float(max(SIGMA_FLOOR, np.sqrt(np.mean(resid ** 2))))
+        self.agreement_ = float(np.mean((held > 0) == (target[val] > 0)))
         self.n_features_ = Q.shape[1]
         return self
 
