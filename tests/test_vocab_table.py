@@ -86,10 +86,10 @@ def test_the_table_lookups_equal_the_column_at_a_time_ones(case, block):
         table = vocab_table(geo, vocab)
         np.testing.assert_array_equal(snap_outward(table, X, P), _reference_snap(geo, X, P, vocab))
         for V in (1, 3):
-            np.testing.assert_array_equal(first_values(table, X, D, V), _reference_first(geo, X, vocab, V))
+            np.testing.assert_array_equal(first_values(table, X, V), _reference_first(geo, X, vocab, V))
         Xn = X.copy()
         Xn[0, 0] = np.nan  # an agent's NaN reads as past every value, as ``np.searchsorted`` places it
-        np.testing.assert_array_equal(first_values(table, Xn, D, 2), _reference_first(geo, Xn, vocab, 2))
+        np.testing.assert_array_equal(first_values(table, Xn, 2), _reference_first(geo, Xn, vocab, 2))
     finally:
         vt.LOOKUP_ELEMENTS = old
 

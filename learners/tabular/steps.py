@@ -124,7 +124,7 @@ def first_vocab_values(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray
     """(2, N, D, V) per agent and numeric column the first ``V`` vocabulary values above the agent's value
     (ascending) and below it (descending); NaN past the vocabulary's end and for other columns (the corner grid,
     and ``budget_search``'s screens and vocabulary moves): ``vocab_past`` for every column at once."""
-    return first_values(vocab_table(geo, vocab), X, X.shape[1], V)
+    return first_values(vocab_table(geo, vocab), X, V)
 
 
 def vocab_past(v: np.ndarray, b: np.ndarray, up: np.ndarray, k: int) -> np.ndarray:

@@ -119,11 +119,11 @@ def snap_outward(table: VocabTable, X: np.ndarray, P: np.ndarray) -> np.ndarray:
     return S
 
 
-def first_values(table: VocabTable, X: np.ndarray, D: int, V: int) -> np.ndarray:
+def first_values(table: VocabTable, X: np.ndarray, V: int) -> np.ndarray:
     """(2, N, D, V) per agent and numeric column the first ``V`` vocabulary values above the agent's value
     (ascending) and below it (descending); NaN past the vocabulary's end and for other columns:
     ``steps.first_vocab_values``."""
-    N = len(X)
+    N, D = X.shape
     out = np.full((2, N, D, V), np.nan)
     c = table.cols
     if not len(c) or not N:
