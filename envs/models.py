@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from envs.block_diagonal import block_matmul, diagonal_blocks, packed_layers, split_blocks
 from envs.rowwise import rowwise_matmul
 
 
@@ -457,18 +458,27 @@ class MLPModel(WhiteBoxModel):
     def hidden(self, X: np.ndarray) -> list[np.ndarray]:
         """Post-ReLU activations of each hidden layer."""
         h, out = self._check(X), []
-        for W, b in zip(self.weights[:-1], self.biases[:-1], strict=True):
-            h = np.maximum(self._product(h, W) + b, 0.0)
+        for i, b in enumerate(self.biases[:-1]):
+            h = np.maximum(self._product(h, i) + b, 0.0)
             out.append(h)
         return out
 
     def score(self, X: np.ndarray) -> np.ndarray:
         hs = self.hidden(X)
         h = hs[-1] if hs else self._check(X)
-        return (self._product(h, self.weights[-1]) + self.biases[-1]).reshape(-1)
+        return (self._product(h, len(self.weights) - 1) + self.biases[-1]).reshape(-1)
 
-    def _product(self, A: np.ndarray, W: np.ndarray) -> np.ndarray:
-        return rowwise_matmul(A, W) if self.rowwise else A @ W
+    def layer_blocks(self) -> list[np.ndarray | None]:
+        """Per layer, its diagonal blocks (k, a, b) where it is block-diagonal (``envs.block_diagonal``: an
+        ensemble run as one network), else None; found once."""
+        if "_blocks" not in self.__dict__:
+            self.__dict__["_blocks"] = [split_blocks(W, k) if (k := diagonal_blocks(W)) > 1 else None for W in self.weights]
+        return self.__dict__["_blocks"]
+
+    def _product(self, A: np.ndarray, layer: int) -> np.ndarray:
+        """``A`` times layer ``layer``'s weights: a row at a time with ``rowwise``, by blocks where block-diagonal."""
+        B, W = self.layer_blocks()[layer], self.weights[layer]
+        return block_matmul(A, B, self.rowwise) if B is not None else rowwise_matmul(A, W) if self.rowwise else A @ W
 
     def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
         """``score`` of variant rows: the first layer by a rank-k update of each base's product (no
@@ -479,22 +489,19 @@ class MLPModel(WhiteBoxModel):
         base = self._check(base)
         if len(self.weights) == 1:
             return _first_layer_variants(self.weights[0], self.biases[0], base, index, cols, vals).reshape(-1)
-        Z0 = np.ascontiguousarray(self._product(base, self.weights[0]) + self.biases[0])
+        Z0 = np.ascontiguousarray(self._product(base, 0) + self.biases[0])
         args = (Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64),
                 np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64),
                 np.ascontiguousarray(self.weights[0]))
         packed = self.__dict__.get("_packed")
-        if packed is None:  # the later layers flattened for the compiled loop, once
-            packed = (np.array([W.shape[1] for W in self.weights[1:]], np.int64),
-                      np.concatenate([W.reshape(-1) for W in self.weights[1:]]),
-                      np.concatenate(self.biases[1:]))
-            self.__dict__["_packed"] = packed
+        if packed is None:  # the later layers flattened for the compiled kernels, once
+            packed = self.__dict__["_packed"] = packed_layers(self.weights[1:], self.biases[1:], self.layer_blocks()[1:])
         return (mlp_scores_blocks if self.blocks else mlp_scores_variants)(*args, *packed)
 
     def score_bounds(self, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Interval bound propagation: each unit's interval over the box, layer by layer (sound, loose
         where the box is wide)."""
-        return _interval_layers(self.weights, self.biases, self._check(base), cols, lo, hi)
+        return _interval_layers(self.weights, self.biases, self._check(base), cols, lo, hi, self.layer_blocks())
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return _sigmoid(self.score(X))
@@ -563,9 +570,10 @@ def from_sklearn(est: Any, mean: np.ndarray | None = None, scale: np.ndarray | N
 
 
 def _interval_layers(weights: list[np.ndarray], biases: list[np.ndarray], base: np.ndarray, cols: np.ndarray,
-                     lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+                     lo: np.ndarray, hi: np.ndarray, blocks: list[np.ndarray | None] | None = None) -> np.ndarray:
     """(n,) the upper end of the output's interval (interval bound propagation) over rows that are
-    ``base[i]`` but for columns ``cols[i]`` (-1: none) in [lo, hi]; ReLU between the layers."""
+    ``base[i]`` but for columns ``cols[i]`` (-1: none) in [lo, hi]; ReLU between the layers. ``blocks``: per
+    layer its diagonal blocks where it is block-diagonal (``MLPModel.layer_blocks``), multiplied a block at a time."""
     cols = np.asarray(cols, np.int64)
     rows = np.arange(len(base))[:, None]
     live = cols >= 0
@@ -576,8 +584,14 @@ def _interval_layers(weights: list[np.ndarray], biases: list[np.ndarray], base: 
     z = base @ weights[0] + biases[0]
     z_lo = z + np.minimum(dlo * W0, dhi * W0).sum(1)
     z_hi = z + np.maximum(dlo * W0, dhi * W0).sum(1)
-    for W, b in zip(weights[1:], biases[1:], strict=True):
+    for i, (W, b) in enumerate(zip(weights[1:], biases[1:], strict=True), start=1):
         a_lo, a_hi = np.maximum(z_lo, 0.0), np.maximum(z_hi, 0.0)
-        Wp, Wn = np.maximum(W, 0.0), np.minimum(W, 0.0)
-        z_lo, z_hi = a_lo @ Wp + a_hi @ Wn + b, a_hi @ Wp + a_lo @ Wn + b
+        B = None if blocks is None else blocks[i]
+        if B is None:
+            Wp, Wn = np.maximum(W, 0.0), np.minimum(W, 0.0)
+            z_lo, z_hi = a_lo @ Wp + a_hi @ Wn + b, a_hi @ Wp + a_lo @ Wn + b
+        else:
+            Bp, Bn = np.maximum(B, 0.0), np.minimum(B, 0.0)
+            z_lo = block_matmul(a_lo, Bp) + block_matmul(a_hi, Bn) + b
+            z_hi = block_matmul(a_hi, Bp) + block_matmul(a_lo, Bn) + b
     return z_hi.reshape(len(base), -1)[:, 0]

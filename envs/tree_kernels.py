@@ -191,14 +191,15 @@ ROWS = 8  # rows per block of the MLP kernel: its later layers run across a bloc
 
 
 @nb.njit(cache=True, error_model="numpy")
-def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
+def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, diag, weights, biases):
     """A ReLU MLP's output score of variant rows (see ``forest_sums_variants``): the first layer from
     the base rows' products ``Z0`` (B, H1) and a rank-k update per changed column, the later layers
-    (``dims``: their widths, ending in 1; ``weights`` and ``biases`` flattened in order) for ``ROWS``
-    rows at a time, one unit's eight sums in eight local accumulators (the compiler keeps them in
-    vector registers: 1.6x the loop over an accumulator array, which it kept in memory); each row's sums
-    in the same order as row by row, so the scores are the same bits. No (rows, features) matrix and no
-    (rows, width) temporary is built."""
+    (``dims``: their widths, ending in 1; ``weights`` and ``biases`` flattened in order, a layer with ``diag``
+    k > 1 as its k diagonal blocks: ``envs.block_diagonal.packed_layers``) for ``ROWS`` rows at a time, one
+    unit's eight sums in eight local accumulators (the compiler keeps them in vector registers: 1.6x the loop
+    over an accumulator array, which it kept in memory); each row's sums in the same order as row by row, so
+    the scores are the same bits. A block's unit sums only its block's inputs (the others' weights are zeros,
+    whose products add nothing). No (rows, features) matrix and no (rows, width) temporary is built."""
     T, H1 = index.shape[0], Z0.shape[1]
     width = H1
     for w in dims:
@@ -215,26 +216,30 @@ def mlp_scores_variants(Z0, base, index, cols, vals, W0, dims, weights, biases):
             for u in range(n_in):  # ReLU of the layer below
                 for r in range(ROWS):
                     h[u, r] = max(h[u, r], 0.0)
-            n_out = dims[layer]
-            W = weights[w_off:w_off + n_in * n_out].reshape((n_in, n_out))  # row-major, as sklearn's coefs_
-            for v in range(n_out):
-                a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = biases[b_off + v]  # one per row of the block (ROWS)
-                for u in range(n_in):  # unit v's inputs in order, as row by row
-                    w = W[u, v]
-                    a0 += h[u, 0] * w
-                    a1 += h[u, 1] * w
-                    a2 += h[u, 2] * w
-                    a3 += h[u, 3] * w
-                    a4 += h[u, 4] * w
-                    a5 += h[u, 5] * w
-                    a6 += h[u, 6] * w
-                    a7 += h[u, 7] * w
-                g[v, 0], g[v, 1], g[v, 2], g[v, 3] = a0, a1, a2, a3
-                g[v, 4], g[v, 5], g[v, 6], g[v, 7] = a4, a5, a6, a7
+            n_out, k = dims[layer], diag[layer]
+            a, b = n_in // k, n_out // k
+            for j in range(k):
+                W = weights[w_off + j * a * b:w_off + (j + 1) * a * b].reshape((a, b))  # row-major, as sklearn's coefs_
+                for vv in range(b):
+                    v = j * b + vv
+                    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = biases[b_off + v]  # one per row of the block (ROWS)
+                    for uu in range(a):  # unit v's inputs in order, as row by row
+                        u = j * a + uu
+                        w = W[uu, vv]
+                        a0 += h[u, 0] * w
+                        a1 += h[u, 1] * w
+                        a2 += h[u, 2] * w
+                        a3 += h[u, 3] * w
+                        a4 += h[u, 4] * w
+                        a5 += h[u, 5] * w
+                        a6 += h[u, 6] * w
+                        a7 += h[u, 7] * w
+                    g[v, 0], g[v, 1], g[v, 2], g[v, 3] = a0, a1, a2, a3
+                    g[v, 4], g[v, 5], g[v, 6], g[v, 7] = a4, a5, a6, a7
             for v in range(n_out):
                 for r in range(ROWS):
                     h[v, r] = g[v, r]
-            w_off += n_in * n_out
+            w_off += k * a * b
             b_off += n_out
             n_in = n_out
         for r in range(n_rows):
@@ -246,12 +251,15 @@ BLOCK_ROWS = 64  # rows per BLAS block (``mlp_scores_blocks``): every product ha
 
 
 @nb.njit(cache=True, error_model="numpy")
-def mlp_scores_blocks(Z0, base, index, cols, vals, W0, dims, weights, biases):
-    """``mlp_scores_variants`` (the same arguments) with the later layers as BLAS products of ``BLOCK_ROWS``-row
-    blocks, the last padded with zero rows: 2-4x faster on a 64 x 64 MLP. Every product has the same shape,
-    so a row's score is the same bits alone, in any batch and at any place in it; not the loop's bits (the
-    sums run in BLAS's order), equal to them up to rounding. Each block's arrays are small (a few pages):
-    (rows, width) temporaries freed and touched afresh each call cost more in page faults than the products."""
+def mlp_scores_blocks(Z0, base, index, cols, vals, W0, dims, diag, weights, biases):
+    """``mlp_scores_variants`` (the same arguments, and ``diag``) with the later layers as BLAS products of
+    ``BLOCK_ROWS``-row blocks, the last padded with zero rows: 2-4x faster on a 64 x 64 MLP. Every product has the
+    same shape, so a row's score is the same bits alone, in any batch and at any place in it; not the loop's bits
+    (the sums run in BLAS's order), equal to them up to rounding. A later layer with ``diag`` k > 1 is k blocks on
+    its diagonal (``envs.block_diagonal``: an ensemble as one network), packed in ``weights`` one block after another
+    and multiplied a block at a time (k times less work than the dense product). Each block's arrays are small (a
+    few pages): (rows, width) temporaries freed and touched afresh each call cost more in page faults than the
+    products."""
     T, H1 = index.shape[0], Z0.shape[1]
     out = np.empty(T)
     h = np.empty((BLOCK_ROWS, H1))
@@ -265,10 +273,19 @@ def mlp_scores_blocks(Z0, base, index, cols, vals, W0, dims, weights, biases):
         x = h
         n_in, w_off, b_off = H1, 0, 0
         for layer in range(dims.shape[0]):
-            n_out = dims[layer]
-            W = weights[w_off:w_off + n_in * n_out].reshape((n_in, n_out))  # row-major, as sklearn's coefs_
-            x = np.dot(np.maximum(x, 0.0), W) + biases[b_off:b_off + n_out]
-            w_off += n_in * n_out
+            n_out, k = dims[layer], diag[layer]
+            a, b = n_in // k, n_out // k
+            relu = np.maximum(x, 0.0)
+            if k == 1:
+                W = weights[w_off:w_off + n_in * n_out].reshape((n_in, n_out))  # row-major, as sklearn's coefs_
+                x = np.dot(relu, W) + biases[b_off:b_off + n_out]
+            else:
+                y = np.empty((BLOCK_ROWS, n_out))
+                for j in range(k):
+                    W = weights[w_off + j * a * b:w_off + (j + 1) * a * b].reshape((a, b))
+                    y[:, j * b:(j + 1) * b] = np.dot(np.ascontiguousarray(relu[:, j * a:(j + 1) * a]), W)
+                x = y + biases[b_off:b_off + n_out]
+            w_off += k * a * b
             b_off += n_out
             n_in = n_out
         for r in range(n_rows):

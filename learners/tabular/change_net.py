@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.block_diagonal import block_matmul
 from envs.rowwise import rowwise_matmul
 
 
@@ -50,11 +51,15 @@ def sequential_layers(modules: Any) -> list[tuple[str, Any, Any]]:
     return layers
 
 
-def forward_layers(layers: list[tuple[str, Any, Any]], h: np.ndarray) -> np.ndarray:
+def forward_layers(layers: list[tuple[str, Any, Any]], h: np.ndarray,
+                   blocks: list[np.ndarray | None] | None = None) -> np.ndarray:
     """``h`` through ``sequential_layers``' layers, each row alone (``rowwise_matmul``: an agent's bits do not
-    depend on its batch)."""
-    for kind, p, q in layers:
-        if kind == "linear":
+    depend on its batch). ``blocks``: per layer, its diagonal blocks where it is block-diagonal
+    (``envs.block_diagonal``: an ensemble run as one network), multiplied a block at a time."""
+    for i, (kind, p, q) in enumerate(layers):
+        if kind == "linear" and blocks is not None and blocks[i] is not None:
+            h = block_matmul(h, blocks[i], rowwise=True) + q
+        elif kind == "linear":
             h = rowwise_matmul(h, p) + q
         elif kind == "affine":  # batch norm in eval mode
             h = h * p + q

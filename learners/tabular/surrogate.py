@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from envs.block_diagonal import diagonal_blocks, split_blocks
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import nan_as_zero, take_rows
 
@@ -148,7 +149,12 @@ class Surrogate:
 
         X = np.asarray(X, float)
         h = ((X.reshape(-1, X.shape[-1]) - self.mean_) / self.scale_).astype(np.float32)
-        return forward_layers(self.layers_, h).reshape(X.shape[:-1]).astype(float)
+        blocks = self.__dict__.get("_blocks")
+        if blocks is None or blocks[0] is not self.layers_:  # members side by side: their hidden layers by blocks
+            blocks = (self.layers_, [split_blocks(a, k) if kind == "linear" and (k := diagonal_blocks(a)) > 1 else None
+                                     for kind, a, _ in self.layers_])
+            self.__dict__["_blocks"] = blocks
+        return forward_layers(self.layers_, h, blocks[1]).reshape(X.shape[:-1]).astype(float)
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-self.logit(X)))
