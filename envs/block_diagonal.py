@@ -12,7 +12,7 @@ import numpy as np
 
 from envs.rowwise import rowwise_matmul
 
-__all__ = ["block_matmul", "diagonal_blocks", "packed_layers", "split_blocks"]
+__all__ = ["block_matmul", "blocks_of", "diagonal_blocks", "packed_layers", "split_blocks"]
 
 
 def diagonal_blocks(W: np.ndarray) -> int:
@@ -39,6 +39,12 @@ def split_blocks(W: np.ndarray, k: int) -> np.ndarray:
     n_in, n_out = W.shape
     a, b = n_in // k, n_out // k
     return np.ascontiguousarray(np.stack([W[j * a:(j + 1) * a, j * b:(j + 1) * b] for j in range(k)]))
+
+
+def blocks_of(matrices: list[np.ndarray | None]) -> list[np.ndarray | None]:
+    """Per matrix of ``matrices`` (a network's layers; None: a layer without weights), its diagonal blocks
+    (``split_blocks``) where it has more than one, else None."""
+    return [None if W is None or (k := diagonal_blocks(W)) == 1 else split_blocks(W, k) for W in matrices]
 
 
 def block_matmul(A: np.ndarray, blocks: np.ndarray, rowwise: bool = False) -> np.ndarray:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from envs.block_diagonal import block_matmul, diagonal_blocks, packed_layers, split_blocks
+from envs.block_diagonal import block_matmul, blocks_of, packed_layers
 from envs.rowwise import rowwise_matmul
 
 
@@ -472,7 +472,7 @@ class MLPModel(WhiteBoxModel):
         """Per layer, its diagonal blocks (k, a, b) where it is block-diagonal (``envs.block_diagonal``: an
         ensemble run as one network), else None; found once."""
         if "_blocks" not in self.__dict__:
-            self.__dict__["_blocks"] = [split_blocks(W, k) if (k := diagonal_blocks(W)) > 1 else None for W in self.weights]
+            self.__dict__["_blocks"] = blocks_of(self.weights)
         return self.__dict__["_blocks"]
 
     def _product(self, A: np.ndarray, layer: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.linalg import block_diag
 
-from envs.block_diagonal import block_matmul, diagonal_blocks, split_blocks
+from envs.block_diagonal import block_matmul, blocks_of, diagonal_blocks, split_blocks
 from envs.models import MLPModel, _interval_layers
 from learners.tabular.change_net import forward_layers
 from learners.tabular.surrogate import average_layers
@@ -112,7 +112,7 @@ def test_a_surrogates_members_are_run_by_blocks_as_the_dense_layers():
     nets, layers = _ensemble(rng, D=8, h=12)
     layers = [(kind, None if a is None else a.astype(np.float32), None if c is None else c.astype(np.float32))
               for kind, a, c in layers]
-    blocks = [split_blocks(a, k) if kind == "linear" and (k := diagonal_blocks(a)) > 1 else None for kind, a, _ in layers]
+    blocks = blocks_of([a if kind == "linear" else None for kind, a, _ in layers])
     assert sum(B is not None for B in blocks) == 1
     h = rng.normal(size=(25, 8)).astype(np.float32)
     np.testing.assert_allclose(forward_layers(layers, h, blocks), forward_layers(layers, h), rtol=1e-5, atol=1e-5)

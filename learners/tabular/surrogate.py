@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.block_diagonal import diagonal_blocks, split_blocks
+from envs.block_diagonal import blocks_of
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import nan_as_zero, take_rows
 
@@ -151,8 +151,7 @@ class Surrogate:
         h = ((X.reshape(-1, X.shape[-1]) - self.mean_) / self.scale_).astype(np.float32)
         blocks = self.__dict__.get("_blocks")
         if blocks is None or blocks[0] is not self.layers_:  # members side by side: their hidden layers by blocks
-            blocks = (self.layers_, [split_blocks(a, k) if kind == "linear" and (k := diagonal_blocks(a)) > 1 else None
-                                     for kind, a, _ in self.layers_])
+            blocks = (self.layers_, blocks_of([a if kind == "linear" else None for kind, a, _ in self.layers_]))
             self.__dict__["_blocks"] = blocks
         return forward_layers(self.layers_, h, blocks[1]).reshape(X.shape[:-1]).astype(float)
 
