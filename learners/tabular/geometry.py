@@ -204,17 +204,14 @@ class WorldGeometry:
 
     def _weighted(self, X: np.ndarray, C: np.ndarray) -> np.ndarray:
         """(R,) Eq. 3 with the world's cost weights (``solvers.mace.distance``) of rows ``C`` from ``X`` (R, D):
-        each feature's delta and change count times the weight of the direction it moved."""
-        from learners.tabular.geometry_kernels import deltas_kernel
+        each feature's delta and change count times the weight of the direction it moved (compiled: numpy's
+        formula, the same bits, ``geometry_kernels.weighted_distance_kernel``)."""
+        from learners.tabular.geometry_kernels import weighted_distance_kernel
 
-        Dl = deltas_kernel(X, C, self.numeric, self.span, self.raw_of_column, self.n_raw)
-        _, col = self.cost_kernel_args()
-        down = (col >= 0) & (C[:, np.maximum(col, 0)] < X[:, np.maximum(col, 0)])
-        W = np.where(down, self.cost[:, 1], self.cost[:, 0])
+        cost, col = self.cost_kernel_args()
         a, b, g = self.weights
-        WD = Dl * W
-        top = WD.max(axis=1) if WD.shape[1] else np.zeros(len(WD))
-        return a * ((Dl > 1e-12) * W).sum(axis=1) + b * WD.sum(axis=1) + g * top
+        return weighted_distance_kernel(X, C, self.numeric, self.span, self.raw_of_column, self.n_raw, float(a),
+                                        float(b), float(g), cost, col)
 
     def _rows(self, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
         """``X`` and ``C`` broadcast to one shape (..., D), as (R, D) float rows, and that leading shape."""

@@ -7,9 +7,10 @@ it must equal bit for bit:
 
 - ``project_kernel``: ``WorldGeometry.project``'s numpy steps (NaN and infinities, the clip, one-hot
   groups, integers rounded away from the agent); ``test_compiled_projection_is_the_numpy_one_bit_for_bit``.
-- ``deltas_kernel``, ``distance_kernel``: the numpy formula of ``WorldGeometry.deltas`` and
-  ``.distance`` (MACE's Eq. 3, numpy's summation order);
-  ``test_compiled_distance_is_the_numpy_formula_bit_for_bit``.
+- ``deltas_kernel``, ``distance_kernel``, ``weighted_distance_kernel``: the numpy formula of
+  ``WorldGeometry.deltas`` and ``.distance`` (MACE's Eq. 3, numpy's summation order; under the rules' cost
+  weights too); ``test_compiled_distance_is_the_numpy_formula_bit_for_bit``,
+  ``test_compiled_weighted_distance_is_the_numpy_formula_bit_for_bit``.
 - ``accepted_distances_kernel``: ``geometry.accepted_distances`` after its model call;
   ``test_accepted_distances_kernel_is_the_numpy_one``.
 - ``nearest_accepted_kernel``: ``geometry.nearest_accepted_variants`` after its model call (the rows
@@ -26,6 +27,7 @@ import numpy as np
 
 from learners.tabular.kernel_helpers import (
     _away,
+    _pairwise_sum,
     _row_deltas,
     _row_distance,
     _row_distance_rules,
@@ -92,6 +94,30 @@ def distance_kernel(X, C, numeric, span, raw_of_column, n_raw, a, b, g):
     buf = np.empty(n_raw)
     for r in range(X.shape[0]):
         out[r] = _row_distance(X[r], C[r], numeric, span, raw_of_column, buf, a, b, g)
+    return out
+
+
+@nb.njit(cache=True)
+def weighted_distance_kernel(X, C, numeric, span, raw_of_column, n_raw, a, b, g, cost, dir_col):
+    """(R,) ``WorldGeometry._weighted``'s numpy formula (Eq. 3 under the rules' cost weights) row by row, the
+    same bits: each raw feature's delta and change count times the weight of the direction it moved (``cost``
+    (n_raw, 2): up, down; ``dir_col``: the column that tells the direction, -1 for a category: up), the
+    counts and the deltas each added in numpy's pairwise order, the largest weighted delta."""
+    out = np.empty(X.shape[0])
+    buf = np.empty(n_raw)
+    cnt = np.empty(n_raw)
+    wd = np.empty(n_raw)
+    for r in range(X.shape[0]):
+        _row_deltas(X[r], C[r], numeric, span, raw_of_column, buf)
+        top = -np.inf
+        for j in range(n_raw):
+            k = dir_col[j]
+            w = cost[j, 1] if k >= 0 and C[r, k] < X[r, k] else cost[j, 0]
+            cnt[j] = (1.0 if buf[j] > 1e-12 else 0.0) * w
+            wd[j] = buf[j] * w
+            if not wd[j] <= top:  # numpy's max: a NaN wins
+                top = wd[j]
+        out[r] = a * _pairwise_sum(cnt) + b * _pairwise_sum(wd) + g * (top if n_raw else 0.0)
     return out
 
 
