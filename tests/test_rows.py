@@ -84,6 +84,76 @@ def test_compact_and_fresh_match_loops(C, k):
     np.testing.assert_array_equal(rows.fresh(C[:, half:], asked), kept)
 
 
+@settings(max_examples=150, deadline=None)
+@given(_row_sets(), st.integers(0, 12))
+def test_compiled_fresh_is_the_numpy_steps(C, half):
+    """``fresh``'s compiled kernel against the numpy steps it replaced (``_fresh_numpy``): the same rows, bit for
+    bit, with and without rows asked before (signed zeros, NaN rows, repeats within and across)."""
+    half = min(half, C.shape[1])
+    asked = rows.row_keys(C[:, :half])
+    for M, a in ((C[:, half:], asked), (C, None), (C[:, half:], rows.row_keys(C[:, :0]))):
+        np.testing.assert_array_equal(rows.fresh(M, a), rows._fresh_numpy(M, a))
+
+
+def test_compiled_fresh_falls_back_on_a_hash_collision(monkeypatch):
+    """Every row hashed alike: the kernel meets unequal rows, says so, and the numpy steps answer."""
+    rng = np.random.default_rng(1)
+    C = rng.integers(0, 3, (2, 40, 4)).astype(float)
+    want = rows._fresh_numpy(C[:, 20:], rows.row_keys(C[:, :20]))
+    monkeypatch.setattr(rows, "_MIX", np.zeros_like(rows._MIX))
+    calls = []
+    plain = rows._fresh_numpy
+    monkeypatch.setattr(rows, "_fresh_numpy", lambda M, a=None: calls.append(1) or plain(M, a))
+    np.testing.assert_array_equal(rows.fresh(C[:, 20:], rows.row_keys(C[:, :20])), want)
+    assert calls, "the collision was not noticed"
+
+
+def _nearest_first_numpy(C, d, rows, k):
+    """The numpy steps ``row_kernels.nearest_first_kernel`` replaced (the reference), from the distances on."""
+    N, Q, D = C.shape
+    first = np.argsort(d, axis=1, kind="stable")
+    d = np.take_along_axis(d, first, 1)
+    n_tie, j = np.nonzero((d[:, 1:] == d[:, :-1]) & np.isfinite(d[:, 1:]))
+    if len(n_tie):
+        equal = (C[n_tie, first[n_tie, j + 1]] == C[n_tie, first[n_tie, j]]).all(-1)
+        d[n_tie[equal], j[equal] + 1] = np.inf
+    order = np.argsort(d, axis=1, kind="stable")
+    n = np.isfinite(d).sum(1)
+    pos = np.arange(rows)[None, :]
+    if (n > k).any():
+        pick = np.floor(pos / np.maximum(k - 1, 1)[:, None] * np.maximum(n - 1, 0)[:, None]).astype(int)
+        pick = np.where((n > k)[:, None], np.minimum(pick, np.maximum(n - 1, 0)[:, None]), pos)
+        order = np.take_along_axis(order, np.minimum(pick, order.shape[1] - 1), 1)
+    else:
+        order = order[:, :rows]
+    m, agent = order.shape[1], np.arange(N)[:, None]
+    out = np.full((N, rows, D), np.nan)
+    out[:, :m] = C[agent, first[agent, order]]
+    kept = np.full((N, rows), np.inf)
+    kept[:, :m] = d[agent, order]
+    out[~np.isfinite(kept) | (pos >= k[:, None])] = np.nan
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 4), st.integers(0, 30), st.integers(1, 25))
+def test_compiled_nearest_first_is_the_numpy_steps(seed, N, Q, rows_):
+    """The ranking after the distances against the numpy steps it replaced, bit for bit: ties of equal and
+    unequal rows (three equal rows in a row: each dropped against the one before it, as first sorted), signed
+    zeros, rows of no distance, caps from 0 past ``rows``, a batch where one agent's rows are spread."""
+    from learners.tabular.row_kernels import nearest_first_kernel
+
+    rng = np.random.default_rng(seed)
+    C = rng.choice([0.0, -0.0, 1.0, 2.0], size=(N, Q, 3))
+    d = rng.choice([0.1, 0.2, 0.3, np.inf], size=(N, Q))
+    same = rng.random((N, Q)) < 0.3  # rows copied from the one before, at its distance
+    for n, q in zip(*np.nonzero(same), strict=True):
+        if q:
+            C[n, q], d[n, q] = C[n, q - 1], d[n, q - 1]
+    k = rng.integers(0, rows_ + 3, N).clip(0, rows_)
+    np.testing.assert_array_equal(nearest_first_kernel(C, d, rows_, k), _nearest_first_numpy(C, d.copy(), rows_, k))
+
+
 @pytest.mark.parametrize("agents", [1, 4])
 def test_only_the_real_rows_are_projected_to_the_same_bits(agents):
     world, X = german_forest_sample()

@@ -35,7 +35,7 @@ from envs.tabular import TabularWorld
 
 KERNEL_MODULES = ("learners.tabular.kernel_helpers", "learners.tabular.scan_kernels", "learners.tabular.trade_kernels",
                   "learners.tabular.polish_kernels", "learners.tabular.geometry_kernels",
-                  "learners.tabular.donor_kernels", "envs.tree_kernels")
+                  "learners.tabular.donor_kernels", "learners.tabular.row_kernels", "envs.tree_kernels")
 GENERATORS = ("change_value", "named_cfe", "nearest_cfe")
 # (model kind, the generators run on it): a deep forest only changes the descent, the cheapest method covers it
 # a surrogate's MLP (``MLPModel(blocks=True)``) only changes how variant rows are scored: its own search covers it

@@ -79,7 +79,22 @@ def _repeats_by_bytes(keys: np.ndarray) -> np.ndarray:
 
 def fresh(M: np.ndarray, asked: np.ndarray | None = None) -> np.ndarray:
     """``M`` (N, Q, D) with every row that repeats an earlier row of ``M`` or one of ``asked`` (N, A) (the
-    ``row_keys`` of the rows already scored; none where None) set to NaN, the rest packed to the front in order."""
+    ``row_keys`` of the rows already scored; none where None) set to NaN, the rest packed to the front in order
+    (compiled: ``row_kernels.fresh_kernel``, the rows of ``_fresh_numpy``)."""
+    from learners.tabular.row_kernels import fresh_kernel
+
+    N, Q, D = M.shape
+    M = np.ascontiguousarray(M, float)
+    A = 0 if asked is None else asked.shape[1]
+    if D > _MIX.shape[1] or (A and asked.dtype.itemsize != 8 * D):
+        return _fresh_numpy(M, asked)
+    words = np.zeros((N, 0, D), np.uint64) if not A else np.ascontiguousarray(asked).view(np.uint64).reshape(N, A, D)
+    out, ok = fresh_kernel(M, M.view(np.uint64), words, _MIX[0, :D], _MIX[1, :D])
+    return out if ok else _fresh_numpy(M, asked)
+
+
+def _fresh_numpy(M: np.ndarray, asked: np.ndarray | None = None) -> np.ndarray:
+    """:func:`fresh` by numpy steps: ``repeats`` over the asked rows and ``M``, then ``compact``."""
     N, Q, _ = M.shape
     if asked is None:
         asked = row_keys(np.zeros((N, 0, M.shape[2])))
@@ -95,7 +110,9 @@ def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, b
     """``C`` (N, Q, D) cut to ``rows`` distinct rows per agent that are nearer than ``below`` (N,) and keep the
     world's rules, nearest first; where an agent has more, they are spread evenly over its nearness ranks
     (the boldest shrink to the mildest: the nearest alone are mostly rejected, and a row within 1% of the
-    optimum is often a mild one); the rest NaN."""
+    optimum is often a mild one); the rest NaN (the ranking compiled: ``row_kernels.nearest_first_kernel``)."""
+    from learners.tabular.row_kernels import nearest_first_kernel
+
     N, Q, D = C.shape
     d = np.full((N, Q), np.inf)
     n_i, q_i = np.nonzero(~np.isnan(C).any(-1))  # the real rows (the rest are NaN padding): measured alone
@@ -104,31 +121,8 @@ def nearest_first(geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, b
     if geo.gate is not None:  # the rules, on the rows still in the running only (one agent: its side once)
         n_i, q_i = np.nonzero(np.isfinite(d))
         d[n_i, q_i] = np.where(geo.keeps(X[:1] if N == 1 else X[n_i], C[n_i, q_i]), d[n_i, q_i], np.inf)
-    first = np.argsort(d, axis=1, kind="stable")
-    d = np.take_along_axis(d, first, 1)  # nearest first; ``first`` maps back to the rows of C
-    # a row equal to the previous one is not scored twice; equal rows have equal distances, so only the
-    # ties are compared (the candidates are many, the ties few)
-    n_tie, j = np.nonzero((d[:, 1:] == d[:, :-1]) & np.isfinite(d[:, 1:]))
-    if len(n_tie):
-        equal = (C[n_tie, first[n_tie, j + 1]] == C[n_tie, first[n_tie, j]]).all(-1)
-        d[n_tie[equal], j[equal] + 1] = np.inf
-    order = np.argsort(d, axis=1, kind="stable")  # positions in the nearest-first order
-    n = np.isfinite(d).sum(1)
     k = np.full(N, rows) if caps is None else np.clip(np.asarray(caps, np.int64), 0, rows)  # each agent's own rows
-    pos = np.arange(rows)[None, :]
-    if (n > k).any():  # more candidates than rows: evenly spaced over the nearness ranks
-        pick = np.floor(pos / np.maximum(k - 1, 1)[:, None] * np.maximum(n - 1, 0)[:, None]).astype(int)
-        pick = np.where((n > k)[:, None], np.minimum(pick, np.maximum(n - 1, 0)[:, None]), pos)
-        order = np.take_along_axis(order, np.minimum(pick, order.shape[1] - 1), 1)
-    else:
-        order = order[:, :rows]
-    m, agent = order.shape[1], np.arange(N)[:, None]
-    out = np.full((N, rows, D), np.nan)
-    out[:, :m] = C[agent, first[agent, order]]
-    kept = np.full((N, rows), np.inf)
-    kept[:, :m] = d[agent, order]
-    out[~np.isfinite(kept) | (pos >= k[:, None])] = np.nan
-    return out
+    return nearest_first_kernel(np.ascontiguousarray(C, float), d, int(rows), k.astype(np.int64))
 
 
 def packed_rows(live: np.ndarray, rows: int, A: np.ndarray, fill: float = np.nan) -> np.ndarray:

@@ -1,0 +1,113 @@
+"""Compiled kernels of the search's row bookkeeping (numba; ``learners/tabular/rows.py``).
+
+An answer against a remote model is its waits plus what is computed between them, and for one agent (a
+request) that compute is mostly the fixed cost of many small numpy calls. ``fresh_kernel`` is
+``rows.fresh``'s hashing, sorting and packing in one call per round, the same rows
+(``tests/test_rows.py`` holds it to a loop over the definition and to the numpy steps it replaced).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+
+@nb.njit(cache=True)
+def fresh_kernel(M, Mw, asked, mix0, mix1):
+    """(out, ok): per agent, the rows of ``M`` (N, Q, D) that repeat none of its earlier rows or of its rows
+    ``asked`` (N, A, D, their 64-bit words) and hold no NaN, packed to the front in order (NaN after); ``Mw``
+    is ``M``'s words. Rows are equal when their words are (bit for bit: -0.0 is not 0.0). Rows are found
+    alike by a 64-bit hash (``rows.word_hashes``' with the multipliers ``mix0``, ``mix1``), stable-sorted, and
+    the rows whose hashes meet compared whole; ``ok`` False where two unequal rows' hashes met (odds about
+    2^-64 a pair): the caller then sorts the bytes themselves."""
+    N, Q, D = M.shape
+    A = asked.shape[1]
+    out = np.full((N, Q, D), np.nan)
+    h = np.empty(A + Q, np.uint64)
+    repeat = np.zeros(A + Q, np.bool_)
+    shift = np.uint64(29)
+    for n in range(N):
+        for i in range(A + Q):
+            w = asked[n, i] if i < A else Mw[n, i - A]
+            acc = np.uint64(0)
+            for d in range(D):
+                v = w[d] * mix0[d]
+                v ^= v >> shift
+                acc += v * mix1[d]
+            h[i] = acc
+        order = np.argsort(h, kind="mergesort")  # equal hashes together, in their original order
+        repeat[:] = False
+        for j in range(1, A + Q):
+            a, b = order[j - 1], order[j]
+            if h[a] != h[b]:
+                continue
+            wa = asked[n, a] if a < A else Mw[n, a - A]
+            wb = asked[n, b] if b < A else Mw[n, b - A]
+            for d in range(D):
+                if wa[d] != wb[d]:
+                    return out, False
+            repeat[b] = True
+        k = 0
+        for q in range(Q):
+            if repeat[A + q]:
+                continue
+            real = True
+            for d in range(D):
+                if np.isnan(M[n, q, d]):
+                    real = False
+                    break
+            if real:
+                out[n, k] = M[n, q]
+                k += 1
+    return out, True
+
+
+@nb.njit(cache=True)
+def nearest_first_kernel(C, d, rows, k):
+    """(N, rows, D) ``rows.nearest_first`` after its distances: per agent the rows of ``C`` (N, Q, D) of finite
+    ``d`` (N, Q), nearest first (stable), a row equal (as floats) to the one before it at the same distance
+    dropped; where an agent has more than its ``k`` (N,) rows, ``rows`` positions spread evenly over its
+    nearness ranks, and then (as the numpy steps do for the whole batch) every agent's positions are read
+    that way; positions past ``k`` and rows of no finite distance NaN."""
+    N, Q, D = C.shape
+    first = np.empty((N, Q), np.int64)
+    ds = np.empty((N, Q))
+    order = np.empty((N, Q), np.int64)
+    n_fin = np.zeros(N, np.int64)
+    spread = False
+    for n in range(N):
+        f = np.argsort(d[n], kind="mergesort")
+        first[n] = f
+        for j in range(Q):
+            ds[n, j] = d[n, f[j]]
+        tie = np.zeros(Q, np.bool_)  # read off the sorted distances before any is dropped
+        for j in range(1, Q):
+            if ds[n, j] == ds[n, j - 1] and np.isfinite(ds[n, j]):
+                same = True
+                for c in range(D):
+                    if not C[n, f[j], c] == C[n, f[j - 1], c]:
+                        same = False
+                        break
+                tie[j] = same
+        for j in range(1, Q):
+            if tie[j]:
+                ds[n, j] = np.inf
+        order[n] = np.argsort(ds[n], kind="mergesort")
+        for j in range(Q):
+            n_fin[n] += np.isfinite(ds[n, j])
+        spread |= n_fin[n] > k[n]
+    out = np.full((N, rows, D), np.nan)
+    m = rows if spread else min(Q, rows)
+    for n in range(N):
+        for p in range(m):
+            if spread:
+                pick = p
+                if n_fin[n] > k[n]:
+                    pick = min(int(np.floor(p / max(k[n] - 1, 1) * max(n_fin[n] - 1, 0))), max(n_fin[n] - 1, 0))
+                at = order[n, min(pick, Q - 1)]
+            else:
+                at = order[n, p]
+            if p >= k[n] or not np.isfinite(ds[n, at]):
+                continue
+            out[n, p] = C[n, first[n, at]]
+    return out
