@@ -126,6 +126,23 @@ def _labels(world: TabularWorld, X: np.ndarray) -> tuple[Any, np.ndarray]:
     return TabularLabels(A[found], CF, geo.distance(A[found], CF)), A
 
 
+def _bookkeeping(world: TabularWorld, X: np.ndarray) -> None:
+    """A budgeted search's row bookkeeping (``rows.fresh``, ``rows.nearest_first``) and the rules' weighted
+    distance, called as the search calls them (the proposer, whose search they serve, is not a step above)."""
+    from envs.rules import RuleSet
+    from learners.tabular.geometry import WorldGeometry
+    from learners.tabular.rows import fresh, nearest_first, row_keys
+
+    weighted = replace(world, rules=RuleSet.from_dict({"weights": {"income": {"up": 2.0, "down": 0.5}}}))
+    for w in (world, weighted):
+        geo = WorldGeometry.of(w)
+        A = X[:4]
+        C = geo.project(A, A[:, None, :] + np.linspace(-5.0, 5.0, 8)[None, :, None])
+        fresh(C, row_keys(C[:, :2]))
+        nearest_first(geo, A, C, 4, np.full(len(A), np.inf))
+        nearest_first(geo, A[:1], C[:1], 4, np.full(1, np.inf), np.array([2]))
+
+
 def _steps() -> Iterator[tuple[str, str]]:
     for kind, methods in MODELS:
         for method in methods:
@@ -187,6 +204,7 @@ def compile_kernels(progress: bool = True) -> dict[str, Any]:
         gen.recommend(world, agents, n_alternatives=2)  # diverse alternatives (the service's)
         for x in agents[:3]:
             gen.recommend(world, x[None])  # one agent, as a request
+    _bookkeeping(worlds["forest"][0], X)
     hits, misses = _counts(found)
     out = {"seconds": round(time.perf_counter() - t0, 2), "kernels": len(found),
            "signatures": sum(len(k.signatures) for k in found), "compiled": misses - misses0,
