@@ -68,6 +68,7 @@ def test_compact_and_fresh_match_loops(C, k):
         if real:
             packed[n, :len(real)] = real
     np.testing.assert_array_equal(rows.compact(C, k), packed)
+    np.testing.assert_array_equal(rows.compact(C, k), rows.packed_rows(~np.isnan(C).any(-1), k, C))  # the numpy steps
     half = Q // 2
     asked = rows.row_keys(C[:, :half])
     kept = np.full((N, Q - half, D), np.nan)

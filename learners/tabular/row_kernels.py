@@ -111,3 +111,25 @@ def nearest_first_kernel(C, d, rows, k):
                 continue
             out[n, p] = C[n, first[n, at]]
     return out
+
+
+@nb.njit(cache=True)
+def compact_kernel(C, rows):
+    """(N, rows, D) ``rows.compact``: each agent's first ``rows`` rows of ``C`` (N, Q, D) that hold no NaN, in
+    order, then NaN rows."""
+    N, Q, D = C.shape
+    out = np.full((N, rows, D), np.nan)
+    for n in range(N):
+        k = 0
+        for q in range(Q):
+            if k == rows:
+                break
+            real = True
+            for d in range(D):
+                if np.isnan(C[n, q, d]):
+                    real = False
+                    break
+            if real:
+                out[n, k] = C[n, q]
+                k += 1
+    return out

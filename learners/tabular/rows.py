@@ -135,8 +135,11 @@ def packed_rows(live: np.ndarray, rows: int, A: np.ndarray, fill: float = np.nan
 
 
 def compact(C: np.ndarray, rows: int) -> np.ndarray:
-    """(N, rows, D) each agent's first ``rows`` finite rows of ``C`` (N, Q, D), in order (NaN padded)."""
-    return packed_rows(~np.isnan(C).any(-1), rows, C)
+    """(N, rows, D) each agent's first ``rows`` finite rows of ``C`` (N, Q, D), in order (NaN padded; compiled:
+    ``row_kernels.compact_kernel``, the rows of ``packed_rows``)."""
+    from learners.tabular.row_kernels import compact_kernel
+
+    return compact_kernel(np.ascontiguousarray(C, float), int(rows))
 
 
 def projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray], packed: bool = False) -> np.ndarray:
