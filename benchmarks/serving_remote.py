@@ -258,10 +258,11 @@ def run_markdown(r: dict[str, Any]) -> str:
         c = r["concurrent"]
         lines += ["", f"Proposer, {c['clients']} clients at once: {c['answers_per_s']:.1f} answers/s, p50 "
                       f"{c['p50_ms']:.1f} ms, p99 {c['p99_ms']:.1f} ms (one client: 1000 / p50 answers/s)."]
-    p = r["methods"].get("proposer")
-    if p:
+    learned = [(METHODS[n], r["methods"][n]["p50_ms"]) for n in ("proposer", "proposer_surrogate") if n in r["methods"]]
+    if learned:  # each learned generator of the run against the line (the surrogate's is the nearer answer)
         lines += ["", f"Target (issue 56): the learned generator's p50 <= {TARGET_P50_MS:g} ms at 20 ms a call: "
-                      f"{'met' if p['p50_ms'] <= TARGET_P50_MS else 'not met'} ({p['p50_ms']:.1f} ms)."]
+                      + "; ".join(f"{name} {'met' if ms <= TARGET_P50_MS else 'not met'} ({ms:.1f} ms)"
+                                  for name, ms in learned) + "."]
     return "\n".join(lines) + "\n"
 
 
