@@ -1,9 +1,14 @@
 """Compiled kernels of the search's row bookkeeping (numba; ``learners/tabular/rows.py``).
 
 An answer against a remote model is its waits plus what is computed between them, and for one agent (a
-request) that compute is mostly the fixed cost of many small numpy calls. ``fresh_kernel`` is
-``rows.fresh``'s hashing, sorting and packing in one call per round, the same rows
-(``tests/test_rows.py`` holds it to a loop over the definition and to the numpy steps it replaced).
+request) that compute is mostly the fixed cost of many small numpy calls. Each kernel here is one call
+where ``rows.py`` made a dozen, with the same rows (``tests/test_rows.py`` holds each to a loop over its
+definition and to the numpy steps it replaced):
+
+- ``fresh_kernel``: ``rows.fresh``'s hashing, sorting and packing (the numpy steps remain as its fallback on a
+  hash collision, ``rows._fresh_numpy``);
+- ``nearest_first_kernel``: ``rows.nearest_first``'s ranking once the distances are known;
+- ``compact_kernel``: ``rows.compact`` (``rows.packed_rows`` of the rows without NaN).
 """
 
 from __future__ import annotations
