@@ -17,6 +17,15 @@ import numba as nb
 import numpy as np
 
 
+@nb.njit(cache=True, inline="always")
+def _real(row):
+    """The row holds no NaN (a NaN row is padding or dropped)."""
+    for d in range(row.shape[0]):
+        if np.isnan(row[d]):
+            return False
+    return True
+
+
 @nb.njit(cache=True)
 def fresh_kernel(M, Mw, asked, mix0, mix1):
     """(out, ok): per agent, the rows of ``M`` (N, Q, D) that repeat none of its earlier rows or of its rows
@@ -54,14 +63,7 @@ def fresh_kernel(M, Mw, asked, mix0, mix1):
             repeat[b] = True
         k = 0
         for q in range(Q):
-            if repeat[A + q]:
-                continue
-            real = True
-            for d in range(D):
-                if np.isnan(M[n, q, d]):
-                    real = False
-                    break
-            if real:
+            if not repeat[A + q] and _real(M[n, q]):
                 out[n, k] = M[n, q]
                 k += 1
     return out, True
@@ -129,12 +131,7 @@ def compact_kernel(C, rows):
         for q in range(Q):
             if k == rows:
                 break
-            real = True
-            for d in range(D):
-                if np.isnan(C[n, q, d]):
-                    real = False
-                    break
-            if real:
+            if _real(C[n, q]):
                 out[n, k] = C[n, q]
                 k += 1
     return out
