@@ -263,7 +263,8 @@ def _guess(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: A
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
-                  lead: int = 0, grid_share: float = 0.0, steps: bool = False, donors: Any = None) -> SearchResult:
+                  lead: int = 0, grid_share: float = 0.0, steps: bool = False, donors: Any = None,
+                  picks: np.ndarray | None = None) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
@@ -277,7 +278,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     ``PICK_SHARE`` that ``surrogate.pick`` ranks most likely to be the nearest accepted; the first ``lead``
     proposals (a search's answers on the surrogate) go first on ``LEAD_LADDER``.
     ``grid_share``: the share of round one (without a surrogate) for ``steps.corner_grid``, the proposals'
-    changed sets at the vocabulary's values (for a model that answers in steps: ``steps.step_share``).
+    changed sets at the vocabulary's values (for a model that answers in steps: ``steps.step_share``);
+    ``picks`` (N, k, D): rows that lead that share (a student's likeliest accepted corners: ``student.picks``).
     A refinement round that a later round follows gives a share ``ADD_SHARE`` of its rows to ``_additions``:
     the best answer with one more feature changed, up to ``ADD_FAR`` times farther; an accepted one is a
     new changed set that the next rounds shrink (German forest at 8 x 2000: .89 -> .94). Rows a round's moves
@@ -305,7 +307,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         n_grid = int(grid_share * first) if vocab is not None else 0
         C = _round_one(geo, X, np.asarray(P, float), vocab, first - n_screen - n_grid, extra=fallback)
         if n_grid:
-            C = np.concatenate([corner_grid(geo, X, np.asarray(P, float), vocab, n_grid), C], axis=1)
+            k = 0 if picks is None else min(picks.shape[1], n_grid)  # the student's picks lead the grid's rows
+            grid = corner_grid(geo, X, np.asarray(P, float), vocab, n_grid)[:, :n_grid - k]
+            C = np.concatenate([np.asarray(picks, float)[:, :k], grid, C] if k else [grid, C], axis=1)
         if n_screen:
             C = np.concatenate([C, compact(screens(geo, X, vocab), n_screen)], axis=1)
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored

@@ -127,11 +127,11 @@ def _labels(world: TabularWorld, X: np.ndarray) -> tuple[Any, np.ndarray]:
 
 
 def _bookkeeping(world: TabularWorld, X: np.ndarray) -> None:
-    """A budgeted search's row bookkeeping (``rows.fresh``, ``rows.nearest_first``) and the rules' weighted
+    """A budgeted search's row bookkeeping (``rows.fresh``, ``rows.nearest_first``, ``rows.compact``) and the rules' weighted
     distance, called as the search calls them (the proposer, whose search they serve, is not a step above)."""
     from envs.rules import RuleSet
     from learners.tabular.geometry import WorldGeometry
-    from learners.tabular.rows import fresh, nearest_first, row_keys
+    from learners.tabular.rows import compact, fresh, nearest_first, row_keys
 
     weighted = replace(world, rules=RuleSet.from_dict({"weights": {"income": {"up": 2.0, "down": 0.5}}}))
     for w in (world, weighted):
@@ -139,6 +139,7 @@ def _bookkeeping(world: TabularWorld, X: np.ndarray) -> None:
         A = X[:4]
         C = geo.project(A, A[:, None, :] + np.linspace(-5.0, 5.0, 8)[None, :, None])
         fresh(C, row_keys(C[:, :2]))
+        compact(C, 4)  # the screens a large round one takes (no toy world's round one reaches them)
         nearest_first(geo, A, C, 4, np.full(len(A), np.inf))
         nearest_first(geo, A[:1], C[:1], 4, np.full(1, np.inf), np.array([2]))
 

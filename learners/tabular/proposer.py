@@ -36,6 +36,7 @@ changes, the k-NN idea under the same budget).
 from __future__ import annotations
 
 import copy
+import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,6 +52,7 @@ from learners.tabular.change_net import forward_layers, sequential_layers
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.set_names import SetNamer
 from learners.tabular.steps import STEP_SHARE_MIN, step_share
+from learners.tabular.student import CornerStudent
 from learners.tabular.surrogate import Surrogate, SurrogateParams, boundary_queries
 from solvers.mace.distance import Norm
 
@@ -95,6 +97,9 @@ class ProposerParams:
     surrogate_max_sigma: float = 0.15  # the surrogate is used only where its held-out logit error near the boundary is at most this
     first_share: float = 0.5  # of an answer's rows, the share round one (the proposals) takes when more rounds follow
     corner_grid: float = 0.25  # of round one's rows, the proposals' changed sets on the vocabulary's values, where the model answers in steps (probed at fit time; 0: never)
+    student_agents: int = 0  # where the model answers in steps: agents drawn around the training agents whose corners it answers at fit time, for a student of it (0: none)
+    student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
+    student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
@@ -105,7 +110,9 @@ class ProposerParams:
             raise ValueError(f"first_share: a share of the rows in (0, 1), got {self.first_share!r}")
         if not 0.0 <= float(self.corner_grid) < 1.0:
             raise ValueError(f"corner_grid: a share of round one in [0, 1), got {self.corner_grid!r}")
-        for name in ("set_names", "set_donors"):
+        if int(self.student_corners) < 1:
+            raise ValueError(f"student_corners: must be >= 1, got {self.student_corners!r}")
+        for name in ("set_names", "set_donors", "student_agents", "student_rows"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
         if int(self.surrogate_rounds) < 0:
@@ -133,12 +140,17 @@ class ProposerGenerator(TabularGenerator):
         self.raw_of_column_ = np.asarray(geo.raw_of_column, np.int64)
         self.vocab_ = value_vocabulary(geo, self.X_, self.CF_) if p.vocabulary else None
         self.fit_info_: dict[str, Any] = {"labels": int(len(self.X_)), "expert": []}
-        self.surrogate_, self.inner_, self.set_namer_ = None, None, None
+        self.surrogate_, self.inner_, self.set_namer_, self.student_ = None, None, None, None
         self.step_share_ = 0.0
         if self.vocab_ is not None and float(p.corner_grid) > 0:  # one call: does the model answer in steps?
             probe = BlackBoxModel(world.model)
             self.step_share_ = step_share(probe, geo, self.X_, seed=seed)
             self.fit_info_["steps"] = {"share": self.step_share_, "calls": probe.calls, "rows": probe.rows}
+        if int(p.student_agents) > 0 and self._in_steps():  # a stand-in of a model in steps, from its answers
+            probe = BlackBoxModel(world.model)
+            self.student_ = CornerStudent().fit(replace(world, model=probe), geo, self.X_, self.vocab_,
+                                                drawn=int(p.student_agents), corners=int(p.student_corners), seed=seed)
+            self.fit_info_["student"] = {**self.student_.info_, "calls": probe.calls, "rows_asked": probe.rows}
         if p.surrogate:
             self._fit_surrogate(world, geo, labels, seed, progress)
         if p.proposals == "averages":
@@ -268,7 +280,7 @@ class ProposerGenerator(TabularGenerator):
             res = budget_search(model, geo, a, self.candidates(world, a), Budget(int(p.expert_calls), int(p.expert_rows)),
                                 vocab=self.vocab_, surrogate=self.surrogate_,
                                 lead=int(p.surrogate_search) if self.inner_ is not None else 0,
-                                grid_share=self._grid_share(), steps=self._in_steps())
+                                grid_share=self._grid_share(), steps=self._in_steps(), picks=self._picks(geo, a))
             CF[lo:lo + len(a)], ok[lo:lo + len(a)] = res.CF, res.found
         Xs = np.concatenate([self._scaled(self.X_), self._scaled(A[ok])])
         Ys = np.concatenate([self._delta(self.X_, self.CF_), self._delta(A[ok], CF[ok])])
@@ -347,6 +359,11 @@ class ProposerGenerator(TabularGenerator):
         """Whether the fit-time probe found the model answering in steps (``steps.step_share``)."""
         return getattr(self, "step_share_", 0.0) >= STEP_SHARE_MIN
 
+    def _picks(self, geo: WorldGeometry, X: np.ndarray) -> np.ndarray | None:
+        """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student)."""
+        student = getattr(self, "student_", None)
+        return None if student is None else student.picks(geo, X, self.vocab_, int(self.params.student_rows))
+
     def _grid_share(self) -> float:
         """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""
         return float(self.params.corner_grid) if self._in_steps() else 0.0
@@ -403,7 +420,7 @@ class ProposerGenerator(TabularGenerator):
                             first_share=float(self.params.first_share), fallback=self._transplants(X, FALLBACK_DONORS),
                             surrogate=self.surrogate_,
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
-                            grid_share=self._grid_share(), steps=self._in_steps(),
+                            grid_share=self._grid_share(), steps=self._in_steps(), picks=self._picks(geo, X),
                             donors=lambda a, start, k: self._donor_rows(X[a], start, k))
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
@@ -444,6 +461,8 @@ class ProposerGenerator(TabularGenerator):
             self.params = replace(self.params, set_names=0)
 
     def _save_extra(self, path: Path) -> dict[str, Any]:
+        if getattr(self, "student_", None) is not None:  # its trees as JSON (no pickle)
+            (path / "student.json").write_text(json.dumps(self.student_.to_dict()))
         if self.params.proposals == "network":
             import torch
 
@@ -454,6 +473,8 @@ class ProposerGenerator(TabularGenerator):
 
     def _load_extra(self, path: Path, meta: dict[str, Any]) -> None:
         self.fit_info_ = meta.get("fit_info", {})
+        student = path / "student.json"
+        self.student_ = CornerStudent.from_dict(json.loads(student.read_text())) if student.exists() else None
         inner = path / "surrogate_search"
         self.inner_ = TabularGenerator.load(inner) if self.surrogate_ is not None and inner.exists() else None
         if self.params.proposals == "network":

@@ -1,0 +1,150 @@
+"""The proposer with and without a student of the forest's corners, at 2 x 256, on held-out and validation agents
+(issue 56).
+
+    python benchmarks/student_forests.py                                  # German, Credit, Adult forest, 4 fits
+    python benchmarks/student_forests.py --cells credit/forest --seeds 0,1
+
+Per cell: the proposer fitted on the cell's 500 MACE labels (``benchmarks/blackbox_generators.py``'s labels and
+held-out rejected test agents) with fit seeds ``--seeds``, without a student and with one
+(``ProposerParams.student_agents``, ``learners/tabular/student.py``). The student is fitted once per cell, inside
+the seed-0 fit (its cost: ``--student-agents`` agents drawn around the labels' agents, 200 corners each asked of
+the model, 2,000,000 rows at the default, 5-8 min on 2 cores); the other seeds' networks use that student, so
+the spread over seeds is the networks'. Each is answered through a black box at ``--budget`` on the held-out test
+agents and on ``--val-agents`` validation agents (the training pool's next agents, MACE labels:
+``benchmarks/spread_validation.py``), and scored within 1% of MACE. The student's picks are timed one agent at a
+time. Writes ``benchmarks/results/student_forests/<cell>.json`` and the report of every cell run,
+``benchmarks/results/student_forests.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.blackbox_generators import (  # noqa: E402
+    add_label_arguments,
+    answers_within,
+    cell_labels,
+    with_cell_defaults,
+)
+from benchmarks.spread_validation import validation_labels  # noqa: E402
+from envs.black_box import BlackBoxModel, Budget  # noqa: E402
+from evaluation.tabular_experiment import score_answers  # noqa: E402
+from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E402
+
+OUT = Path("benchmarks/results")
+
+
+def shares(gen: Any, world: Any, sets: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], budget: Budget
+           ) -> dict[str, float]:
+    """The optimal share (within 1% of MACE) and the median rows on each agent set."""
+    out = {}
+    for name, (X, dist, ok) in sets.items():
+        rec = answers_within(gen, world, X, budget)
+        m = score_answers(world, X, rec.CF, rec.found, dist, ok, "one")
+        out[name] = float(m["optimal_share"])
+        out[f"{name}_rows_median"] = float(np.median(rec.rows))
+    return out
+
+
+def pick_ms(gen: Any, world: Any, X: np.ndarray, agents: int = 30) -> float:
+    """Median ms of the student's picks for one agent alone (its share of an answer's compute)."""
+    geo = WorldGeometry.of(world)
+    gen._picks(geo, X[:1])
+    ms = []
+    for x in X[:agents]:
+        t = time.perf_counter()
+        gen._picks(geo, x[None])
+        ms.append(1e3 * (time.perf_counter() - t))
+    return float(np.median(ms))
+
+
+def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    c, tl, labels = cell_labels(cell, args)
+    world = c.build.world
+    val = validation_labels(c, args.val_agents, args)
+    sets = {"test": (c.test, tl.distance, np.asarray(tl.ok, bool)),
+            "validation": (np.asarray(val.X, float), val.distance, np.asarray(val.ok, bool))}
+    R, N = (int(v) for v in args.budget.split("x"))
+    budget = Budget(R, N)
+    params = {"student_rows": args.student_rows}
+    out: dict[str, Any] = {"cell": cell, "test_agents": int(sets["test"][2].sum()),
+                           "validation_agents": int(sets["validation"][2].sum()), "fits": []}
+    student = None
+    for seed in (int(s) for s in args.seeds.split(",")):
+        black = replace(world, model=BlackBoxModel(world.model))
+        plain = build_tabular_generator("proposer", params).fit(black, labels, seed=seed)
+        row = {"seed": seed, "without": shares(plain, world, sets, budget)}
+        if student is None:  # the student's fit, once per cell (inside the seed's fit)
+            t = time.perf_counter()
+            gen = build_tabular_generator("proposer", {**params, "student_agents": args.student_agents}).fit(
+                replace(world, model=BlackBoxModel(world.model)), labels, seed=seed)
+            student = gen.student_
+            if student is None:
+                raise SystemExit(f"{cell}: the model does not answer in steps; no student (a forest cell?)")
+            out["student"] = {**gen.fit_info_["student"], "fit_seconds": time.perf_counter() - t}
+            out["pick_ms"] = pick_ms(gen, world, c.test)
+        else:
+            gen = plain
+            gen.student_ = student  # the seed-0 fit's student beside this seed's network
+        row["with"] = shares(gen, world, sets, budget)
+        print(f"[{cell}] seed {seed}: test {row['without']['test']:.3f} -> {row['with']['test']:.3f}, "
+              f"validation {row['without']['validation']:.3f} -> {row['with']['validation']:.3f}", flush=True)
+        out["fits"].append(row)
+    return out
+
+
+def report(cells: list[dict[str, Any]], command: str) -> str:
+    lines = ["# The proposer with a student of the forest's corners (issue 56)", "", f"`{command}`", "",
+             "Share within 1% of MACE at 2 x 256 (per fit seed; mean in brackets). The student is fitted once per "
+             "cell (seed 0) and shared by the fits' networks.", "",
+             "| cell | agents (test / validation) | test, without | test, with | validation, without | validation, with "
+             "| rows median (with, test) | student: rows asked at fit, s | picks ms / agent |",
+             "|---|---|---|---|---|---|---:|---|---:|"]
+    def col(c: dict[str, Any], side: str, where: str) -> str:
+        v = [f[side][where] for f in c["fits"]]
+        return " ".join(f"{x:.3f}" for x in v) + f" ({np.mean(v):.3f})"
+
+    for c in cells:
+        st = c["student"]
+        rows = np.median([f["with"]["test_rows_median"] for f in c["fits"]])
+        lines.append(f"| {c['cell']} | {c['test_agents']} / {c['validation_agents']} | {col(c, 'without', 'test')} | "
+                     f"{col(c, 'with', 'test')} | {col(c, 'without', 'validation')} | {col(c, 'with', 'validation')} | "
+                     f"{rows:.0f} | {st['rows_asked']:,} in {st['calls']} calls, {st['fit_seconds']:.0f} s | "
+                     f"{c['pick_ms']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_label_arguments(p)
+    p.add_argument("--cells", default="german/forest,credit/forest,adult/forest", help="comma-separated forest cells")
+    p.add_argument("--seeds", default="0,1,2,3", help="fit seeds (the student: the first one's)")
+    p.add_argument("--val-agents", type=int, default=400, help="validation agents per cell")
+    p.add_argument("--budget", default="2x256", help="R x N per answer")
+    p.add_argument("--student-agents", type=int, default=10000, help="agents drawn for the student at fit time")
+    p.add_argument("--student-rows", type=int, default=24, help="round one's rows for the student's picks")
+    p.add_argument("--out", default=str(OUT), help="results directory")
+    args = with_cell_defaults(p.parse_args(argv))
+    out = Path(args.out)
+    (out / "student_forests").mkdir(parents=True, exist_ok=True)
+    for cell in args.cells.split(","):  # one JSON per cell; the report holds every cell run so far
+        (out / "student_forests" / f"{cell.replace('/', '_')}.json").write_text(json.dumps(run_cell(cell, args), indent=2))
+    cells = [json.loads(f.read_text()) for f in sorted((out / "student_forests").glob("*.json"))]
+    text = report(cells, "python benchmarks/student_forests.py " + " ".join(argv or sys.argv[1:]))
+    (out / "student_forests.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""``CornerStudent``: a boosted stand-in of a model that answers in steps, learnt from the model's own answers on
+the value vocabulary's corners near agents like the training agents (issue 56).
+
+On a forest seen only through ``predict_proba``, the budgeted search's misses at 2 x 256 are mostly round one
+(``benchmarks/round_two_bound.py``): no row it asks is of the optimum's changed set *and* accepted. A forest's
+answer near an agent is a pattern of small accepted boxes; the optima sit at corners of the labels' value
+vocabulary (``learners/tabular/corners.py``: the values MACE's answers move a column to, just past the splits
+that matter), and the corners near an agent can be listed nearest first without building them all. So at fit
+time agents are drawn around the training agents (``data_gen.perturbed_agents``), each one's nearest corners are
+asked of the model (``corners`` per agent: the nearest ``NEAREST_KEPT`` and a draw from its ``NEAREST``
+nearest; the calls and rows are counted, in blocks of ``CALL_ROWS`` rows a call), and a histogram
+gradient-boosting classifier (scikit-learn) learns which the model accepts. It is kept as an exact white box of
+its own trees (``envs.imported_trees.from_fitted``: compiled descent, the same margin for a row in any batch, and
+saved as JSON, no pickle). Answering, the agent's ``pool`` nearest corners are scored by the student and the
+first ``k`` it accepts with probability above ``threshold``, nearest first, lead round one: the corners a
+search without a stand-in would have to ask one by one from the nearest.
+
+A heuristic, as the search is: its picks are asked of the model like any row; it learns the model, not an
+answer. Measured on 400 validation agents per forest (2 x 256, four fits): German .879 -> .90, Credit .72 ->
+.78 (``docs/generators.md``, *A student of the forest's corners*).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from learners.tabular.corners import nearest_corners
+from learners.tabular.geometry import WorldGeometry
+
+NEAREST = 1000  # corners listed per drawn agent at fit time
+NEAREST_KEPT = 60  # of them, the nearest this many are always asked (the rest drawn at random)
+CALL_ROWS = 1 << 17  # rows per model call at fit time (a remote API is not handed millions of rows at once)
+AGENT_BLOCK = 500  # drawn agents whose corners are listed at a time (memory: block x NEAREST x D)
+PICK_BLOCK = 256  # agents whose pools are scored at a time when answering
+
+
+@dataclass
+class CornerStudent:
+    """Which vocabulary corners near an agent a model in steps accepts, learnt from its answers at fit time."""
+
+    threshold: float = 0.3  # a corner is picked where the student's P(accept) is above this
+    pool: int = 1000  # nearest corners per agent the student scores when answering
+    max_iter: int = 400  # the classifier's boosting iterations
+    max_leaf_nodes: int = 63  # and leaves per tree
+    max_depth: int = 10  # and depth (its trees then descend as complete trees: an answer's picks in milliseconds)
+
+    def fit(self, world: Any, geo: WorldGeometry, agents: np.ndarray, vocab: list[np.ndarray], *, drawn: int = 10000,
+            corners: int = 200, seed: int = 0) -> CornerStudent:
+        """Draw ``drawn`` agents around ``agents`` (rejected, encoded), ask ``world.model`` (counted: wrap it in a
+        ``BlackBoxModel``) about ``corners`` of each one's nearest vocabulary corners, fit the classifier.
+        Learns ``trees_`` (an ``envs.models.TreeEnsemble``, its score the classifier's logit) and ``info_``."""
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        from data_gen.perturbed_agents import perturb_agents
+        from envs.imported_trees import from_fitted
+
+        if int(corners) < 1 or int(drawn) < 1:
+            raise ValueError(f"drawn, corners: must be >= 1, got {drawn!r}, {corners!r}")
+        t0 = time.perf_counter()
+        rng = np.random.default_rng(seed)
+        A = perturb_agents(world, np.asarray(agents, float), int(drawn), seed=seed + 3, allow_fewer=True)
+        kept = min(NEAREST_KEPT, int(corners))
+        rows = []
+        for lo in range(0, len(A), AGENT_BLOCK):
+            R, _ = nearest_corners(geo, A[lo:lo + AGENT_BLOCK], vocab, NEAREST)
+            pick = np.concatenate([np.arange(kept), np.sort(rng.choice(np.arange(kept, NEAREST),
+                                                                       int(corners) - kept, replace=False))])
+            S = R[:, pick].reshape(-1, R.shape[-1])
+            rows.append(S[~np.isnan(S).any(1)])
+        S = np.concatenate(rows)
+        y = np.concatenate([world.model.predict_proba(S[i:i + CALL_ROWS]) for i in range(0, len(S), CALL_ROWS)])
+        y = y > float(getattr(world.model, "threshold", 0.5))
+        if y.all() or not y.any():
+            raise ValueError(f"corners: the model answered all {len(y)} corners alike ({bool(y[0])}); nothing to learn")
+        clf = HistGradientBoostingClassifier(max_iter=int(self.max_iter), max_leaf_nodes=int(self.max_leaf_nodes),
+                                             max_depth=int(self.max_depth), random_state=seed).fit(S, y)
+        self.trees_ = from_fitted(clf)
+        self.info_ = {"agents": int(len(A)), "rows": int(len(S)), "accepted": float(y.mean()),
+                      "seconds": time.perf_counter() - t0}
+        return self
+
+    def picks(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -> np.ndarray:
+        """(N, k, D) per agent the first ``k`` of its ``pool`` nearest corners whose P(accept) by the student is
+        above ``threshold``, nearest first; NaN padded where fewer are."""
+        X = np.atleast_2d(np.asarray(X, float))
+        if len(X) > PICK_BLOCK:  # memory: N x pool x D corners at once
+            return np.concatenate([self.picks(geo, X[i:i + PICK_BLOCK], vocab, k) for i in range(0, len(X), PICK_BLOCK)])
+        R, d = nearest_corners(geo, X, vocab, int(self.pool))
+        live = np.isfinite(d)
+        margin = np.full(d.shape, -np.inf)
+        if live.any():
+            margin[live] = self.trees_.score(R[live])
+        chosen = margin > np.log(self.threshold / (1.0 - self.threshold))  # the logit of the threshold
+        order = np.argsort(~chosen, axis=1, kind="stable")[:, :int(k)]  # the chosen first, nearest first
+        out = np.take_along_axis(R, order[:, :, None], axis=1)
+        out[~np.take_along_axis(chosen, order, axis=1)] = np.nan
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threshold": self.threshold, "pool": self.pool, "max_iter": self.max_iter,
+                "max_leaf_nodes": self.max_leaf_nodes, "max_depth": self.max_depth, "info": self.info_,
+                "trees": self.trees_.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CornerStudent:
+        from envs.models import model_from_dict
+
+        student = cls(float(d["threshold"]), int(d["pool"]), int(d["max_iter"]), int(d["max_leaf_nodes"]),
+                      int(d["max_depth"]))
+        student.trees_ = model_from_dict({"kind": "tree_ensemble", **d["trees"]})
+        student.info_ = dict(d.get("info", {}))
+        return student

@@ -1,0 +1,146 @@
+"""``learners/tabular/student.py``: a boosted stand-in of a forest learnt from its answers on vocabulary corners
+(issue 56): its picks are the nearest corners it accepts, checked against a loop over the pool; it learns a
+one-tree world exactly; its fit-time calls are counted; it survives JSON; it leads round one of the search; the
+proposer fits one only where the model answers in steps, and saves and loads it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from envs.black_box import BlackBoxModel, Budget
+from envs.models import LinearModel, Tree, TreeEnsemble
+from envs.schema import Feature, FeatureSchema
+from envs.tabular import TabularWorld
+from learners.tabular import TabularGenerator, WorldGeometry, build_tabular_generator
+from learners.tabular.budget_search import budget_search
+from learners.tabular.corners import nearest_corners
+from learners.tabular.student import CornerStudent
+from tests.tabular_worlds import german_mace_labels, german_rejected, train_labels
+
+D = 3
+VOCAB = [np.array([20.0, 51.0, 70.0]), np.array([3.0, 6.0, 9.0]), np.array([4.0, 6.0, 12.0])]
+
+
+@pytest.fixture(scope="module")
+def either() -> TabularWorld:
+    """One tree on three features in [0, 100]: accepts x0 > 50, or x1 > 5.5 and x2 > 5.5 together."""
+    schema = FeatureSchema(tuple(Feature(f"x{j}", "numeric", 0.0, 100.0) for j in range(D)))
+    tree = Tree(np.array([1, 3, -1, -1, 5, -1, -1]), np.array([2, 4, -1, -1, 6, -1, -1]),
+                np.array([0, 1, 0, 0, 2, 0, 0]), np.array([50.0, 5.5, 0, 0, 5.5, 0, 0]),
+                np.array([0, 0, 1.0, 0, 0, 0, 1.0]), np.array([0, 0, 0, 1.0, 0, 1.0, 0]))
+    return TabularWorld("toy/either", schema, TreeEnsemble([tree], D))
+
+
+def _agents(n: int, seed: int = 0) -> np.ndarray:
+    """Rejected agents of ``either``: x0 at most 40, x1 and x2 at most 5."""
+    rng = np.random.default_rng(seed)
+    return np.column_stack([rng.uniform(0, 40, n), rng.uniform(0, 5, n), rng.uniform(0, 5, n)]).round(1)
+
+
+@pytest.fixture(scope="module")
+def student(either) -> tuple[CornerStudent, BlackBoxModel]:
+    bb = BlackBoxModel(either.model)
+    s = CornerStudent(max_iter=60).fit(replace(either, model=bb), WorldGeometry.of(either), _agents(40), VOCAB,
+                                       drawn=150, corners=26, seed=0)
+    return s, bb
+
+
+def test_picks_are_the_nearest_corners_the_student_accepts(either, student):
+    s, _ = student
+    geo = WorldGeometry.of(either)
+    X = _agents(12, seed=1)
+    for k in (1, 3, 40):
+        got = s.picks(geo, X, VOCAB, k)
+        R, d = nearest_corners(geo, X, VOCAB, s.pool)
+        for i in range(len(X)):  # the second route: a loop over the pool, nearest first
+            want = [R[i, j] for j in range(R.shape[1]) if np.isfinite(d[i, j])
+                    and 1.0 / (1.0 + np.exp(-s.trees_.score(R[i, j][None])[0])) > s.threshold][:k]
+            assert got.shape == (len(X), k, D)
+            assert np.array_equal(got[i, :len(want)], np.array(want).reshape(-1, D))
+            assert np.isnan(got[i, len(want):]).all()
+    one = s.picks(geo, X[3:4], VOCAB, 3)  # an agent's picks do not depend on its batch
+    assert np.array_equal(np.nan_to_num(one[0], nan=-1), np.nan_to_num(s.picks(geo, X, VOCAB, 3)[3], nan=-1))
+
+
+def test_the_student_learns_a_one_tree_world(either, student):
+    """Its first pick is the nearest accepted corner (enumerated through the true model) for every agent."""
+    s, _ = student
+    geo = WorldGeometry.of(either)
+    X = _agents(30, seed=2)
+    first = s.picks(geo, X, VOCAB, 1)[:, 0]
+    R, d = nearest_corners(geo, X, VOCAB, 100)
+    for i in range(len(X)):
+        live = np.isfinite(d[i])
+        ok = either.model.predict_proba(R[i, live]) > 0.5
+        assert np.array_equal(first[i], R[i, live][np.argmax(ok)])
+
+
+def test_fit_counts_its_calls_and_says_when_there_is_nothing_to_learn(either, student):
+    s, bb = student
+    assert s.info_["rows"] > 0 and 0 < s.info_["accepted"] < 1 and s.info_["agents"] == 150
+    assert bb.rows >= s.info_["rows"] and bb.calls >= 2  # the corners, and drawing rejected agents
+    never = replace(either, model=BlackBoxModel(LinearModel(np.zeros(D), -5.0)))
+    with pytest.raises(ValueError, match="corners: the model answered all"):
+        CornerStudent(max_iter=5).fit(never, WorldGeometry.of(either), _agents(10), VOCAB, drawn=20, corners=5)
+    with pytest.raises(ValueError, match="drawn, corners"):
+        CornerStudent().fit(either, WorldGeometry.of(either), _agents(10), VOCAB, drawn=20, corners=0)
+
+
+def test_the_student_survives_json(either, student):
+    s, _ = student
+    geo = WorldGeometry.of(either)
+    X = _agents(10, seed=3)
+    again = CornerStudent.from_dict(s.to_dict())
+    assert again.info_ == s.info_ and again.threshold == s.threshold
+    assert np.array_equal(np.nan_to_num(again.picks(geo, X, VOCAB, 5), nan=-1),
+                          np.nan_to_num(s.picks(geo, X, VOCAB, 5), nan=-1))
+
+
+class _Recording:
+    """A model that keeps the rows of every call."""
+
+    def __init__(self, model) -> None:
+        self.model, self.calls = model, []
+
+    def predict_proba(self, X):
+        self.calls.append(np.array(X))
+        return self.model.predict_proba(X)
+
+
+def test_picks_lead_round_one_inside_the_grid_share(either):
+    geo = WorldGeometry.of(either)
+    X = _agents(2, seed=4)
+    P = np.repeat(X[:, None, :], 2, axis=1)
+    P[:, 0, 1], P[:, 1, 0] = 30.0, 45.0  # proposals: x1 up, x0 up (neither accepted alone)
+    picks = np.array([[[X[0, 0], 9.0, 12.0], [np.nan] * D], [[70.0, X[1, 1], X[1, 2]], [51.0, X[1, 1], X[1, 2]]]])
+    for i, k in ((0, 1), (1, 2)):  # each agent alone: its call's first rows are its picks
+        rec, plain = _Recording(either.model), _Recording(either.model)
+        res = budget_search(rec, geo, X[i:i + 1], P[i:i + 1], Budget(2, 64), vocab=VOCAB, grid_share=0.25, steps=True,
+                            picks=picks[i:i + 1])
+        budget_search(plain, geo, X[i:i + 1], P[i:i + 1], Budget(2, 64), vocab=VOCAB, grid_share=0.25, steps=True)
+        assert np.array_equal(rec.calls[0][:k], picks[i, :k])
+        assert len(rec.calls[0]) <= 32 and len(plain.calls[0]) <= 32 and res.rows.max() <= 64  # round one's half
+        assert res.found.all()
+
+
+def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
+    world, _ = german_rejected()
+    labels, train, test = german_mace_labels()
+    tl = train_labels(labels, train)
+    bb = BlackBoxModel(world.model)
+    params = {"max_epochs": 5, "student_agents": 60, "student_corners": 20}
+    gen = build_tabular_generator("proposer", params).fit(replace(world, model=bb), tl)
+    info = gen.fit_info_["student"]
+    assert gen.student_ is not None and info["rows"] > 0 and bb.rows >= info["rows_asked"] >= info["rows"]
+    X = labels.X[test][:8]
+    a = gen.recommend_within(replace(world, model=BlackBoxModel(world.model)), X, Budget(2, 256))
+    gen.save(tmp_path / "m")
+    back = TabularGenerator.load(tmp_path / "m")
+    b = back.recommend_within(replace(world, model=BlackBoxModel(world.model)), X, Budget(2, 256))
+    assert back.student_ is not None and np.array_equal(np.nan_to_num(a.CF, nan=-7), np.nan_to_num(b.CF, nan=-7))
+    smooth = replace(world, model=LinearModel(np.linspace(-0.01, 0.01, X.shape[1]), 0.0))  # no steps: no student
+    lin = build_tabular_generator("proposer", params).fit(smooth, tl)
+    assert lin.student_ is None and "student" not in lin.fit_info_
