@@ -87,6 +87,8 @@ def test_fit_counts_its_calls_and_says_when_there_is_nothing_to_learn(either, st
         CornerStudent(max_iter=5).fit(never, WorldGeometry.of(either), _agents(10), VOCAB, drawn=20, corners=5)
     with pytest.raises(ValueError, match="drawn, corners"):
         CornerStudent().fit(either, WorldGeometry.of(either), _agents(10), VOCAB, drawn=20, corners=0)
+    with pytest.raises(ValueError, match="corners: at most the 1000 nearest"):
+        CornerStudent().fit(either, WorldGeometry.of(either), _agents(10), VOCAB, drawn=20, corners=1001)
 
 
 def test_the_student_survives_json(either, student):

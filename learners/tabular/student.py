@@ -61,6 +61,8 @@ class CornerStudent:
 
         if int(corners) < 1 or int(drawn) < 1:
             raise ValueError(f"drawn, corners: must be >= 1, got {drawn!r}, {corners!r}")
+        if int(corners) > NEAREST:
+            raise ValueError(f"corners: at most the {NEAREST} nearest an agent has listed, got {corners!r}")
         t0 = time.perf_counter()
         rng = np.random.default_rng(seed)
         A = perturb_agents(world, np.asarray(agents, float), int(drawn), seed=seed + 3, allow_fewer=True)
