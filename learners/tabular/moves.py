@@ -32,11 +32,11 @@ SMOOTH_TRADE_SHARES = (0.125, 0.25, 0.5, 0.75, 0.8, 0.875, 0.95, 1.0)
 ADD_SHRINK = (0.5, 0.7, 0.85, 0.95)  # the answer's numeric changes scaled toward the agent when a feature is added
 # in steps, two changed numeric columns go at once to the answer's value or one of this many vocabulary values just
 # inside it (a forest's optimum is often both columns on the split edges just inside the answer found, which the
-# one-column shrinks reach one column at a time: a round each); chosen on validation agents (docs/generators.md)
+# one-column shrinks reach one column at a time: a round each); chosen on validation agents (docs/generators_log.md)
 STEP_INNER_VALUES = 6
 # in steps, ahead of a refinement round's spread: the answer's edges, each changed numeric column alone and in pairs
 # at one of this many vocabulary values just inside the answer (``answer_edges``; Credit forest at 2 x 256 .818 ->
-# .847 over four fits, German .840 -> .868, Adult .900 -> .905, 8 x 2,000 unchanged: docs/generators.md)
+# .847 over four fits, German .840 -> .868, Adult .900 -> .905, 8 x 2,000 unchanged: docs/generators_log.md)
 EDGE_VALUES = 12
 
 

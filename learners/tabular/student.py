@@ -18,7 +18,7 @@ search without a stand-in would have to ask one by one from the nearest.
 A heuristic, as the search is: its picks are asked of the model like any row; it learns the model, not an
 answer. Measured on 400 validation agents per forest (2 x 256, four fits): German .879 -> .899, Credit .719 ->
 .763, Adult .920 -> .947; on the held-out test agents .868 -> .875, .865 -> .872, .900 -> .943
-(``benchmarks/student_forests.py``; ``docs/generators.md``, *A student of the forest's corners*).
+(``benchmarks/student_forests.py``; ``docs/generators_log.md``, *A student of the forest's corners*).
 """
 
 from __future__ import annotations
