@@ -87,7 +87,9 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
         row = {"seed": seed, "without": shares(plain, world, sets, budget)}
         if student is None:  # the student's fit, once per cell (inside the seed's fit)
             t = time.perf_counter()
-            gen = build_tabular_generator("proposer", {**params, "student_agents": args.student_agents}).fit(
+            memory = Path(args.cache) / "student_memory" / f"{cell.replace('/', '_')}-{args.seed}"  # a rerun asks nothing again
+            gen = build_tabular_generator("proposer", {**params, "student_agents": args.student_agents,
+                                                       "student_memory": str(memory)}).fit(
                 replace(world, model=BlackBoxModel(world.model)), labels, seed=seed)
             student = gen.student_
             if student is None:

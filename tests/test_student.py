@@ -133,9 +133,10 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
     labels, train, test = german_mace_labels()
     tl = train_labels(labels, train)
     bb = BlackBoxModel(world.model)
-    params = {"max_epochs": 5, "student_agents": 60, "student_corners": 20}
+    params = {"max_epochs": 5, "student_agents": 60, "student_corners": 20, "student_memory": str(tmp_path / "memory")}
     gen = build_tabular_generator("proposer", params).fit(replace(world, model=bb), tl)
     info = gen.fit_info_["student"]
+    assert list((tmp_path / "memory").glob("answers_*.npz")) and info["rows_remembered"] == 0
     assert gen.student_ is not None and info["rows"] > 0 and bb.rows >= info["rows_asked"] >= info["rows"]
     X = labels.X[test][:8]
     a = gen.recommend_within(replace(world, model=BlackBoxModel(world.model)), X, Budget(2, 256))
@@ -146,3 +147,47 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
     smooth = replace(world, model=LinearModel(np.linspace(-0.01, 0.01, X.shape[1]), 0.0))  # no steps: no student
     lin = build_tabular_generator("proposer", params).fit(smooth, tl)
     assert lin.student_ is None and "student" not in lin.fit_info_
+
+
+class _Dying:
+    """A model stopped, as a killed fit would be, at its ``after``-th call of ``size`` rows (the student's calls)."""
+
+    def __init__(self, model, size: int, after: int) -> None:
+        self.model, self.size, self.after, self.blocks = model, size, after, 0
+        self.n_features = model.n_features
+
+    def predict_proba(self, X):
+        if len(X) == self.size:
+            if self.blocks == self.after:
+                raise RuntimeError("killed")
+            self.blocks += 1
+        return self.model.predict_proba(X)
+
+    def predict(self, X):
+        return self.predict_proba(X) > 0.5
+
+
+def test_an_interrupted_fit_asks_only_what_its_memory_lacks(either, tmp_path):
+    geo = WorldGeometry.of(either)
+    kw = dict(drawn=150, corners=26, seed=0, call_rows=500)
+    plain_bb = BlackBoxModel(either.model)
+    plain = CornerStudent(max_iter=60).fit(replace(either, model=plain_bb), geo, _agents(40), VOCAB, **kw)
+    assert plain.info_["rows"] > 4 * 500  # several calls
+    with pytest.raises(RuntimeError, match="killed"):
+        CornerStudent(max_iter=60).fit(replace(either, model=_Dying(either.model, 500, 3)), geo, _agents(40), VOCAB,
+                                       memory=tmp_path, **kw)
+    assert len(list(tmp_path.glob("answers_*.npz"))) == 3 and not list(tmp_path.glob("*tmp*"))
+    bb = BlackBoxModel(either.model)
+    again = CornerStudent(max_iter=60).fit(replace(either, model=bb), geo, _agents(40), VOCAB, memory=tmp_path, **kw)
+    assert again.info_["rows_remembered"] == 3 * 500
+    assert bb.rows == plain_bb.rows - 3 * 500 + 256  # the calls it lacked, and one that checks the model
+    X = _agents(10, seed=5)
+    assert np.array_equal(np.nan_to_num(again.picks(geo, X, VOCAB, 4), nan=-1),
+                          np.nan_to_num(plain.picks(geo, X, VOCAB, 4), nan=-1))
+    # another model that rejects the same agents but answers the corners otherwise: its memory is not this one
+    tree = either.model.trees[0]
+    other = TreeEnsemble([Tree(tree.left, tree.right, tree.feature, np.array([60.0, 5.5, 0, 0, 5.5, 0, 0]), tree.p1,
+                               tree.p0)], D)
+    with pytest.raises(ValueError, match="memory: the answers kept in .* are not this model's"):
+        CornerStudent(max_iter=5).fit(replace(either, model=BlackBoxModel(other)), geo, _agents(40), VOCAB,
+                                      memory=tmp_path, **kw)

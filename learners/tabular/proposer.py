@@ -100,6 +100,7 @@ class ProposerParams:
     student_agents: int = 0  # where the model answers in steps: agents drawn around the training agents whose corners it answers at fit time, for a student of it (0: none)
     student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
+    student_memory: str = ""  # a directory keeping the model's answers for the student (this model's only): a fit run again asks only what it lacks
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
@@ -149,7 +150,8 @@ class ProposerGenerator(TabularGenerator):
         if int(p.student_agents) > 0 and self._in_steps():  # a stand-in of a model in steps, from its answers
             probe = BlackBoxModel(world.model)
             self.student_ = CornerStudent().fit(replace(world, model=probe), geo, self.X_, self.vocab_,
-                                                drawn=int(p.student_agents), corners=int(p.student_corners), seed=seed)
+                                                drawn=int(p.student_agents), corners=int(p.student_corners), seed=seed,
+                                                memory=p.student_memory or None, progress=progress)
             self.fit_info_["student"] = {**self.student_.info_, "calls": probe.calls, "rows_asked": probe.rows}
         if p.surrogate:
             self._fit_surrogate(world, geo, labels, seed, progress)

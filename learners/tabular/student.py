@@ -8,7 +8,8 @@ vocabulary (``learners/tabular/corners.py``: the values MACE's answers move a co
 that matter), and the corners near an agent can be listed nearest first without building them all. So at fit
 time agents are drawn around the training agents (``data_gen.perturbed_agents``), each one's nearest corners are
 asked of the model (``corners`` per agent: the nearest ``NEAREST_KEPT`` and a draw from its ``NEAREST``
-nearest; the calls and rows are counted, in blocks of ``CALL_ROWS`` rows a call), and a histogram
+nearest; the calls and rows are counted, in blocks of ``CALL_ROWS`` rows a call, each block's answers kept in
+``memory`` where one is given, so an interrupted fit resumes without asking again), and a histogram
 gradient-boosting classifier (scikit-learn) learns which the model accepts. It is kept as an exact white box of
 its own trees (``envs.imported_trees.from_fitted``: compiled descent, the same margin for a row in any batch, and
 saved as JSON, no pickle). Answering, the agent's ``pool`` nearest corners are scored by the student and the
@@ -23,12 +24,16 @@ answer. Measured on 400 validation agents per forest (2 x 256, four fits): Germa
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from data_gen.compute import load_chunk, save_chunk
+from data_gen.progress import progress_bar
 from learners.tabular.corners import nearest_corners
 from learners.tabular.geometry import WorldGeometry
 
@@ -37,6 +42,7 @@ NEAREST_KEPT = 60  # of them, the nearest this many are always asked (the rest d
 CALL_ROWS = 1 << 17  # rows per model call at fit time (a remote API is not handed millions of rows at once)
 AGENT_BLOCK = 500  # drawn agents whose corners are listed at a time (memory: block x NEAREST x D)
 PICK_BLOCK = 256  # agents whose pools are scored at a time when answering
+CHECK_ROWS = 256  # rows of the first call asked again on a resumed fit: the answers kept must be this model's
 
 
 @dataclass
@@ -50,17 +56,21 @@ class CornerStudent:
     max_depth: int = 10  # and depth (its trees then descend as complete trees: an answer's picks in milliseconds)
 
     def fit(self, world: Any, geo: WorldGeometry, agents: np.ndarray, vocab: list[np.ndarray], *, drawn: int = 10000,
-            corners: int = 200, seed: int = 0) -> CornerStudent:
+            corners: int = 200, seed: int = 0, memory: str | Path | None = None, call_rows: int = CALL_ROWS,
+            progress: bool = False) -> CornerStudent:
         """Draw ``drawn`` agents around ``agents`` (rejected, encoded), ask ``world.model`` (counted: wrap it in a
-        ``BlackBoxModel``) about ``corners`` of each one's nearest vocabulary corners, fit the classifier.
-        Learns ``trees_`` (an ``envs.models.TreeEnsemble``, its score the classifier's logit) and ``info_``."""
+        ``BlackBoxModel``) about ``corners`` of each one's nearest vocabulary corners, in calls of ``call_rows``
+        rows, fit the classifier. Learns ``trees_`` (an ``envs.models.TreeEnsemble``, its score the classifier's
+        logit) and ``info_``. ``memory``: a directory that keeps each call's answers (for this model only); a fit
+        interrupted and run again asks only the calls it has no answers for, after one call that checks the
+        answers kept there are this model's. ``progress``: a progress bar over the rows asked."""
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         from data_gen.perturbed_agents import perturb_agents
         from envs.imported_trees import from_fitted
 
-        if int(corners) < 1 or int(drawn) < 1:
-            raise ValueError(f"drawn, corners: must be >= 1, got {drawn!r}, {corners!r}")
+        if int(corners) < 1 or int(drawn) < 1 or int(call_rows) < 1:
+            raise ValueError(f"drawn, corners, call_rows: must be >= 1, got {drawn!r}, {corners!r}, {call_rows!r}")
         if int(corners) > NEAREST:
             raise ValueError(f"corners: at most the {NEAREST} nearest an agent has listed, got {corners!r}")
         t0 = time.perf_counter()
@@ -75,15 +85,14 @@ class CornerStudent:
             S = R[:, pick].reshape(-1, R.shape[-1])
             rows.append(S[~np.isnan(S).any(1)])
         S = np.concatenate(rows)
-        y = np.concatenate([world.model.predict_proba(S[i:i + CALL_ROWS]) for i in range(0, len(S), CALL_ROWS)])
-        y = y > float(getattr(world.model, "threshold", 0.5))
+        y, kept = _ask(world.model, S, None if memory is None else Path(memory), int(call_rows), progress)
         if y.all() or not y.any():
             raise ValueError(f"corners: the model answered all {len(y)} corners alike ({bool(y[0])}); nothing to learn")
         clf = HistGradientBoostingClassifier(max_iter=int(self.max_iter), max_leaf_nodes=int(self.max_leaf_nodes),
                                              max_depth=int(self.max_depth), random_state=seed).fit(S, y)
         self.trees_ = from_fitted(clf)
         self.info_ = {"agents": int(len(A)), "rows": int(len(S)), "accepted": float(y.mean()),
-                      "seconds": time.perf_counter() - t0}
+                      "rows_remembered": kept, "seconds": time.perf_counter() - t0}
         return self
 
     def picks(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -> np.ndarray:
@@ -117,3 +126,32 @@ class CornerStudent:
         student.trees_ = model_from_dict({"kind": "tree_ensemble", **d["trees"]})
         student.info_ = dict(d.get("info", {}))
         return student
+
+
+def _ask(model: Any, S: np.ndarray, memory: Path | None, call_rows: int, progress: bool) -> tuple[np.ndarray, int]:
+    """Whether ``model`` accepts each row of ``S``, asked ``call_rows`` rows a call, and how many rows' answers came
+    from ``memory`` (each call's answers kept there under its rows' digest, written whole or not at all)."""
+    blocks = [S[i:i + call_rows] for i in range(0, len(S), call_rows)]
+    paths = [None] * len(blocks)
+    if memory is not None:
+        memory.mkdir(parents=True, exist_ok=True)
+        paths = [memory / f"answers_{hashlib.sha1(np.ascontiguousarray(b).tobytes()).hexdigest()[:24]}.npz" for b in blocks]
+    kept = [p is not None and p.exists() for p in paths]
+    if any(kept):  # a resumed fit: the kept answers must be this model's (one call of a few of their rows)
+        i = kept.index(True)
+        again = np.asarray(model.predict_proba(blocks[i][:CHECK_ROWS]), float)
+        if not np.allclose(again, load_chunk(paths[i])["proba"][:CHECK_ROWS], rtol=0.0, atol=1e-9):
+            raise ValueError(f"memory: the answers kept in {paths[i].parent} are not this model's (use a directory per model)")
+    out = []
+    with progress_bar(total=len(S), enabled=progress, desc="student: corners asked", unit="row") as bar:
+        for block, path, known in zip(blocks, paths, kept, strict=True):
+            if known:
+                proba = load_chunk(path)["proba"]
+            else:
+                proba = np.asarray(model.predict_proba(block), float)
+                if path is not None:
+                    save_chunk(path, {"proba": proba})
+            out.append(proba)
+            bar.update(len(block))
+    y = np.concatenate(out) > float(getattr(model, "threshold", 0.5))
+    return y, int(sum(len(b) for b, k in zip(blocks, kept, strict=True) if k))
