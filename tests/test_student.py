@@ -136,7 +136,7 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
     params = {"max_epochs": 5, "student_agents": 60, "student_corners": 20, "student_memory": str(tmp_path / "memory")}
     gen = build_tabular_generator("proposer", params).fit(replace(world, model=bb), tl)
     info = gen.fit_info_["student"]
-    assert list((tmp_path / "memory").glob("answers_*.npz")) and info["rows_remembered"] == 0
+    assert list((tmp_path / "memory").glob("answers_*/chunk_*.npz")) and info["rows_remembered"] == 0
     assert gen.student_ is not None and info["rows"] > 0 and bb.rows >= info["rows_asked"] >= info["rows"]
     X = labels.X[test][:8]
     a = gen.recommend_within(replace(world, model=BlackBoxModel(world.model)), X, Budget(2, 256))
@@ -167,6 +167,21 @@ class _Dying:
         return self.predict_proba(X) > 0.5
 
 
+class _Refusing:
+    """A model that refuses every row whose column ``c`` is exactly ``value`` (a vocabulary value: corners, not
+    the drawn agents, whose values are continuous), and otherwise answers as ``model``."""
+
+    def __init__(self, model, c: int, value: float) -> None:
+        self.model, self.c, self.value, self.n_features = model, c, value, model.n_features
+
+    def predict_proba(self, X):
+        X = np.atleast_2d(X)
+        return np.where(X[:, self.c] == self.value, 0.0, self.model.predict_proba(X))
+
+    def predict(self, X):
+        return self.predict_proba(X) > 0.5
+
+
 def test_an_interrupted_fit_asks_only_what_its_memory_lacks(either, tmp_path):
     geo = WorldGeometry.of(either)
     kw = dict(drawn=150, corners=26, seed=0, call_rows=500)
@@ -176,7 +191,7 @@ def test_an_interrupted_fit_asks_only_what_its_memory_lacks(either, tmp_path):
     with pytest.raises(RuntimeError, match="killed"):
         CornerStudent(max_iter=60).fit(replace(either, model=_Dying(either.model, 500, 3)), geo, _agents(40), VOCAB,
                                        memory=tmp_path, **kw)
-    assert len(list(tmp_path.glob("answers_*.npz"))) == 3 and not list(tmp_path.glob("*tmp*"))
+    assert len(list(tmp_path.glob("answers_*/chunk_*.npz"))) == 3 and not list(tmp_path.glob("**/*tmp*"))
     bb = BlackBoxModel(either.model)
     again = CornerStudent(max_iter=60).fit(replace(either, model=bb), geo, _agents(40), VOCAB, memory=tmp_path, **kw)
     assert again.info_["rows_remembered"] == 3 * 500
@@ -184,10 +199,7 @@ def test_an_interrupted_fit_asks_only_what_its_memory_lacks(either, tmp_path):
     X = _agents(10, seed=5)
     assert np.array_equal(np.nan_to_num(again.picks(geo, X, VOCAB, 4), nan=-1),
                           np.nan_to_num(plain.picks(geo, X, VOCAB, 4), nan=-1))
-    # another model that rejects the same agents but answers the corners otherwise: its memory is not this one
-    tree = either.model.trees[0]
-    other = TreeEnsemble([Tree(tree.left, tree.right, tree.feature, np.array([60.0, 5.5, 0, 0, 5.5, 0, 0]), tree.p1,
-                               tree.p0)], D)
+    # another model that draws the same agents but answers the corners otherwise: its memory is not this one
     with pytest.raises(ValueError, match="memory: the answers kept in .* are not this model's"):
-        CornerStudent(max_iter=5).fit(replace(either, model=BlackBoxModel(other)), geo, _agents(40), VOCAB,
+        CornerStudent(max_iter=5).fit(replace(either, model=_Refusing(either.model, 0, 51.0)), geo, _agents(40), VOCAB,
                                       memory=tmp_path, **kw)

@@ -25,6 +25,7 @@ answer. Measured on 400 validation agents per forest (2 x 256, four fits): Germa
 from __future__ import annotations
 
 import hashlib
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from data_gen.compute import load_chunk, save_chunk
-from data_gen.progress import progress_bar
+from data_gen.compute import chunk_path, finished_chunks, load_chunk, run_chunks
 from learners.tabular.corners import nearest_corners
 from learners.tabular.geometry import WorldGeometry
 
@@ -128,30 +128,26 @@ class CornerStudent:
         return student
 
 
+def _answers(model: Any, block: np.ndarray) -> dict[str, np.ndarray]:
+    """One call's answers (a ``data_gen.compute`` chunk task)."""
+    return {"proba": np.asarray(model.predict_proba(block), float)}
+
+
 def _ask(model: Any, S: np.ndarray, memory: Path | None, call_rows: int, progress: bool) -> tuple[np.ndarray, int]:
-    """Whether ``model`` accepts each row of ``S``, asked ``call_rows`` rows a call, and how many rows' answers came
-    from ``memory`` (each call's answers kept there under its rows' digest, written whole or not at all)."""
+    """Whether ``model`` accepts each row of ``S``, asked ``call_rows`` rows a call (``data_gen.compute.run_chunks``:
+    each call's answers written whole as it comes back, a rerun asking only the calls it lacks), and how many rows'
+    answers were already in ``memory`` (under the digest of ``S``; none kept without one)."""
+    if memory is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return _ask(model, S, Path(tmp), call_rows, progress)[0], 0
     blocks = [S[i:i + call_rows] for i in range(0, len(S), call_rows)]
-    paths = [None] * len(blocks)
-    if memory is not None:
-        memory.mkdir(parents=True, exist_ok=True)
-        paths = [memory / f"answers_{hashlib.sha1(np.ascontiguousarray(b).tobytes()).hexdigest()[:24]}.npz" for b in blocks]
-    kept = [p is not None and p.exists() for p in paths]
-    if any(kept):  # a resumed fit: the kept answers must be this model's (one call of a few of their rows)
-        i = kept.index(True)
-        again = np.asarray(model.predict_proba(blocks[i][:CHECK_ROWS]), float)
-        if not np.allclose(again, load_chunk(paths[i])["proba"][:CHECK_ROWS], rtol=0.0, atol=1e-9):
-            raise ValueError(f"memory: the answers kept in {paths[i].parent} are not this model's (use a directory per model)")
-    out = []
-    with progress_bar(total=len(S), enabled=progress, desc="student: corners asked", unit="row") as bar:
-        for block, path, known in zip(blocks, paths, kept, strict=True):
-            if known:
-                proba = load_chunk(path)["proba"]
-            else:
-                proba = np.asarray(model.predict_proba(block), float)
-                if path is not None:
-                    save_chunk(path, {"proba": proba})
-            out.append(proba)
-            bar.update(len(block))
-    y = np.concatenate(out) > float(getattr(model, "threshold", 0.5))
-    return y, int(sum(len(b) for b, k in zip(blocks, kept, strict=True) if k))
+    work = memory / f"answers_{hashlib.sha1(np.ascontiguousarray(S).tobytes()).hexdigest()[:24]}-{call_rows}"
+    kept = finished_chunks(work, len(blocks))
+    if kept:  # a resumed fit: the kept answers must be this model's (one call of a few of their rows)
+        again = _answers(model, blocks[kept[0]][:CHECK_ROWS])["proba"]
+        if not np.allclose(again, load_chunk(chunk_path(work, kept[0]))["proba"][:CHECK_ROWS], rtol=0.0, atol=1e-9):
+            raise ValueError(f"memory: the answers kept in {memory} are not this model's (use a directory per model)")
+    out = run_chunks(_answers, model, blocks, work, sizes=[len(b) for b in blocks], desc="student: corners asked",
+                     unit="row", progress=progress)
+    y = np.concatenate([o["proba"] for o in out]) > float(getattr(model, "threshold", 0.5))
+    return y, int(sum(len(blocks[i]) for i in kept))
