@@ -1,19 +1,21 @@
-"""The proposer with and without a student of the forest's corners, at 2 x 256, on held-out and validation agents
-(issue 56).
+"""The proposer with and without a student of the forest's corners, at 2 x 256, on held-out, validation and fresh
+real agents (issue 56).
 
     python benchmarks/student_forests.py                                  # German, Credit, Adult forest, 4 fits
     python benchmarks/student_forests.py --cells credit/forest --seeds 0,1
 
-Per cell: the proposer fitted on the cell's 500 MACE labels (``benchmarks/blackbox_generators.py``'s labels and
-held-out rejected test agents) with fit seeds ``--seeds``, without a student and with one
-(``ProposerParams.student_agents``, ``learners/tabular/student.py``). The student is fitted once per cell, inside
-the seed-0 fit (its cost: ``--student-agents`` agents drawn around the labels' agents, 200 corners each asked of
-the model, 2,000,000 rows at the default, 5-8 min on 2 cores); the other seeds' networks use that student, so
-the spread over seeds is the networks'. Each is answered through a black box at ``--budget`` on the held-out test
-agents and on ``--val-agents`` validation agents (the training pool's next agents, MACE labels:
-``benchmarks/spread_validation.py``), and scored within 1% of MACE. The student's picks are timed one agent at a
-time. Writes ``benchmarks/results/student_forests/<cell>.json`` and the report of every cell run,
-``benchmarks/results/student_forests.md``.
+Per cell: the same search without the network (``proposals: averages``) and the proposer, each fitted on the
+cell's 500 MACE labels (``benchmarks/blackbox_generators.py``'s labels and held-out rejected test agents) with fit
+seeds ``--seeds``, the proposer without a student and with one (``ProposerParams.student_agents``,
+``learners/tabular/student.py``). The student is fitted once per cell, inside the seed-0 fit (its cost:
+``--student-agents`` agents drawn around the labels' agents, 200 corners each asked of the model, 2,000,000 rows at
+the default, 5-8 min on 2 cores; its answers kept under ``--cache``/student_memory, so a rerun asks none again);
+the other seeds' networks use that student, so the spread over seeds is the networks'. Each is answered through a
+black box at ``--budget`` on the held-out test agents, on ``--val-agents`` validation agents (the training pool's
+next agents, MACE labels: ``benchmarks/spread_validation.py``) and on ``--fresh-agents`` fresh real agents
+(rejected test rows outside the held-out sample, ``spread_validation.fresh_labels``), and scored within 1% of MACE.
+The student's picks are timed one agent at a time. Writes ``benchmarks/results/student_forests/<cell>.json`` and
+the report of every cell run, ``benchmarks/results/student_forests.md``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from benchmarks.blackbox_generators import (  # noqa: E402
     cell_labels,
     with_cell_defaults,
 )
-from benchmarks.spread_validation import validation_labels  # noqa: E402
+from benchmarks.spread_validation import fresh_labels, validation_labels  # noqa: E402
 from envs.black_box import BlackBoxModel, Budget  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
 from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E402
@@ -75,16 +77,21 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     val = validation_labels(c, args.val_agents, args)
     sets = {"test": (c.test, tl.distance, np.asarray(tl.ok, bool)),
             "validation": (np.asarray(val.X, float), val.distance, np.asarray(val.ok, bool))}
+    fresh = fresh_labels(c, args.fresh_agents, args) if args.fresh_agents > 0 else None
+    if fresh is not None and len(fresh.X):  # German forest has no rejected test rows past its 36
+        sets["fresh"] = (np.asarray(fresh.X, float), fresh.distance, np.asarray(fresh.ok, bool))
     R, N = (int(v) for v in args.budget.split("x"))
     budget = Budget(R, N)
     params = {"student_rows": args.student_rows}
     out: dict[str, Any] = {"cell": cell, "test_agents": int(sets["test"][2].sum()),
-                           "validation_agents": int(sets["validation"][2].sum()), "fits": []}
+                           "validation_agents": int(sets["validation"][2].sum()),
+                           "fresh_agents": int(sets["fresh"][2].sum()) if "fresh" in sets else 0, "fits": []}
     student = None
     for seed in (int(s) for s in args.seeds.split(",")):
         black = replace(world, model=BlackBoxModel(world.model))
         plain = build_tabular_generator("proposer", params).fit(black, labels, seed=seed)
-        row = {"seed": seed, "without": shares(plain, world, sets, budget)}
+        no_net = build_tabular_generator("proposer", {"proposals": "averages"}).fit(black, labels, seed=seed)
+        row = {"seed": seed, "no_net": shares(no_net, world, sets, budget), "without": shares(plain, world, sets, budget)}
         if student is None:  # the student's fit, once per cell (inside the seed's fit)
             t = time.perf_counter()
             memory = Path(args.cache) / "student_memory" / f"{cell.replace('/', '_')}-{args.seed}"  # a rerun asks nothing again
@@ -107,23 +114,31 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(cells: list[dict[str, Any]], command: str) -> str:
+    names = {"test": "held-out test", "validation": "validation (drawn)", "fresh": "fresh real"}
     lines = ["# The proposer with a student of the forest's corners (issue 56)", "", f"`{command}`", "",
-             "Share within 1% of MACE at 2 x 256 (per fit seed; mean in brackets). The student is fitted once per "
-             "cell (seed 0) and shared by the fits' networks.", "",
-             "| cell | agents (test / validation) | test, without | test, with | validation, without | validation, with "
-             "| rows median (with, test) | student: rows asked at fit, s | picks ms / agent |",
-             "|---|---|---|---|---|---|---:|---|---:|"]
-    def col(c: dict[str, Any], side: str, where: str) -> str:
-        v = [f[side][where] for f in c["fits"]]
-        return " ".join(f"{x:.3f}" for x in v) + f" ({np.mean(v):.3f})"
+             "Share within 1% of MACE at 2 x 256 (per fit seed; mean in brackets) on three agent sets: the held-out "
+             "test agents of every table, validation agents drawn as the labels' agents are (the training pool's next "
+             "ones), and fresh real agents (rejected test rows outside the held-out sample; German forest has none). The "
+             "student is fitted once per cell (seed 0) and shared by the fits' networks.", "",
+             "| cell | agents | search without the network | proposer | proposer + student |",
+             "|---|---|---|---|---|"]
 
+    def col(c: dict[str, Any], side: str, where: str) -> str:
+        v = [f[side][where] for f in c["fits"] if where in f.get(side, {})]
+        return " ".join(f"{x:.3f}" for x in v) + f" ({np.mean(v):.3f})" if v else "-"
+
+    for c in cells:
+        for where in ("test", "validation", "fresh"):
+            n = c.get(f"{where}_agents", 0)
+            if n:
+                lines.append(f"| {c['cell']} | {names[where]} ({n}) | {col(c, 'no_net', where)} | "
+                             f"{col(c, 'without', where)} | {col(c, 'with', where)} |")
+    lines += ["", "| cell | rows median (with, test) | student: rows asked at fit, s | picks ms / agent |", "|---|---:|---|---:|"]
     for c in cells:
         st = c["student"]
         rows = np.median([f["with"]["test_rows_median"] for f in c["fits"]])
-        lines.append(f"| {c['cell']} | {c['test_agents']} / {c['validation_agents']} | {col(c, 'without', 'test')} | "
-                     f"{col(c, 'with', 'test')} | {col(c, 'without', 'validation')} | {col(c, 'with', 'validation')} | "
-                     f"{rows:.0f} | {st['rows_asked']:,} in {st['calls']} calls, {st['fit_seconds']:.0f} s | "
-                     f"{c['pick_ms']:.1f} |")
+        lines.append(f"| {c['cell']} | {rows:.0f} | {st['rows_asked']:,} in {st['calls']} calls, "
+                     f"{st['fit_seconds']:.0f} s | {c['pick_ms']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -133,6 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cells", default="german/forest,credit/forest,adult/forest", help="comma-separated forest cells")
     p.add_argument("--seeds", default="0,1,2,3", help="fit seeds (the student: the first one's)")
     p.add_argument("--val-agents", type=int, default=400, help="validation agents per cell")
+    p.add_argument("--fresh-agents", type=int, default=400,
+                   help="real rejected test rows outside the held-out sample, MACE-labelled (0: none)")
     p.add_argument("--budget", default="2x256", help="R x N per answer")
     p.add_argument("--student-agents", type=int, default=10000, help="agents drawn for the student at fit time")
     p.add_argument("--student-rows", type=int, default=24, help="round one's rows for the student's picks")

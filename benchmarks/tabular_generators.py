@@ -352,7 +352,7 @@ def label_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     test = c.test_labels(args)
     fresh_n = 0
     if args.fresh_agents > 0:
-        fresh = _fresh_agents(c, args)
+        fresh = fresh_agents(c, args.fresh_agents, args.seed)
         if len(fresh):
             label_tabular(world, fresh, MACE(**TEST_MACE), c.cache / f"fresh-{args.fresh_agents}", n_jobs=args.jobs,
                           progress=not args.quiet)
@@ -422,12 +422,12 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _fresh_agents(c: Cell, args: argparse.Namespace) -> np.ndarray:
-    """Up to ``--fresh-agents`` rejected test rows outside the held-out sample (seeded order)."""
+def fresh_agents(c: Cell, n: int, seed: int) -> np.ndarray:
+    """Up to ``n`` rejected test rows outside the held-out sample (seeded order)."""
     neg = negatives(c.build.world, c.build.data.X_test)
     seen = {r.tobytes() for r in c.test}
     fresh = neg[[r.tobytes() not in seen for r in neg]]
-    return fresh[np.random.default_rng(args.seed + 1).permutation(len(fresh))[: args.fresh_agents]]
+    return fresh[np.random.default_rng(seed + 1).permutation(len(fresh))[:n]]
 
 
 def fresh_check(cell: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -436,7 +436,7 @@ def fresh_check(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     sample's agents were looked at while the search was built). MACE labels them first (cached)."""
     c = Cell.of(cell, args)
     world = c.build.world
-    fresh = _fresh_agents(c, args)
+    fresh = fresh_agents(c, args.fresh_agents, args.seed)
     out: dict[str, Any] = {"agents": int(len(fresh)), "methods": {}}
     if not len(fresh):
         return out
