@@ -56,6 +56,11 @@ def validation_labels(c: Cell, agents: int, args: argparse.Namespace):
                          n_jobs=args.jobs, chunk_size=LABEL_CHUNK, progress=not args.quiet)
 
 
+def agent_set(labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X, MACE distance, MACE solved) of a label set: the agents a share within 1% of MACE is scored on."""
+    return np.asarray(labels.X, float), np.asarray(labels.distance, float), np.asarray(labels.ok, bool)
+
+
 def fresh_labels(c: Cell, agents: int, args: argparse.Namespace):
     """MACE labels (as the held-out agents': rel_tol 1e-3) of up to ``agents`` real rejected test rows outside the
     held-out sample: real rows as the held-out agents are, and none of them looked at while the search was built

@@ -39,7 +39,7 @@ from benchmarks.blackbox_generators import (  # noqa: E402
     cell_labels,
     with_cell_defaults,
 )
-from benchmarks.spread_validation import fresh_labels, validation_labels  # noqa: E402
+from benchmarks.spread_validation import agent_set, fresh_labels, validation_labels  # noqa: E402
 from envs.black_box import BlackBoxModel, Budget  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
 from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E402
@@ -75,11 +75,10 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     c, tl, labels = cell_labels(cell, args)
     world = c.build.world
     val = validation_labels(c, args.val_agents, args)
-    sets = {"test": (c.test, tl.distance, np.asarray(tl.ok, bool)),
-            "validation": (np.asarray(val.X, float), val.distance, np.asarray(val.ok, bool))}
+    sets = {"test": (c.test, tl.distance, np.asarray(tl.ok, bool)), "validation": agent_set(val)}
     fresh = fresh_labels(c, args.fresh_agents, args) if args.fresh_agents > 0 else None
     if fresh is not None and len(fresh.X):  # German forest has no rejected test rows past its 36
-        sets["fresh"] = (np.asarray(fresh.X, float), fresh.distance, np.asarray(fresh.ok, bool))
+        sets["fresh"] = agent_set(fresh)
     R, N = (int(v) for v in args.budget.split("x"))
     budget = Budget(R, N)
     params = {"student_rows": args.student_rows}
