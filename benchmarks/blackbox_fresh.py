@@ -7,7 +7,7 @@ The tables of ``benchmarks/blackbox_generators.py`` score a seeded sample of eac
 at most), and every piece of the budgeted search was added from that sample's misses. Here each of ``--methods``
 (``blackbox_generators.METHODS``; fitted on the same 500 MACE labels with fit seed ``--seed``) answers both that
 sample and ``--fresh-agents`` *fresh* ones: real rejected test rows outside it, labelled by MACE as the sample is
-(``spread_validation.fresh_labels``, cached), at each of ``--budgets``, through a black box that holds the budget.
+(``tabular_generators.fresh_labels``, cached), at each of ``--budgets``, through a black box that holds the budget.
 German has no rejected test rows past its 36 and is skipped. Writes ``benchmarks/results/blackbox_fresh/<cell>.json``
 (a cell already there is not run again unless ``--force``) and the report of every cell run,
 ``benchmarks/results/blackbox_fresh.md``.
@@ -33,10 +33,12 @@ from benchmarks.blackbox_generators import (  # noqa: E402
     add_label_arguments,
     answers_within,
     cell_labels,
+    parse_budgets,
     with_cell_defaults,
 )
-from benchmarks.spread_validation import agent_set, fresh_labels  # noqa: E402
-from envs.black_box import BlackBoxModel, Budget  # noqa: E402
+from benchmarks.spread_validation import agent_set  # noqa: E402
+from benchmarks.tabular_generators import fresh_labels  # noqa: E402
+from envs.black_box import BlackBoxModel  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
 from learners.tabular import build_tabular_generator  # noqa: E402
 
@@ -58,8 +60,8 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
         gen = build_tabular_generator("proposer", METHODS[name]).fit(replace(world, model=BlackBoxModel(world.model)),
                                                                        labels, seed=args.seed)
         row: dict[str, Any] = {"fit_s": time.perf_counter() - t}
-        for b in args.budgets.split(","):
-            budget = Budget(*(int(v) for v in b.split("x")))
+        for budget in args.budget_list:
+            b = f"{budget.calls}x{budget.rows}"
             for where, (X, dist, ok) in sets.items():
                 rec = answers_within(gen, world, X, budget)
                 row[f"{where} {b}"] = float(score_answers(world, X, rec.CF, rec.found, dist, ok, "one")["optimal_share"])
@@ -70,7 +72,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def report(cells: list[dict[str, Any]], budgets: list[str], command: str) -> str:
     lines = ["# The black-box generators on fresh real agents (issue 56)", "", f"`{command}`", "",
-             "Share within 1% of MACE (fit seed 0): on the held-out sample of every table and on fresh real agents "
+             f"Share within 1% of MACE (fit seed {cells[0]['seed'] if cells else 0}): on the held-out sample of every table and on fresh real agents "
              "(rejected test rows outside that sample, which no piece of the search was chosen on).", "",
              "| cell | agents (held-out / fresh) | method | " + " | ".join(f"{b} held-out / fresh" for b in budgets) + " |",
              "|---|---|---|" + "---|" * len(budgets)]
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     args = with_cell_defaults(p.parse_args(argv))
     if not set(args.methods.split(",")) <= set(METHODS) | {"learned"}:
         raise SystemExit(f"--methods: expected some of {', '.join(METHODS)}, got {args.methods!r}")
+    args.budget_list = parse_budgets(args.budgets)  # a bad budget is named before any labels or fits
     out = Path(args.out) / "blackbox_fresh"
     out.mkdir(parents=True, exist_ok=True)
     for cell in args.cells.split(","):  # one JSON per cell, written as it ends: an interrupted run keeps its cells
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.force or not path.exists():
             path.write_text(json.dumps(run_cell(cell, args), indent=2))
     cells = [json.loads(f.read_text()) for f in sorted(out.glob("*.json"))]
-    text = report(cells, args.budgets.split(","), "python benchmarks/blackbox_fresh.py " + " ".join(argv or sys.argv[1:]))
+    text = report(cells, [f"{b.calls}x{b.rows}" for b in args.budget_list], "python benchmarks/blackbox_fresh.py " + " ".join(argv or sys.argv[1:]))
     (Path(args.out) / "blackbox_fresh.md").write_text(text)
     print(text)
 

@@ -78,7 +78,7 @@ def parse_budgets(text: str) -> list[Budget]:
     out = []
     for part in text.split(","):
         calls, sep, rows = part.partition("x")
-        if not sep:
+        if not sep or not calls.isdigit() or not rows.isdigit():
             raise SystemExit(f"--budgets: expected RxN items such as 2x256, got {part!r}")
         out.append(Budget(int(calls), int(rows)))
     return out

@@ -11,7 +11,7 @@ spread's saved fits (``--spread-seeds`` of ``benchmarks/blackbox_generators.py``
 the share answered within 1% of the label, per fit and on the mean. Prints its table; writes nothing else.
 
 ``--agent-set fresh`` answers real rejected rows of the test split outside the held-out sample instead
-(``fresh_labels``): the drawn validation agents are near twins of the labels' own agents (on German forest the
+(``tabular_generators.fresh_labels``): the drawn validation agents are near twins of the labels' own agents (on German forest the
 nearest label agent is a median 0.013 away, against 0.129 for a real test row), which flatters rows borrowed
 from training neighbours; German has no rejected test rows beyond its 36.
 """
@@ -30,10 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.blackbox_generators import add_label_arguments, answers_within, with_cell_defaults  # noqa: E402
 from benchmarks.tabular_generators import (  # noqa: E402
     LABEL_CHUNK,
-    TEST_MACE,
     TRAIN_MACE,
     Cell,
-    fresh_agents,
+    fresh_labels,
     training_labels,
     training_pool,
 )
@@ -61,16 +60,6 @@ def agent_set(labels) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(labels.X, float), np.asarray(labels.distance, float), np.asarray(labels.ok, bool)
 
 
-def fresh_labels(c: Cell, agents: int, args: argparse.Namespace):
-    """MACE labels (as the held-out agents': rel_tol 1e-3) of up to ``agents`` real rejected test rows outside the
-    held-out sample: real rows as the held-out agents are, and none of them looked at while the search was built
-    (the drawn validation agents above are drawn around the same real rows as the labels' agents, so on German
-    forest their nearest label agent is ten times nearer than a real row's). The cache is
-    ``benchmarks/tabular_generators.py --fresh-agents``'s."""
-    return label_tabular(c.build.world, fresh_agents(c, agents, args.seed), MACE(**TEST_MACE),
-                         c.cache / f"fresh-{agents}", n_jobs=args.jobs, progress=not args.quiet)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_label_arguments(p)
@@ -86,9 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| cell | method | budget | agents | per fit | mean |\n|---|---|---|---:|---|---:|")
     for cell in args.cells.split(","):
         c = Cell.of(cell, args)
-        lab = (validation_labels if args.agent_set == "validation" else fresh_labels)(c, args.agents, args)
-        ok = np.asarray(lab.ok, bool)
-        X, dl = np.asarray(lab.X, float)[ok], np.asarray(lab.distance, float)[ok]
+        X, dl, ok = agent_set((validation_labels if args.agent_set == "validation" else fresh_labels)(c, args.agents, args))
+        X, dl = X[ok], dl[ok]
         world = c.build.world
         geo = WorldGeometry.of(world, "one")
         for name in args.methods.split(","):

@@ -13,7 +13,7 @@ the default, 5-8 min on 2 cores; its answers kept under ``--cache``/student_memo
 the other seeds' networks use that student, so the spread over seeds is the networks'. Each is answered through a
 black box at ``--budget`` on the held-out test agents, on ``--val-agents`` validation agents (the training pool's
 next agents, MACE labels: ``benchmarks/spread_validation.py``) and on ``--fresh-agents`` fresh real agents
-(rejected test rows outside the held-out sample, ``spread_validation.fresh_labels``), and scored within 1% of MACE.
+(rejected test rows outside the held-out sample, ``tabular_generators.fresh_labels``), and scored within 1% of MACE.
 The student's picks are timed one agent at a time. Writes ``benchmarks/results/student_forests/<cell>.json`` and
 the report of every cell run, ``benchmarks/results/student_forests.md``.
 """
@@ -39,7 +39,8 @@ from benchmarks.blackbox_generators import (  # noqa: E402
     cell_labels,
     with_cell_defaults,
 )
-from benchmarks.spread_validation import agent_set, fresh_labels, validation_labels  # noqa: E402
+from benchmarks.spread_validation import agent_set, validation_labels  # noqa: E402
+from benchmarks.tabular_generators import fresh_labels  # noqa: E402
 from envs.black_box import BlackBoxModel, Budget  # noqa: E402
 from evaluation.tabular_experiment import score_answers  # noqa: E402
 from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E402

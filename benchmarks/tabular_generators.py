@@ -347,16 +347,11 @@ def label_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     into the resumable cache: ``--labels-only`` runs this on a larger machine, and the benchmark
     then reads the chunks (the cache key holds the model's weights, so labels never meet another model)."""
     c = Cell.of(cell, args)
-    world = c.build.world
     t0 = time.perf_counter()
     test = c.test_labels(args)
     fresh_n = 0
     if args.fresh_agents > 0:
-        fresh = fresh_agents(c, args.fresh_agents, args.seed)
-        if len(fresh):
-            label_tabular(world, fresh, MACE(**TEST_MACE), c.cache / f"fresh-{args.fresh_agents}", n_jobs=args.jobs,
-                          progress=not args.quiet)
-        fresh_n = len(fresh)
+        fresh_n = len(fresh_labels(c, args.fresh_agents, args).X)
     train, _, _ = c.train_labels(args)
     out = {"cell": cell, "cache": str(c.cache), "sizes": c.sizes, "test": int(len(test.X)), "fresh": fresh_n,
            "train": int(len(train.X)),
@@ -430,18 +425,24 @@ def fresh_agents(c: Cell, n: int, seed: int) -> np.ndarray:
     return fresh[np.random.default_rng(seed + 1).permutation(len(fresh))[:n]]
 
 
+def fresh_labels(c: Cell, n: int, args: argparse.Namespace) -> MaceLabelSet:
+    """MACE labels (as the held-out agents': ``TEST_MACE``) of ``fresh_agents``: real rejected test rows outside the
+    held-out sample, none of them looked at while a method was built (cached, resumable, under ``fresh-<n>``)."""
+    return label_tabular(c.build.world, fresh_agents(c, n, args.seed), MACE(**TEST_MACE), c.cache / f"fresh-{n}",
+                         n_jobs=args.jobs, progress=not args.quiet)
+
+
 def fresh_check(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     """The generators at the largest label budget on up to ``--fresh-agents`` rejected test rows
     outside the held-out sample: agents no parameter of the generators was ever chosen on (the
     sample's agents were looked at while the search was built). MACE labels them first (cached)."""
     c = Cell.of(cell, args)
     world = c.build.world
-    fresh = fresh_agents(c, args.fresh_agents, args.seed)
+    labels = fresh_labels(c, args.fresh_agents, args)
+    fresh = labels.X
     out: dict[str, Any] = {"agents": int(len(fresh)), "methods": {}}
     if not len(fresh):
         return out
-    labels = label_tabular(world, fresh, MACE(**TEST_MACE), c.cache / f"fresh-{args.fresh_agents}", n_jobs=args.jobs,
-                           progress=not args.quiet)
     train, _, _ = c.train_labels(args, progress=False)
     rows = np.flatnonzero(train.ok[: c.sizes[-1]])
     tl = TabularLabels(train.X[rows], train.cf[rows], train.distance[rows])

@@ -42,6 +42,8 @@ def test_the_table_shows_held_out_and_fresh_per_budget():
     assert "| credit/forest | 100 / 400 | proposer | 0.880 / 0.710 | 0.980 / 0.930 |" in text
 
 
-def test_an_unknown_method_is_named():
-    with pytest.raises(SystemExit, match="--methods: expected some of"):
-        main(["--methods", "magic"])
+@pytest.mark.parametrize("argv, message", [(["--methods", "magic"], "--methods: expected some of"),
+                                           (["--budgets", "2x25x6"], "--budgets: expected RxN items")])
+def test_bad_arguments_name_the_flag(argv, message):
+    with pytest.raises(SystemExit, match=message):
+        main(argv + ["--out", "/nonexistent/never-written"])
