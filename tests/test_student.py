@@ -48,21 +48,25 @@ def student(either) -> tuple[CornerStudent, BlackBoxModel]:
     return s, bb
 
 
-def test_picks_are_the_nearest_corners_the_student_accepts(either, student):
+@pytest.mark.parametrize("pool", [None, 3, 8])
+def test_picks_are_the_nearest_corners_the_student_accepts(either, student, pool, monkeypatch):
     s, _ = student
     geo = WorldGeometry.of(either)
     X = _agents(12, seed=1)
+    monkeypatch.setattr("learners.tabular.student.PICK_ROWS", 40)  # the agents' pools scored a few agents at a time
     for k in (1, 3, 40):
-        got = s.picks(geo, X, VOCAB, k)
-        R, d = nearest_corners(geo, X, VOCAB, s.pool)
+        got = s.picks(geo, X, VOCAB, k, pool=pool)
+        R, d = nearest_corners(geo, X, VOCAB, s.pool if pool is None else pool)
         for i in range(len(X)):  # the second route: a loop over the pool, nearest first
             want = [R[i, j] for j in range(R.shape[1]) if np.isfinite(d[i, j])
                     and 1.0 / (1.0 + np.exp(-s.trees_.score(R[i, j][None])[0])) > s.threshold][:k]
             assert got.shape == (len(X), k, D)
             assert np.array_equal(got[i, :len(want)], np.array(want).reshape(-1, D))
             assert np.isnan(got[i, len(want):]).all()
-    one = s.picks(geo, X[3:4], VOCAB, 3)  # an agent's picks do not depend on its batch
-    assert np.array_equal(np.nan_to_num(one[0], nan=-1), np.nan_to_num(s.picks(geo, X, VOCAB, 3)[3], nan=-1))
+    one = s.picks(geo, X[3:4], VOCAB, 3, pool=pool)  # an agent's picks do not depend on its batch
+    assert np.array_equal(np.nan_to_num(one[0], nan=-1), np.nan_to_num(s.picks(geo, X, VOCAB, 3, pool=pool)[3], nan=-1))
+    with pytest.raises(ValueError, match="pool: must be >= 1"):
+        s.picks(geo, X, VOCAB, 3, pool=0)
 
 
 def test_the_student_learns_a_one_tree_world(either, student):
@@ -144,6 +148,11 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
     back = TabularGenerator.load(tmp_path / "m")
     b = back.recommend_within(replace(world, model=BlackBoxModel(world.model)), X, Budget(2, 256))
     assert back.student_ is not None and np.array_equal(np.nan_to_num(a.CF, nan=-7), np.nan_to_num(b.CF, nan=-7))
+    back.params.student_pool = 50  # the corners scored per agent when answering: the proposer's parameter
+    want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50)
+    assert np.array_equal(np.nan_to_num(back._picks(WorldGeometry.of(world), X), nan=-7), np.nan_to_num(want, nan=-7))
+    with pytest.raises(ValueError, match="student_pool: must be >= 1"):
+        build_tabular_generator("proposer", {"student_pool": 0})
     smooth = replace(world, model=LinearModel(np.linspace(-0.01, 0.01, X.shape[1]), 0.0))  # no steps: no student
     lin = build_tabular_generator("proposer", params).fit(smooth, tl)
     assert lin.student_ is None and "student" not in lin.fit_info_

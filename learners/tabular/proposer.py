@@ -100,11 +100,13 @@ class ProposerParams:
     student_agents: int = 0  # where the model answers in steps: agents drawn around the training agents whose corners it answers at fit time, for a student of it (0: none)
     student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
+    student_pool: int = 1000  # nearest corners per agent the student scores when answering (more: nearer picks, more ms an answer)
     student_memory: str = ""  # a directory keeping the model's answers for the student (this model's only): a fit run again asks only what it lacks
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
-                     "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs", "surrogate_members"):
+                     "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs", "surrogate_members",
+                     "student_pool"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if not 0.0 < float(self.first_share) < 1.0:
@@ -364,7 +366,8 @@ class ProposerGenerator(TabularGenerator):
     def _picks(self, geo: WorldGeometry, X: np.ndarray) -> np.ndarray | None:
         """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student)."""
         student = getattr(self, "student_", None)
-        return None if student is None else student.picks(geo, X, self.vocab_, int(self.params.student_rows))
+        return None if student is None else student.picks(geo, X, self.vocab_, int(self.params.student_rows),
+                                                          pool=int(self.params.student_pool))
 
     def _grid_share(self) -> float:
         """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""

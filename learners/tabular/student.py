@@ -41,7 +41,7 @@ NEAREST = 1000  # corners listed per drawn agent at fit time
 NEAREST_KEPT = 60  # of them, the nearest this many are always asked (the rest drawn at random)
 CALL_ROWS = 1 << 17  # rows per model call at fit time (a remote API is not handed millions of rows at once)
 AGENT_BLOCK = 500  # drawn agents whose corners are listed at a time (memory: block x NEAREST x D)
-PICK_BLOCK = 256  # agents whose pools are scored at a time when answering
+PICK_ROWS = 1 << 18  # corners scored at a time when answering (memory: agents x pool x D); at least one agent's pool
 CHECK_ROWS = 256  # rows of the first call asked again on a resumed fit: the answers kept must be this model's
 
 
@@ -95,13 +95,18 @@ class CornerStudent:
                       "rows_remembered": kept, "seconds": time.perf_counter() - t0}
         return self
 
-    def picks(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -> np.ndarray:
-        """(N, k, D) per agent the first ``k`` of its ``pool`` nearest corners whose P(accept) by the student is
-        above ``threshold``, nearest first; NaN padded where fewer are."""
+    def picks(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
+              pool: int | None = None) -> np.ndarray:
+        """(N, k, D) per agent the first ``k`` of its ``pool`` (default: the student's own) nearest corners whose
+        P(accept) by the student is above ``threshold``, nearest first; NaN padded where fewer are."""
         X = np.atleast_2d(np.asarray(X, float))
-        if len(X) > PICK_BLOCK:  # memory: N x pool x D corners at once
-            return np.concatenate([self.picks(geo, X[i:i + PICK_BLOCK], vocab, k) for i in range(0, len(X), PICK_BLOCK)])
-        R, d = nearest_corners(geo, X, vocab, int(self.pool))
+        pool = int(self.pool if pool is None else pool)
+        if pool < 1:
+            raise ValueError(f"pool: must be >= 1, got {pool!r}")
+        block = max(1, PICK_ROWS // pool)
+        if len(X) > block:  # memory: N x pool x D corners at once
+            return np.concatenate([self.picks(geo, X[i:i + block], vocab, k, pool=pool) for i in range(0, len(X), block)])
+        R, d = nearest_corners(geo, X, vocab, pool)
         live = np.isfinite(d)
         margin = np.full(d.shape, -np.inf)
         if live.any():
@@ -110,6 +115,8 @@ class CornerStudent:
         order = np.argsort(~chosen, axis=1, kind="stable")[:, :int(k)]  # the chosen first, nearest first
         out = np.take_along_axis(R, order[:, :, None], axis=1)
         out[~np.take_along_axis(chosen, order, axis=1)] = np.nan
+        if out.shape[1] < int(k):  # a pool smaller than k: (N, k, D) still, NaN padded
+            out = np.concatenate([out, np.full((len(X), int(k) - out.shape[1], X.shape[1]), np.nan)], axis=1)
         return out
 
     def to_dict(self) -> dict[str, Any]:
