@@ -117,11 +117,11 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def parse_pools(text: str) -> list[int]:
-    """``--student-pools``: comma-separated corner counts, each at least 1."""
+def parse_pools(text: str, option: str = "--student-pools") -> list[int]:
+    """``option``'s value: comma-separated corner counts, each at least 1."""
     parts = text.split(",")
     if not all(p.isdigit() and int(p) >= 1 for p in parts):
-        raise SystemExit(f"--student-pools: expected comma-separated counts >= 1 such as 1000,10000, got {text!r}")
+        raise SystemExit(f"{option}: expected comma-separated counts >= 1 such as 1000,10000, got {text!r}")
     return [int(p) for p in parts]
 
 
