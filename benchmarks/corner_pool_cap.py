@@ -27,9 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox_generators import add_label_arguments, cell_labels, with_cell_defaults  # noqa: E402
-from benchmarks.spread_validation import agent_set, validation_labels  # noqa: E402
-from benchmarks.student_forests import parse_pools  # noqa: E402
-from benchmarks.tabular_generators import fresh_labels  # noqa: E402
+from benchmarks.student_forests import agent_sets, parse_pools  # noqa: E402
 from learners.tabular.budget_search import value_vocabulary  # noqa: E402
 from learners.tabular.corners import nearest_corners  # noqa: E402
 from learners.tabular.geometry import WorldGeometry  # noqa: E402
@@ -64,12 +62,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     world = c.build.world
     geo = WorldGeometry.of(world)
     vocab = value_vocabulary(geo, labels.X, labels.CF)
-    sets = {"test": (c.test, tl.distance, np.asarray(tl.ok, bool))}
-    if args.val_agents > 0:
-        sets["validation"] = agent_set(validation_labels(c, args.val_agents, args))
-    fresh = fresh_labels(c, args.fresh_agents, args) if args.fresh_agents > 0 else None
-    if fresh is not None and len(fresh.X):
-        sets["fresh"] = agent_set(fresh)
+    sets = agent_sets(c, tl, args)
     pools = parse_pools(args.pools, "--pools")
     out: dict[str, Any] = {"cell": cell, "pools": pools, "sets": {}}
     for name, (X, dist, ok) in sets.items():

@@ -72,20 +72,28 @@ def pick_ms(gen: Any, world: Any, X: np.ndarray, agents: int = 30) -> float:
     return float(np.median(ms))
 
 
-def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
-    c, tl, labels = cell_labels(cell, args)
-    world = c.build.world
-    val = validation_labels(c, args.val_agents, args)
-    sets = {"test": (c.test, tl.distance, np.asarray(tl.ok, bool)), "validation": agent_set(val)}
+def agent_sets(c: Any, tl: Any, args: argparse.Namespace) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The cell's agent sets as (X, MACE's distance, solved): its held-out test agents, ``--val-agents`` drawn
+    validation agents and ``--fresh-agents`` fresh real ones (each where asked for and there are any)."""
+    sets = {"test": (c.test, tl.distance, np.asarray(tl.ok, bool))}
+    if args.val_agents > 0:
+        sets["validation"] = agent_set(validation_labels(c, args.val_agents, args))
     fresh = fresh_labels(c, args.fresh_agents, args) if args.fresh_agents > 0 else None
     if fresh is not None and len(fresh.X):  # German forest has no rejected test rows past its 36
         sets["fresh"] = agent_set(fresh)
+    return sets
+
+
+def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    c, tl, labels = cell_labels(cell, args)
+    world = c.build.world
+    sets = agent_sets(c, tl, args)
     R, N = (int(v) for v in args.budget.split("x"))
     budget = Budget(R, N)
     pools = parse_pools(args.student_pools)
     params = {"student_rows": args.student_rows, "student_pool": pools[0]}
     out: dict[str, Any] = {"cell": cell, "test_agents": int(sets["test"][2].sum()),
-                           "validation_agents": int(sets["validation"][2].sum()),
+                           "validation_agents": int(sets["validation"][2].sum()) if "validation" in sets else 0,
                            "fresh_agents": int(sets["fresh"][2].sum()) if "fresh" in sets else 0, "fits": []}
     student = None
     for seed in (int(s) for s in args.seeds.split(",")):
