@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from learners.tabular import WorldGeometry
-from learners.tabular.corners import nearest_corners
+from learners.tabular.corners import distinct_values, nearest_corners
 from tests.blackbox_worlds import toy_data, toy_world
 
 
@@ -32,3 +34,59 @@ def test_nearest_corners_are_the_nearest_reachable_rows(k):
         assert ((R[i][live] >= lo[i] - 1e-9) & (R[i][live] <= hi[i] + 1e-9)).all()  # reachable
         assert len(np.unique(R[i][live], axis=0)) == live.sum()  # each corner once, the agent never
         assert (np.abs(R[i][live] - X[i]).max(1) > 0).all()
+
+
+def _distinct_by_loop(v, x, ok, cuts):
+    """``distinct_values`` by its definition, one agent and one value at a time."""
+    out = np.zeros_like(ok)
+    side = lambda a: int(np.sum(cuts < a))  # noqa: E731 - the cuts a value lies above (left at or below a cut)
+    for i in range(len(x)):
+        for a in range(len(v)):
+            if not ok[i, a] or side(v[a]) == side(x[i]):
+                continue
+            same = [b for b in range(len(v)) if ok[i, b] and side(v[b]) == side(v[a]) and (v[b] > x[i]) == (v[a] > x[i])]
+            out[i, a] = abs(v[a] - x[i]) <= min(abs(v[b] - x[i]) for b in same)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=12, unique=True), st.lists(st.integers(0, 30), max_size=5),
+       st.lists(st.integers(0, 30), min_size=1, max_size=4), st.integers(0, 2 ** 16))
+def test_distinct_values_keep_one_value_between_two_cuts(values, cuts, agents, seed):
+    v = np.sort(np.asarray(values, float)) / 3.0
+    c = np.unique(np.asarray(cuts, float) / 3.0 + 0.1)
+    x = np.asarray(agents, float) / 3.0
+    ok = np.random.default_rng(seed).random((len(x), len(v))) < 0.8
+    ok &= np.abs(v[None, :] - x[:, None]) > 1e-12
+    np.testing.assert_array_equal(distinct_values(v, x, ok, c), _distinct_by_loop(v, x, ok, c))
+
+
+def test_values_on_a_cut_go_left_with_the_values_below_it():
+    v = np.array([1.0, 2.0, 3.0, 4.0])
+    kept = distinct_values(v, np.array([0.0]), np.ones((1, 4), bool), np.array([2.0]))
+    np.testing.assert_array_equal(kept, [[False, False, True, False]])  # 1 and 2 sit left of the cut, as the agent
+
+
+@pytest.mark.parametrize("k", [5, 40])
+def test_nearest_corners_with_cuts_are_the_nearest_distinct_reachable_rows(k):
+    world = toy_world("forest")
+    geo = WorldGeometry.of(world)
+    rows = toy_data()
+    vocab = [np.arange(geo.lower[c], geo.upper[c] + 1) if geo.numeric[c] else np.zeros(0) for c in range(rows.shape[1])]
+    cuts = [np.array([1.5, 3.5]) if geo.numeric[c] else np.zeros(0) for c in range(rows.shape[1])]
+    X = rows[np.random.default_rng(1).choice(len(rows), 12, replace=False)]
+    R, d = nearest_corners(geo, X, vocab, k, cuts=cuts)
+    lo, hi = geo.box(X)
+    for i in range(len(X)):
+        reach = rows[((rows >= lo[i] - 1e-9) & (rows <= hi[i] + 1e-9)).all(1) & (np.abs(rows - X[i]).max(1) > 0)]
+        keep = np.ones(len(reach), bool)
+        for c in np.nonzero(geo.numeric)[0]:
+            v = np.unique(reach[:, c])
+            ok = ((v != X[i, c]) & (v >= lo[i, c] - 1e-9) & (v <= hi[i, c] + 1e-9))[None, :]
+            kept = v[_distinct_by_loop(v, X[i, c:c + 1], ok, cuts[c])[0]]
+            keep &= (reach[:, c] == X[i, c]) | np.isin(reach[:, c], kept)
+        want = np.sort(geo.distance(X[i][None], reach[keep]))[:k]
+        live = np.isfinite(d[i])
+        assert live.sum() == min(k, keep.sum())
+        np.testing.assert_allclose(d[i][live], want, atol=1e-12)
+        np.testing.assert_allclose(geo.distance(X[i][None], R[i][live]), d[i][live], atol=1e-12)

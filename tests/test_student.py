@@ -48,25 +48,45 @@ def student(either) -> tuple[CornerStudent, BlackBoxModel]:
     return s, bb
 
 
+@pytest.mark.parametrize("distinct", [True, False])
 @pytest.mark.parametrize("pool", [None, 3, 8])
-def test_picks_are_the_nearest_corners_the_student_accepts(either, student, pool, monkeypatch):
+def test_picks_are_the_nearest_corners_the_student_accepts(either, student, pool, distinct, monkeypatch):
     s, _ = student
     geo = WorldGeometry.of(either)
     X = _agents(12, seed=1)
     monkeypatch.setattr("learners.tabular.student.PICK_ROWS", 40)  # the agents' pools scored a few agents at a time
     for k in (1, 3, 40):
-        got = s.picks(geo, X, VOCAB, k, pool=pool)
-        R, d = nearest_corners(geo, X, VOCAB, s.pool if pool is None else pool)
+        got = s.picks(geo, X, VOCAB, k, pool=pool, distinct=distinct)
+        R, d = nearest_corners(geo, X, VOCAB, s.pool if pool is None else pool, cuts=s.cuts(D) if distinct else None)
         for i in range(len(X)):  # the second route: a loop over the pool, nearest first
             want = [R[i, j] for j in range(R.shape[1]) if np.isfinite(d[i, j])
                     and 1.0 / (1.0 + np.exp(-s.trees_.score(R[i, j][None])[0])) > s.threshold][:k]
             assert got.shape == (len(X), k, D)
             assert np.array_equal(got[i, :len(want)], np.array(want).reshape(-1, D))
             assert np.isnan(got[i, len(want):]).all()
-    one = s.picks(geo, X[3:4], VOCAB, 3, pool=pool)  # an agent's picks do not depend on its batch
-    assert np.array_equal(np.nan_to_num(one[0], nan=-1), np.nan_to_num(s.picks(geo, X, VOCAB, 3, pool=pool)[3], nan=-1))
+    one = s.picks(geo, X[3:4], VOCAB, 3, pool=pool, distinct=distinct)  # an agent's picks do not depend on its batch
+    assert np.array_equal(np.nan_to_num(one[0], nan=-1),
+                          np.nan_to_num(s.picks(geo, X, VOCAB, 3, pool=pool, distinct=distinct)[3], nan=-1))
     with pytest.raises(ValueError, match="pool: must be >= 1"):
         s.picks(geo, X, VOCAB, 3, pool=0)
+
+
+def test_the_student_cuts_are_its_trees_split_points(either, student):
+    """The cuts (a second route: every internal node's flip point, by a loop) and the corners they keep."""
+    s, _ = student
+    want = [set() for _ in range(D)]
+    for t in s.trees_.trees:
+        upper = t.limits()[0]
+        for node in range(len(t.left)):
+            if t.left[node] >= 0:
+                want[int(t.feature[node])].add(float(upper[node]))
+    assert [sorted(w) for w in want] == [list(c) for c in s.cuts(D)]
+    assert any(40.0 <= c < 51.0 for c in s.cuts(D)[0])  # it found the tree's split of x0 (agents below 40, 51 accepted)
+    geo = WorldGeometry.of(either)
+    X = _agents(12, seed=5)
+    every, _ = nearest_corners(geo, X, VOCAB, 27)
+    told, _ = nearest_corners(geo, X, VOCAB, 27, cuts=s.cuts(D))
+    assert np.isfinite(told).all(1).sum() <= np.isfinite(every).all(1).sum()  # fewer corners, never more
 
 
 def test_the_student_learns_a_one_tree_world(either, student):
@@ -100,7 +120,12 @@ def test_the_student_survives_json(either, student):
     geo = WorldGeometry.of(either)
     X = _agents(10, seed=3)
     again = CornerStudent.from_dict(s.to_dict())
-    assert again.info_ == s.info_ and again.threshold == s.threshold
+    assert again.info_ == s.info_ and again.threshold == s.threshold and again.distinct == s.distinct
+    plain = CornerStudent.from_dict({**s.to_dict(), "distinct": False})
+    old = {k: v for k, v in s.to_dict().items() if k != "distinct"}  # saved before the option: distinct corners
+    assert not plain.distinct and CornerStudent.from_dict(old).distinct
+    assert np.array_equal(np.nan_to_num(plain.picks(geo, X, VOCAB, 5), nan=-1),
+                          np.nan_to_num(s.picks(geo, X, VOCAB, 5, distinct=False), nan=-1))
     assert np.array_equal(np.nan_to_num(again.picks(geo, X, VOCAB, 5), nan=-1),
                           np.nan_to_num(s.picks(geo, X, VOCAB, 5), nan=-1))
 
@@ -150,6 +175,9 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
     assert back.student_ is not None and np.array_equal(np.nan_to_num(a.CF, nan=-7), np.nan_to_num(b.CF, nan=-7))
     back.params.student_pool = 50  # the corners scored per agent when answering: the proposer's parameter
     want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50)
+    assert np.array_equal(np.nan_to_num(back._picks(WorldGeometry.of(world), X), nan=-7), np.nan_to_num(want, nan=-7))
+    back.params.student_distinct = False  # every corner of the pool, as the student's own default can be
+    want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50, distinct=False)
     assert np.array_equal(np.nan_to_num(back._picks(WorldGeometry.of(world), X), nan=-7), np.nan_to_num(want, nan=-7))
     with pytest.raises(ValueError, match="student_pool: must be >= 1"):
         build_tabular_generator("proposer", {"student_pool": 0})

@@ -27,17 +27,17 @@ from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import take_rows
 from learners.tabular.vocab_table import vocab_sides
 
-__all__ = ["OPTIONS_PER_FEATURE", "nearest_corners"]
+__all__ = ["OPTIONS_PER_FEATURE", "distinct_values", "nearest_corners"]
 
 OPTIONS_PER_FEATURE = 32  # each feature's nearest options kept (the k smallest sums rarely reach further)
 CORNER_BLOCK = 64  # agents enumerated at a time (memory: block x k x options)
 
 
-def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int, lo: np.ndarray, hi: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
+def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int, lo: np.ndarray, hi: np.ndarray,
+             cuts: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Raw feature ``j``'s options per agent: (N, n, w) values of its columns and (N, n) distances of the
     agent with only that change (inf where an agent has fewer), nearest first, at most
-    ``OPTIONS_PER_FEATURE``."""
+    ``OPTIONS_PER_FEATURE``; with ``cuts``, only the values ``distinct_values`` keeps."""
     cols = geo.raw_columns()[j]
     cols = cols[cols >= 0]
     N = len(X)
@@ -49,6 +49,8 @@ def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int,
         V = np.broadcast_to(v, (N, len(v)))
         side = np.where(V > X[:, c:c + 1], np.isin(v, vu)[None, :], np.isin(v, vd)[None, :])
         ok = (V >= lo[:, c:c + 1] - 1e-12) & (V <= hi[:, c:c + 1] + 1e-12) & (np.abs(V - X[:, c:c + 1]) > 1e-12) & side
+        if cuts is not None:
+            ok = distinct_values(v, X[:, c], ok, cuts[c])
         vals = V[:, :, None]
     elif kind == "group":
         eye = np.eye(len(cols))
@@ -71,6 +73,27 @@ def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int,
         np.take_along_axis(d, order, 1)
 
 
+def distinct_values(v: np.ndarray, x: np.ndarray, ok: np.ndarray, cuts: np.ndarray) -> np.ndarray:
+    """``ok`` (N, n) of one numeric column's sorted values ``v`` (n,) for agents at ``x`` (N,), keeping only
+    values a model that splits the column at ``cuts`` (sorted; a row goes left where value <= cut) tells
+    apart from the agent and from each other: none between the agent's own two cuts, and of the values
+    between two cuts only the nearest to the agent (the cheapest of a set the model scores alike). A column
+    with no cuts keeps none (the model does not read it)."""
+    key = np.searchsorted(cuts, v, side="left")  # the cuts a value lies above (nondecreasing in v)
+    ok = ok & (key[None, :] != np.searchsorted(cuts, x, side="left")[:, None])
+    up = ok & (v[None, :] > x[:, None])
+    down = ok & ~up
+    start = np.searchsorted(key, key, side="left")  # first index of each value's interval
+    stop = np.searchsorted(key, key, side="right") - 1  # and its last
+    cu = np.cumsum(up, axis=1)
+    before = np.where(start > 0, cu[:, np.maximum(start - 1, 0)], 0)
+    first_up = up & (cu - before == 1)  # above the agent: the lowest value of its interval
+    cd = np.cumsum(down[:, ::-1], axis=1)[:, ::-1]  # down values at or after each index
+    after = np.where(stop + 1 < len(v), cd[:, np.minimum(stop + 1, len(v) - 1)], 0)
+    last_down = down & (cd - after == 1)  # below the agent: the highest value of its interval
+    return first_up | last_down
+
+
 def _smallest_in_order(flat: np.ndarray, k: int) -> np.ndarray:
     """(N, min(k, Q)) per row of ``flat`` (N, Q) the indices of its ``k`` smallest entries, ties (the
     infinite ones included) to the lower index, in index order. A plain partition breaks ties by the row's
@@ -85,21 +108,23 @@ def _smallest_in_order(flat: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(~take, axis=1, kind="stable")[:, :k]  # the taken ones, in index order
 
 
-def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
+                    cuts: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(N, k, D) each agent's ``k`` nearest corners (the agent itself left out) in increasing distance, and
     (N, k) their distances; NaN rows and inf where an agent has fewer, or where a row breaks the world's
-    rules. The order is exact for a separable distance (MACE's l1, weighted or not)."""
+    rules. The order is exact for a separable distance (MACE's l1, weighted or not). ``cuts``: per encoded
+    column the sorted split points of a model in steps; then only corners it tells apart (``distinct_values``)."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows, dist = np.full((N, k, D), np.nan), np.full((N, k), np.inf)
     for s in range(0, N, CORNER_BLOCK):
         sl = slice(s, s + CORNER_BLOCK)
-        rows[sl], dist[sl] = _block(geo, X[sl], vocab, k)
+        rows[sl], dist[sl] = _block(geo, X[sl], vocab, k, cuts)
     return rows, dist
 
 
-def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, cuts: list[np.ndarray] | None
+           ) -> tuple[np.ndarray, np.ndarray]:
     N, D = X.shape
     lo, hi = geo.box(X)
     width = k + 1  # the agent itself is the first "corner" (every feature kept)
@@ -109,7 +134,7 @@ def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int) -
     choice = np.full((N, width, len(features)), -1, np.int64)  # per corner, each feature's option (-1: kept)
     options = []
     for f, j in enumerate(features):
-        vals, d = _options(geo, X, vocab, j, lo, hi)
+        vals, d = _options(geo, X, vocab, j, lo, hi, cuts)
         options.append(vals)
         if not d.shape[1]:
             continue

@@ -101,6 +101,7 @@ class ProposerParams:
     student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
     student_pool: int = 1000  # nearest corners per agent the student scores when answering (more: nearer picks, more ms an answer)
+    student_distinct: bool = True  # of them, only corners the student tells apart (one value between two of its splits; False: every corner)
     student_memory: str = ""  # a directory keeping the model's answers for the student (this model's only): a fit run again asks only what it lacks
 
     def __post_init__(self) -> None:
@@ -367,7 +368,8 @@ class ProposerGenerator(TabularGenerator):
         """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student)."""
         student = getattr(self, "student_", None)
         return None if student is None else student.picks(geo, X, self.vocab_, int(self.params.student_rows),
-                                                          pool=int(self.params.student_pool))
+                                                          pool=int(self.params.student_pool),
+                                                          distinct=bool(self.params.student_distinct))
 
     def _grid_share(self) -> float:
         """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""

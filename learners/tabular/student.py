@@ -54,6 +54,7 @@ class CornerStudent:
     max_iter: int = 400  # the classifier's boosting iterations
     max_leaf_nodes: int = 63  # and leaves per tree
     max_depth: int = 10  # and depth (its trees then descend as complete trees: an answer's picks in milliseconds)
+    distinct: bool = True  # score only corners the student tells apart (per numeric feature, one value between two of its splits)
 
     def fit(self, world: Any, geo: WorldGeometry, agents: np.ndarray, vocab: list[np.ndarray], *, drawn: int = 10000,
             corners: int = 200, seed: int = 0, memory: str | Path | None = None, call_rows: int = CALL_ROWS,
@@ -96,17 +97,20 @@ class CornerStudent:
         return self
 
     def picks(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
-              pool: int | None = None) -> np.ndarray:
+              pool: int | None = None, distinct: bool | None = None) -> np.ndarray:
         """(N, k, D) per agent the first ``k`` of its ``pool`` (default: the student's own) nearest corners whose
-        P(accept) by the student is above ``threshold``, nearest first; NaN padded where fewer are."""
+        P(accept) by the student is above ``threshold``, nearest first; NaN padded where fewer are. ``distinct``
+        (default: the student's own): only corners the student tells apart (``corners.distinct_values``)."""
         X = np.atleast_2d(np.asarray(X, float))
         pool = int(self.pool if pool is None else pool)
         if pool < 1:
             raise ValueError(f"pool: must be >= 1, got {pool!r}")
         block = max(1, PICK_ROWS // pool)
         if len(X) > block:  # memory: N x pool x D corners at once
-            return np.concatenate([self.picks(geo, X[i:i + block], vocab, k, pool=pool) for i in range(0, len(X), block)])
-        R, d = nearest_corners(geo, X, vocab, pool)
+            return np.concatenate([self.picks(geo, X[i:i + block], vocab, k, pool=pool, distinct=distinct)
+                                   for i in range(0, len(X), block)])
+        distinct = self.distinct if distinct is None else bool(distinct)
+        R, d = nearest_corners(geo, X, vocab, pool, cuts=self.cuts(X.shape[1]) if distinct else None)
         live = np.isfinite(d)
         margin = np.full(d.shape, -np.inf)
         if live.any():
@@ -119,17 +123,32 @@ class CornerStudent:
             out = np.concatenate([out, np.full((len(X), int(k) - out.shape[1], X.shape[1]), np.nan)], axis=1)
         return out
 
+    def cuts(self, columns: int) -> list[np.ndarray]:
+        """Per encoded column, the sorted points where the student's trees split it (a row goes left at or
+        below one: ``Tree.limits``), computed once."""
+        hit = self.__dict__.get("_cuts")
+        if hit is None or len(hit) != columns:
+            at: list[list[np.ndarray]] = [[] for _ in range(columns)]
+            for t in self.trees_.trees:
+                inner = t.left >= 0
+                upper = t.limits()[0]
+                for c in np.unique(t.feature[inner]):
+                    at[int(c)].append(upper[inner & (t.feature == c)])
+            hit = [np.unique(np.concatenate(a)) if a else np.zeros(0) for a in at]
+            self.__dict__["_cuts"] = hit
+        return hit
+
     def to_dict(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "pool": self.pool, "max_iter": self.max_iter,
-                "max_leaf_nodes": self.max_leaf_nodes, "max_depth": self.max_depth, "info": self.info_,
-                "trees": self.trees_.to_dict()}
+                "max_leaf_nodes": self.max_leaf_nodes, "max_depth": self.max_depth, "distinct": self.distinct,
+                "info": self.info_, "trees": self.trees_.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CornerStudent:
         from envs.models import model_from_dict
 
         student = cls(float(d["threshold"]), int(d["pool"]), int(d["max_iter"]), int(d["max_leaf_nodes"]),
-                      int(d["max_depth"]))
+                      int(d["max_depth"]), bool(d.get("distinct", True)))
         student.trees_ = model_from_dict({"kind": "tree_ensemble", **d["trees"]})
         student.info_ = dict(d.get("info", {}))
         return student
