@@ -2,6 +2,7 @@
 
     python benchmarks/corner_pool_cap.py                     # Credit forest, 400 validation and 400 fresh agents
     python benchmarks/corner_pool_cap.py --cells german/forest,credit/forest,adult/forest --pools 1000,10000
+    python benchmarks/corner_pool_cap.py --distinct --pools 256,1000,3000,10000   # and of distinct corners
 
 The student (``learners/tabular/student.py``) scores an agent's nearest ``student_pool`` vocabulary corners and
 its likeliest accepted ones lead round one. Here the forest itself judges them (a white box: an oracle, not a
@@ -29,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.blackbox_generators import add_label_arguments, cell_labels, with_cell_defaults  # noqa: E402
 from benchmarks.student_forests import agent_sets, parse_pools  # noqa: E402
 from learners.tabular.budget_search import value_vocabulary  # noqa: E402
-from learners.tabular.corners import nearest_corners  # noqa: E402
+from learners.tabular.corners import nearest_corners, split_cuts  # noqa: E402
 from learners.tabular.geometry import WorldGeometry  # noqa: E402
 
 OUT = Path("benchmarks/results")
@@ -37,12 +38,13 @@ BLOCK = 25  # agents whose pools are listed and judged at a time (memory: BLOCK 
 
 
 def pool_caps(world: Any, geo: WorldGeometry, X: np.ndarray, mace_d: np.ndarray, ok: np.ndarray,
-              vocab: list[np.ndarray], pools: list[int]) -> dict[str, dict[str, float]]:
+              vocab: list[np.ndarray], pools: list[int], cuts: list[np.ndarray] | None = None
+              ) -> dict[str, dict[str, float]]:
     """Per pool: the share of agents (MACE solved) whose nearest accepted corner is within 1% of MACE, and the
-    share with any accepted corner among their nearest ``pool``."""
+    share with any accepted corner among their nearest ``pool`` (with ``cuts``: distinct corners only)."""
     first = {p: [] for p in pools}
     for lo in range(0, len(X), BLOCK):
-        R, d = nearest_corners(geo, X[lo:lo + BLOCK], vocab, max(pools))
+        R, d = nearest_corners(geo, X[lo:lo + BLOCK], vocab, max(pools), cuts=cuts)
         live = np.isfinite(d)
         yes = np.zeros(d.shape, bool)
         yes[live] = np.asarray(world.accepts(R[live]), bool)
@@ -65,11 +67,14 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     sets = agent_sets(c, tl, args)
     pools = parse_pools(args.pools, "--pools")
     out: dict[str, Any] = {"cell": cell, "pools": pools, "sets": {}}
+    kinds = {"every": None, "distinct": split_cuts(world.model, len(geo.lower))} if args.distinct else {"every": None}
     for name, (X, dist, ok) in sets.items():
-        out["sets"][name] = {"agents": int(ok.sum()),
-                             **pool_caps(world, geo, np.asarray(X, float), np.asarray(dist, float), ok, vocab, pools)}
-        print(f"[{cell}] {name}: " + ", ".join(f"{p} {out['sets'][name][str(p)]['within_1pct']:.3f}" for p in pools),
-              flush=True)
+        for kind, cuts in kinds.items():
+            key = name if kind == "every" else f"{name}, distinct"
+            out["sets"][key] = {"agents": int(ok.sum()), **pool_caps(world, geo, np.asarray(X, float),
+                                                                     np.asarray(dist, float), ok, vocab, pools, cuts)}
+            print(f"[{cell}] {key}: " + ", ".join(f"{p} {out['sets'][key][str(p)]['within_1pct']:.3f}" for p in pools),
+                  flush=True)
     return out
 
 
@@ -77,7 +82,9 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     pools = sorted({p for c in cells for p in c["pools"]})
     lines = ["# The cap a corner pool sets on a student's first pick (issue 56)", "", f"`{command}`", "",
              "Per agent, the nearest corner the forest itself accepts (white box: an oracle) among its nearest k "
-             "vocabulary corners; the share within 1% of MACE, and in brackets the share with any accepted corner.", "",
+             "vocabulary corners; the share within 1% of MACE, and in brackets the share with any accepted corner. Rows "
+             "marked *distinct*: only corners the forest tells apart (per numeric feature, the nearest value between two "
+             "of its splits, `corners.distinct_values`; a student uses its own splits).", "",
              "| cell | agents |" + "".join(f" {p:,} corners |" for p in pools), "|---|---|" + "---:|" * len(pools)]
     for c in cells:
         for name, s in c["sets"].items():
@@ -93,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pools", default="256,1000,3000,10000,20000", help="corners per agent, one column each")
     p.add_argument("--val-agents", type=int, default=400, help="validation agents per cell (0: none)")
     p.add_argument("--fresh-agents", type=int, default=400, help="fresh real agents per cell (0: none)")
+    p.add_argument("--distinct", action="store_true", help="also the caps of distinct corners (the forest's own splits)")
     p.add_argument("--out", default=str(OUT), help="results directory")
     args = with_cell_defaults(p.parse_args(argv))
     parse_pools(args.pools, "--pools")  # a bad list stops the run before any work

@@ -42,14 +42,23 @@ def stop_pool(pool: Any, timeout_s: float = PROCESS_STOP_S) -> None:
             p.kill()
             p.join(1.0)
     pool.shutdown(wait=False, cancel_futures=True)
+    manager = getattr(pool, "_executor_manager_thread", None)  # it holds the pool's queues until it sees the end
+    if manager is not None:
+        manager.join(max(0.1, deadline - time.monotonic()))
 
 
 def stop_resource_tracker(timeout_s: float = 2.0) -> None:
     """End multiprocessing's resource tracker process (started with the fallback process; it ignores
     SIGTERM and SIGINT and ends only when its pipe closes): close the pipe and reap it, waiting at most
-    ``timeout_s`` (on a daemon thread, so a tracker that does not end cannot hold the shutdown)."""
+    ``timeout_s`` (on a daemon thread, so a tracker that does not end cannot hold the shutdown). Garbage is
+    collected first: a stopped pool its caller no longer holds is freed, and its queues' semaphores are unlinked
+    by their own finalizers while the tracker runs. Freed after the tracker has ended (it unlinks what is still
+    registered when it stops), each finalizer's ``sem_unlink`` would find nothing and raise an ignored
+    ``FileNotFoundError``."""
+    import gc
     from multiprocessing import resource_tracker
 
+    gc.collect()
     tracker = resource_tracker._resource_tracker
     if getattr(tracker, "_pid", None) is None:
         return

@@ -419,6 +419,7 @@ class TabularService(FallbackChain):
             pool, self._pool, self._closed = self._pool, None, True
         stop_pool(pool)
         if pool is not None:
+            pool = None  # freed by the tracker's stop (its semaphores unlinked while the tracker runs)
             stop_resource_tracker()
         if self._state_file is not None:
             Path(self._state_file).unlink(missing_ok=True)

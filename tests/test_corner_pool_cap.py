@@ -23,18 +23,19 @@ def _world() -> TabularWorld:
     return TabularWorld("toy/sum", schema, LinearModel(np.array([2.0, 1.0, 1.0]), -150.0))
 
 
-def test_each_pool_takes_the_nearest_accepted_of_its_first_corners(monkeypatch):
+@pytest.mark.parametrize("cuts", [None, [np.array([50.0, 80.0]), np.array([40.0]), np.array([35.0])]])
+def test_each_pool_takes_the_nearest_accepted_of_its_first_corners(monkeypatch, cuts):
     monkeypatch.setattr(corner_pool_cap, "BLOCK", 3)  # several blocks of agents
     world, geo = _world(), WorldGeometry.of(_world())
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.uniform(0, 40, 8), rng.uniform(0, 30, 8), rng.uniform(0, 30, 8)]).round(1)
-    R, d = nearest_corners(geo, X, VOCAB, 80)
+    R, d = nearest_corners(geo, X, VOCAB, 80, cuts=cuts)
     mace_d = np.empty(len(X))
     for i in range(len(X)):  # "MACE": the nearest accepted corner of all, so a pool that holds it is exact
         yes = [j for j in range(R.shape[1]) if np.isfinite(d[i, j]) and world.accepts(R[i, j][None])[0]]
         mace_d[i] = d[i, yes[0]] if yes else 1.0
     ok = np.ones(len(X), bool)
-    got = pool_caps(world, geo, X, mace_d, ok, VOCAB, [1, 4, 80])
+    got = pool_caps(world, geo, X, mace_d, ok, VOCAB, [1, 4, 80], cuts)
     for p in (1, 4, 80):  # the second route: a loop over each agent's first p corners
         within, found = [], []
         for i in range(len(X)):

@@ -21,13 +21,15 @@ for a model in steps, go to the nearest corners not yet asked that are nearer th
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import take_rows
 from learners.tabular.vocab_table import vocab_sides
 
-__all__ = ["OPTIONS_PER_FEATURE", "distinct_values", "nearest_corners"]
+__all__ = ["OPTIONS_PER_FEATURE", "distinct_values", "nearest_corners", "split_cuts"]
 
 OPTIONS_PER_FEATURE = 32  # each feature's nearest options kept (the k smallest sums rarely reach further)
 CORNER_BLOCK = 64  # agents enumerated at a time (memory: block x k x options)
@@ -92,6 +94,19 @@ def distinct_values(v: np.ndarray, x: np.ndarray, ok: np.ndarray, cuts: np.ndarr
     after = np.where(stop + 1 < len(v), cd[:, np.minimum(stop + 1, len(v) - 1)], 0)
     last_down = down & (cd - after == 1)  # below the agent: the highest value of its interval
     return first_up | last_down
+
+
+def split_cuts(model: Any, columns: int) -> list[np.ndarray]:
+    """Per encoded column, the sorted points where a tree ensemble (``envs.models.TreeEnsemble``) splits it: a
+    row goes left at or below one (``Tree.limits``, exact for float32 splits too); the ``cuts`` of
+    ``nearest_corners``."""
+    at: list[list[np.ndarray]] = [[] for _ in range(columns)]
+    for t in model.trees:
+        inner = t.left >= 0
+        upper = t.limits()[0]
+        for c in np.unique(t.feature[inner]):
+            at[int(c)].append(upper[inner & (t.feature == c)])
+    return [np.unique(np.concatenate(a)) if a else np.zeros(0) for a in at]
 
 
 def _smallest_in_order(flat: np.ndarray, k: int) -> np.ndarray:

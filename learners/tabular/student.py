@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from data_gen.compute import chunk_path, finished_chunks, load_chunk, run_chunks
-from learners.tabular.corners import nearest_corners
+from learners.tabular.corners import nearest_corners, split_cuts
 from learners.tabular.geometry import WorldGeometry
 
 NEAREST = 1000  # corners listed per drawn agent at fit time
@@ -124,17 +124,11 @@ class CornerStudent:
         return out
 
     def cuts(self, columns: int) -> list[np.ndarray]:
-        """Per encoded column, the sorted points where the student's trees split it (a row goes left at or
-        below one: ``Tree.limits``), computed once."""
+        """Per encoded column, the sorted points where the student's trees split it (``corners.split_cuts``),
+        computed once."""
         hit = self.__dict__.get("_cuts")
         if hit is None or len(hit) != columns:
-            at: list[list[np.ndarray]] = [[] for _ in range(columns)]
-            for t in self.trees_.trees:
-                inner = t.left >= 0
-                upper = t.limits()[0]
-                for c in np.unique(t.feature[inner]):
-                    at[int(c)].append(upper[inner & (t.feature == c)])
-            hit = [np.unique(np.concatenate(a)) if a else np.zeros(0) for a in at]
+            hit = split_cuts(self.trees_, columns)
             self.__dict__["_cuts"] = hit
         return hit
 

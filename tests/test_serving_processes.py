@@ -1,0 +1,34 @@
+"""serving/processes.py: a fallback pool stopped and multiprocessing's resource tracker ended leave nothing behind,
+neither a process nor a semaphore whose finalizer would find it unlinked (an ignored ``FileNotFoundError`` from
+``sem_unlink`` at a later garbage collection)."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+from serving.processes import stop_pool, stop_resource_tracker
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_a_stopped_pool_leaves_no_process_and_no_semaphore_to_unlink():
+    seen = []
+    old = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    try:
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        assert pool.submit(_square, 3).result() == 9
+        procs = list(pool._processes.values())
+        stop_pool(pool)
+        del pool  # the server's close() holds it no longer
+        stop_resource_tracker()
+        gc.collect()  # a later collection: the pool's semaphores were unlinked by their finalizers, not the tracker
+    finally:
+        sys.unraisablehook = old
+    assert not any(p.is_alive() for p in procs)
+    assert not [u for u in seen if isinstance(u.exc_value, FileNotFoundError)], [repr(u.exc_value) for u in seen]
