@@ -122,8 +122,9 @@ def test_the_student_survives_json(either, student):
     again = CornerStudent.from_dict(s.to_dict())
     assert again.info_ == s.info_ and again.threshold == s.threshold and again.distinct == s.distinct
     plain = CornerStudent.from_dict({**s.to_dict(), "distinct": False})
-    old = {k: v for k, v in s.to_dict().items() if k != "distinct"}  # saved before the option: distinct corners
-    assert not plain.distinct and CornerStudent.from_dict(old).distinct
+    old = {k: v for k, v in s.to_dict().items() if k != "distinct"}  # saved before the option: every corner
+    assert not plain.distinct and not CornerStudent.from_dict(old).distinct
+    assert CornerStudent.from_dict({**s.to_dict(), "distinct": True}).distinct
     assert np.array_equal(np.nan_to_num(plain.picks(geo, X, VOCAB, 5), nan=-1),
                           np.nan_to_num(s.picks(geo, X, VOCAB, 5, distinct=False), nan=-1))
     assert np.array_equal(np.nan_to_num(again.picks(geo, X, VOCAB, 5), nan=-1),
@@ -176,8 +177,8 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
     back.params.student_pool = 50  # the corners scored per agent when answering: the proposer's parameter
     want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50)
     assert np.array_equal(np.nan_to_num(back._picks(WorldGeometry.of(world), X), nan=-7), np.nan_to_num(want, nan=-7))
-    back.params.student_distinct = False  # every corner of the pool, as the student's own default can be
-    want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50, distinct=False)
+    back.params.student_distinct = True  # only the corners it tells apart, whatever the student's own default
+    want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50, distinct=True)
     assert np.array_equal(np.nan_to_num(back._picks(WorldGeometry.of(world), X), nan=-7), np.nan_to_num(want, nan=-7))
     with pytest.raises(ValueError, match="student_pool: must be >= 1"):
         build_tabular_generator("proposer", {"student_pool": 0})

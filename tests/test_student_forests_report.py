@@ -37,17 +37,17 @@ def test_each_pool_is_a_column_and_a_cell_without_it_shows_a_dash():
     assert "| 2,000,000 (0), 2,020,000 in 17 calls, 300 s |" in text
 
 
-def test_every_corner_is_the_last_column_where_a_fit_measured_it():
+def test_distinct_corners_are_the_last_column_where_a_fit_measured_them():
     new = _cell("credit/forest", True)
     for f, v in zip(new["fits"], (0.78, 0.79), strict=True):
-        f["with_every"] = {"test": v, "test_rows_median": 256.0}
-    new["pick_ms_every"] = 14.0
+        f["with_distinct"] = {"test": v, "test_rows_median": 256.0}
+    new["pick_ms_distinct"] = 14.0
     text = report([new, _cell("adult/forest", False)], "python benchmarks/student_forests.py")
-    assert "| + student, 10,000 corners | + student, every corner |" in text
+    assert "| + student, 10,000 corners | + student, distinct corners |" in text
     assert "| 0.840 0.860 (0.850) | 0.780 0.790 (0.785) |" in text
     assert "| 0.800 0.820 (0.810) | - | - |" in text  # a cell run before: dashes
     assert "| 15.0 | 120.0 | 14.0 |" in text and "| 15.0 | - | - |" in text
-    assert "+ student, every corner" not in report([_cell("adult/forest", False)], "x")  # no fit measured it: no column
+    assert "+ student, distinct corners" not in report([_cell("adult/forest", False)], "x")  # no fit measured it: no column
 
 
 def test_the_first_pool_is_the_plain_column():

@@ -101,7 +101,7 @@ class ProposerParams:
     student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
     student_pool: int = 1000  # nearest corners per agent the student scores when answering (more: nearer picks, more ms an answer)
-    student_distinct: bool = True  # of them, only corners the student tells apart (one value between two of its splits; False: every corner)
+    student_distinct: bool = False  # of them, only corners the student tells apart (one value between two of its splits; an option: Credit forest +1 point, German -1 agent of 36)
     student_memory: str = ""  # a directory keeping the model's answers for the student (this model's only): a fit run again asks only what it lacks
 
     def __post_init__(self) -> None:

@@ -54,7 +54,7 @@ class CornerStudent:
     max_iter: int = 400  # the classifier's boosting iterations
     max_leaf_nodes: int = 63  # and leaves per tree
     max_depth: int = 10  # and depth (its trees then descend as complete trees: an answer's picks in milliseconds)
-    distinct: bool = True  # score only corners the student tells apart (per numeric feature, one value between two of its splits)
+    distinct: bool = False  # score only corners the student tells apart (per numeric feature, one value between two of its splits)
 
     def fit(self, world: Any, geo: WorldGeometry, agents: np.ndarray, vocab: list[np.ndarray], *, drawn: int = 10000,
             corners: int = 200, seed: int = 0, memory: str | Path | None = None, call_rows: int = CALL_ROWS,
@@ -142,7 +142,7 @@ class CornerStudent:
         from envs.models import model_from_dict
 
         student = cls(float(d["threshold"]), int(d["pool"]), int(d["max_iter"]), int(d["max_leaf_nodes"]),
-                      int(d["max_depth"]), bool(d.get("distinct", True)))
+                      int(d["max_depth"]), bool(d.get("distinct", False)))
         student.trees_ = model_from_dict({"kind": "tree_ensemble", **d["trees"]})
         student.info_ = dict(d.get("info", {}))
         return student
