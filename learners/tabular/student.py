@@ -14,7 +14,9 @@ gradient-boosting classifier (scikit-learn) learns which the model accepts. It i
 its own trees (``envs.imported_trees.from_fitted``: compiled descent, the same margin for a row in any batch, and
 saved as JSON, no pickle). Answering, the agent's ``pool`` nearest corners are scored by the student and the
 first ``k`` it accepts with probability above ``threshold``, nearest first, lead round one: the corners a
-search without a stand-in would have to ask one by one from the nearest.
+search without a stand-in would have to ask one by one from the nearest. With ``distinct``, only the corners
+the student's own splits tell apart (``corners.distinct_values``; an option, off by default: see
+``docs/generators_log.md``, *Only the corners the student tells apart*).
 
 A heuristic, as the search is: its picks are asked of the model like any row; it learns the model, not an
 answer. Measured on 400 validation agents per forest (2 x 256, four fits): German .879 -> .899, Credit .719 ->
