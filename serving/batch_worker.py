@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from serving.processes import stop_pool, track_pool
+
 log = logging.getLogger("recourse_gym.serve")
 
 BATCH_NICE = 5  # below the server's requests, above the fallback process (serving.tabular.FALLBACK_NICE)
@@ -72,8 +74,8 @@ class BatchWorker:
             if self._pool is None:
                 import multiprocessing
 
-                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_init, initargs=(self._args, self._kwargs))
+                self._pool = track_pool(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                            initializer=_init, initargs=(self._args, self._kwargs)))
             return self._pool
 
     def start(self) -> Any:
@@ -107,6 +109,4 @@ class BatchWorker:
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            for p in list(getattr(pool, "_processes", {}).values()):
-                p.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            stop_pool(pool, timeout_s=0.5)  # SIGTERM, reaped (and forgotten by the tracker's guard)

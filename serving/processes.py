@@ -11,10 +11,19 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from typing import Any
 
 FALLBACK_NICE = 10  # the fallback thread's niceness: generator answers go first when they compete for a core
 PROCESS_STOP_S = 3.0  # a shutdown waits this long for the fallback process to end after SIGTERM, then kills it
+_LIVE_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()  # spawned pools whose semaphores the resource tracker holds
+
+
+def track_pool(pool: Any) -> Any:
+    """``pool``, remembered until :func:`stop_pool` (or its collection): while one lives, the resource tracker
+    is not ended (it would unlink that pool's semaphores, and a worker it starts again opens them by name)."""
+    _LIVE_POOLS.add(pool)
+    return pool
 
 
 def lower_priority() -> None:
@@ -45,6 +54,7 @@ def stop_pool(pool: Any, timeout_s: float = PROCESS_STOP_S) -> None:
     manager = getattr(pool, "_executor_manager_thread", None)  # it holds the pool's queues until it sees the end
     if manager is not None:
         manager.join(max(0.1, deadline - time.monotonic()))
+    _LIVE_POOLS.discard(pool)
 
 
 def stop_resource_tracker(timeout_s: float = 2.0) -> None:
@@ -54,11 +64,13 @@ def stop_resource_tracker(timeout_s: float = 2.0) -> None:
     collected first: a stopped pool its caller no longer holds is freed, and its queues' semaphores are unlinked
     by their own finalizers while the tracker runs. Freed after the tracker has ended (it unlinks what is still
     registered when it stops), each finalizer's ``sem_unlink`` would find nothing and raise an ignored
-    ``FileNotFoundError``."""
+    ``FileNotFoundError``. Nothing is ended while another tracked pool lives (another service of this process)."""
     import gc
     from multiprocessing import resource_tracker
 
     gc.collect()
+    if len(_LIVE_POOLS):
+        return
     tracker = resource_tracker._resource_tracker
     if getattr(tracker, "_pid", None) is None:
         return

@@ -46,7 +46,7 @@ import numpy as np
 
 from serving.alternatives import diverse, nearest_first
 from serving.fallback import BackgroundCache
-from serving.processes import FALLBACK_NICE, lower_priority, stop_pool, stop_resource_tracker
+from serving.processes import FALLBACK_NICE, lower_priority, stop_pool, stop_resource_tracker, track_pool
 from serving.records import RecordCodec, RecordError
 from serving.remote_model import RemoteModel
 from serving.service import InputError, ServiceError
@@ -483,8 +483,8 @@ class TabularService(FallbackChain):
                 with tempfile.NamedTemporaryFile(prefix="recourse-fallback-", suffix=".pkl", delete=False) as f:
                     f.write(pickle.dumps(state))
                 self._state_file = f.name
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_process_init, initargs=(self._state_file,))
+            self._pool = track_pool(ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                        initializer=_process_init, initargs=(self._state_file,)))
         return self._pool
 
     def _replace_pool(self, pool: Any, err: Exception) -> None:
