@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.warmup import warming_up  # noqa: E402
-from data_gen.compute import ComputeConfig  # noqa: E402
+from data_gen.compute import ComputeConfig, ray_environment  # noqa: E402
 
 Run = Callable[..., Any]  # run(work, compute, n=None): label the first n agents (None: all)
 
@@ -116,6 +116,7 @@ def measure(name: str, agents: int, workers: list[int], address: str | None) -> 
                             "agents_per_s": round(info["agents"] / local_s, 2)})
         for w in workers:
             ray.shutdown()
+            ray_environment(local=address is None)
             ray.init(address=address, num_cpus=None if address else w, include_dashboard=False,
                      log_to_driver=False)
             compute = ComputeConfig(backend="ray", address=address, n_workers=w)

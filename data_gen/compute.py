@@ -137,11 +137,22 @@ def ray_init(compute: ComputeConfig) -> Any:
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if compute.address is None:
             kwargs["num_cpus"] = compute.n_workers
-            # Ray starts its workers at nice 15; the local instance's workers are this job's work, so they run
-            # at the caller's priority (a batch on Ray beside a busy core: 24 -> 125 s at nice 15)
-            os.environ.setdefault("RAY_worker_niceness", "0")
+        ray_environment(local=compute.address is None)
         ray.init(address=compute.address, **kwargs)
     return ray
+
+
+def ray_environment(*, local: bool) -> None:
+    """Set what Ray reads from the environment before ``ray.init``, where the caller has not set it:
+    - ``RAY_TQDM_PATCH_PRINT=0``: else Ray replaces ``builtins.print`` in this process (at ``ray.shutdown`` at
+      the latest) and never puts it back, and numba cannot compile a function that uses ``print`` afterwards (its
+      own ``get_num_threads`` does: every later first call of a parallel kernel failed);
+    - ``RAY_worker_niceness=0`` for a ``local`` instance: Ray starts its workers at nice 15, and the local
+      instance's workers are this job's work, so they run at the caller's priority (a batch on Ray beside a busy
+      core: 24 -> 125 s at nice 15)."""
+    os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
+    if local:
+        os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 def _run_ray(task: ChunkTask, shared: Any, chunks: Sequence[Any], todo: list[int], compute: ComputeConfig,

@@ -40,6 +40,7 @@ def stop_pool(pool: Any, timeout_s: float = PROCESS_STOP_S) -> None:
     process holds its pipe, ends too)."""
     if pool is None:
         return
+    queues = [getattr(pool, name, None) for name in ("_call_queue", "_result_queue")]  # shutdown drops them
     procs = list((getattr(pool, "_processes", None) or {}).values())
     for p in procs:
         if p.is_alive():
@@ -54,7 +55,26 @@ def stop_pool(pool: Any, timeout_s: float = PROCESS_STOP_S) -> None:
     manager = getattr(pool, "_executor_manager_thread", None)  # it holds the pool's queues until it sees the end
     if manager is not None:
         manager.join(max(0.1, deadline - time.monotonic()))
+    release_semaphores(queues)
     _LIVE_POOLS.discard(pool)
+
+
+def release_semaphores(queues: list[Any]) -> int:
+    """Unlink the named semaphores of a stopped pool's ``queues`` now, by running their own finalizers (each runs
+    once: the collection of the lock later finds it done), and forget them in the resource tracker. Left to the
+    collector, a semaphore freed after the tracker has ended (which unlinks what is still registered) would be
+    unlinked twice, and ``sem_unlink`` would raise an ignored ``FileNotFoundError``. Returns how many it released."""
+    from multiprocessing import synchronize, util
+
+    locks = {id(lock) for q in queues if q is not None for name in ("_rlock", "_wlock", "_sem")
+             if isinstance(lock := getattr(q, name, None), synchronize.SemLock)}
+    done = 0
+    for finalizer in list(util._finalizer_registry.values()):
+        ref = getattr(finalizer, "_weakref", None)
+        if ref is not None and id(ref()) in locks and finalizer._callback is synchronize.SemLock._cleanup:
+            finalizer()
+            done += 1
+    return done
 
 
 def stop_resource_tracker(timeout_s: float = 2.0) -> None:

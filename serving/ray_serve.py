@@ -294,13 +294,15 @@ def _check(replicas: int, target_ongoing: float) -> None:
 def connect(address: str = "local", *, cpus: int | None = None) -> bool:
     """Join the Ray cluster at ``address`` ('auto': the one ``ray start`` runs here; 'HOST:6379': its head) or, for
     'local', start one here with ``cpus`` logical CPUs (default: this machine's). True when this call started Ray."""
+    from data_gen.compute import ray_environment
+
     ray, _ = _modules()
     if ray.is_initialized():
         return False
+    # a local instance's workers at nice 0, not Ray's 15: a replica would then yield to every other process of the
+    # machine, and to nothing of its own (its fallback child sits at nice 10); replicas run at 0, as serve.py
+    ray_environment(local=address == "local")
     if address == "local":
-        # Ray starts its workers at nice 15 by default: a replica would then yield to every other process of the
-        # machine, and to nothing of its own (its fallback child sits at nice 10). Replicas run at 0, as serve.py.
-        os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(address="local", num_cpus=cpus or os.cpu_count() or 1, include_dashboard=False)
         return True
     ray.init(address=address)

@@ -128,3 +128,43 @@ def test_interrupted_driver_resumes_to_the_same_dataset(tmp_path, compas):
     for field in ("cf", "distance", "delta_min", "status"):
         np.testing.assert_array_equal(getattr(resumed, field), getattr(reference, field))
     assert len(load_chunk(finished[0])["status"]) == 2
+
+
+def test_ray_leaves_print_alone_and_numba_compiles_after_it(tmp_path):
+    """After a job on Ray whose worker died, and ``ray.shutdown`` (a fresh interpreter: this module's Ray is already
+    up), the process's ``print`` is still the builtin and numba still compiles a parallel kernel. Ray replaced
+    ``print`` for its progress bars when it printed the worker's death, and numba's ``get_num_threads``, which uses
+    ``print``, then failed to compile: the set-cover labels failed in a test after a Ray batch had lost a worker."""
+    script = textwrap.dedent("""
+        import builtins
+        import time
+        import numba as nb
+        import numpy as np
+        from data_gen.compute import ComputeConfig, ray_init
+        before = builtins.print
+        ray = ray_init(ComputeConfig(backend="ray", n_workers=1))
+        assert ray.get(ray.remote(lambda v: -v).remote(-2)) == 2
+
+        def die():
+            import os, signal
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        try:  # a worker killed: the raylet's error message reaches this driver, which prints it through Ray's hook
+            ray.get(ray.remote(max_retries=0)(die).remote())
+        except Exception:
+            pass
+        time.sleep(2.0)
+        ray.shutdown()
+
+        @nb.njit(parallel=True)
+        def total(x):
+            s = 0.0
+            for i in nb.prange(min(len(x), nb.get_num_threads())):
+                s += x[i]
+            return s
+
+        print("SAME", builtins.print is before, "COMPILED", total(np.ones(4)) > 0)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert "SAME True COMPILED True" in out.stdout, out.stderr[-3000:]
