@@ -69,9 +69,12 @@ def release_semaphores(queues: list[Any]) -> int:
     locks = {id(lock) for q in queues if q is not None for name in ("_rlock", "_wlock", "_sem")
              if isinstance(lock := getattr(q, name, None), synchronize.SemLock)}
     done = 0
-    for finalizer in list(util._finalizer_registry.values()):
+    cleanup = getattr(synchronize.SemLock, "_cleanup", None)
+    if cleanup is None:  # (private API: another Python may not have it; then the collector does it, as before)
+        return 0
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
         ref = getattr(finalizer, "_weakref", None)
-        if ref is not None and id(ref()) in locks and finalizer._callback is synchronize.SemLock._cleanup:
+        if ref is not None and id(ref()) in locks and getattr(finalizer, "_callback", None) is cleanup:
             finalizer()
             done += 1
     return done
@@ -81,10 +84,9 @@ def stop_resource_tracker(timeout_s: float = 2.0) -> None:
     """End multiprocessing's resource tracker process (started with the fallback process; it ignores
     SIGTERM and SIGINT and ends only when its pipe closes): close the pipe and reap it, waiting at most
     ``timeout_s`` (on a daemon thread, so a tracker that does not end cannot hold the shutdown). Garbage is
-    collected first: a stopped pool its caller no longer holds is freed, and its queues' semaphores are unlinked
-    by their own finalizers while the tracker runs. Freed after the tracker has ended (it unlinks what is still
-    registered when it stops), each finalizer's ``sem_unlink`` would find nothing and raise an ignored
-    ``FileNotFoundError``. Nothing is ended while another tracked pool lives (another service of this process)."""
+    collected first, so that spawned objects no longer held (not only the pools :func:`stop_pool` has released,
+    :func:`release_semaphores`) unlink their semaphores while the tracker runs. Nothing is ended while another
+    tracked pool lives (another service of this process)."""
     import gc
     from multiprocessing import resource_tracker
 
