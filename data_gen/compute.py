@@ -144,9 +144,10 @@ def ray_init(compute: ComputeConfig) -> Any:
 
 def ray_environment(*, local: bool) -> None:
     """Set what Ray reads from the environment before ``ray.init``, where the caller has not set it:
-    - ``RAY_TQDM_PATCH_PRINT=0``: else Ray replaces ``builtins.print`` in this process (at ``ray.shutdown`` at
-      the latest) and never puts it back, and numba cannot compile a function that uses ``print`` afterwards (its
-      own ``get_num_threads`` does: every later first call of a parallel kernel failed);
+    - ``RAY_TQDM_PATCH_PRINT=0``: else Ray replaces ``builtins.print`` in this process the first time it prints
+      a message of its own here (a worker's death, its workers' logs) and never puts it back, and numba cannot
+      compile a function that uses ``print`` afterwards (its own ``get_num_threads`` does: the first call of any
+      parallel kernel not compiled yet failed);
     - ``RAY_worker_niceness=0`` for a ``local`` instance: Ray starts its workers at nice 15, and the local
       instance's workers are this job's work, so they run at the caller's priority (a batch on Ray beside a busy
       core: 24 -> 125 s at nice 15)."""
