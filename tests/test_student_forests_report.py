@@ -50,6 +50,13 @@ def test_distinct_corners_are_the_last_column_where_a_fit_measured_them():
     assert "+ student, distinct corners" not in report([_cell("adult/forest", False)], "x")  # no fit measured it: no column
 
 
+def test_the_report_names_the_budget_its_cells_ran_at():
+    one = _cell("credit/forest", False)
+    one["budget"] = "1x128"
+    assert "Share within 1% of MACE at 1 x 128 (per fit seed" in report([one], "x")
+    assert "at 2 x 256 (per fit seed" in report([_cell("credit/forest", False)], "x")  # a cell run before the key
+
+
 def test_the_first_pool_is_the_plain_column():
     assert [with_key(p, [1000, 10000]) for p in (1000, 10000)] == ["with", "with_10000"]
     assert parse_pools("1000,3000") == [1000, 3000]
