@@ -68,10 +68,10 @@ def release_semaphores(queues: list[Any]) -> int:
 
     locks = {id(lock) for q in queues if q is not None for name in ("_rlock", "_wlock", "_sem")
              if isinstance(lock := getattr(q, name, None), synchronize.SemLock)}
-    done = 0
     cleanup = getattr(synchronize.SemLock, "_cleanup", None)
     if cleanup is None:  # (private API: another Python may not have it; then the collector does it, as before)
         return 0
+    done = 0
     for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
         ref = getattr(finalizer, "_weakref", None)
         if ref is not None and id(ref()) in locks and getattr(finalizer, "_callback", None) is cleanup:
