@@ -155,7 +155,7 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
              "test agents of every table, validation agents drawn as the labels' agents are (the training pool's next "
              "ones), and fresh real agents (rejected test rows outside the held-out sample; German forest has none). The "
              "student is fitted once per cell (seed 0) and shared by the fits' networks. It scores each agent's nearest "
-             "1,000 vocabulary corners (`student_pool`, the default), in the next columns more of them, and in the last "
+             "1,000 vocabulary corners (`student_pool`; the first of `--student-pools`), in the next columns more of them, and in the last "
              "only those of the first pool it tells apart (`student_distinct`: per numeric feature one value between two "
              "of its splits; the same fit: only the answers change).", "",
              "| cell | agents | search without the network | proposer | proposer + student |"

@@ -36,6 +36,24 @@ def test_nearest_corners_are_the_nearest_reachable_rows(k):
         assert (np.abs(R[i][live] - X[i]).max(1) > 0).all()
 
 
+@pytest.mark.parametrize("cuts", [False, True])
+def test_a_shorter_list_is_the_head_of_a_longer_one(cuts):
+    """The student looks for its picks among an agent's nearest corners in stages (``student.STAGE_FIRST``), which
+    is its picks among the whole pool only if the k nearest corners are the first k of any longer list, ties included
+    (a step up and a step down of an integer column cost alike: 160 ties an agent here)."""
+    world = toy_world("forest")
+    geo = WorldGeometry.of(world)
+    rows = toy_data()
+    vocab = [np.arange(geo.lower[c], geo.upper[c] + 1) if geo.numeric[c] else np.zeros(0) for c in range(rows.shape[1])]
+    X = rows[np.random.default_rng(1).choice(len(rows), 40, replace=False)]
+    at = [np.array([2.5, 6.5]) if geo.numeric[c] else np.zeros(0) for c in range(rows.shape[1])] if cuts else None
+    R, d = nearest_corners(geo, X, vocab, 300, cuts=at)
+    for k in (1, 2, 7, 40, 299):
+        r, e = nearest_corners(geo, X, vocab, k, cuts=at)
+        np.testing.assert_array_equal(r, R[:, :k])
+        np.testing.assert_array_equal(e, d[:, :k])
+
+
 def _distinct_by_loop(v, x, ok, cuts):
     """``distinct_values`` by its definition, one agent and one value at a time."""
     out = np.zeros_like(ok)

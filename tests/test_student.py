@@ -48,13 +48,18 @@ def student(either) -> tuple[CornerStudent, BlackBoxModel]:
     return s, bb
 
 
+@pytest.mark.parametrize("first", [2, 256])
 @pytest.mark.parametrize("distinct", [True, False])
 @pytest.mark.parametrize("pool", [None, 3, 8])
-def test_picks_are_the_nearest_corners_the_student_accepts(either, student, pool, distinct, monkeypatch):
+def test_picks_are_the_nearest_corners_the_student_accepts(either, student, pool, distinct, first, monkeypatch):
+    """Against a loop over the whole pool, whether the corners are looked at in one stage or in several
+    (``STAGE_FIRST`` 2: 2, 6, 18, ... of them, each agent stopping once it has its k picks)."""
     s, _ = student
     geo = WorldGeometry.of(either)
     X = _agents(12, seed=1)
     monkeypatch.setattr("learners.tabular.student.PICK_ROWS", 40)  # the agents' pools scored a few agents at a time
+    monkeypatch.setattr("learners.tabular.student.STAGE_FIRST", first)
+    monkeypatch.setattr("learners.tabular.student.STAGE_GROWTH", 3)
     for k in (1, 3, 40):
         got = s.picks(geo, X, VOCAB, k, pool=pool, distinct=distinct)
         R, d = nearest_corners(geo, X, VOCAB, s.pool if pool is None else pool, cuts=s.cuts(D) if distinct else None)

@@ -100,7 +100,7 @@ class ProposerParams:
     student_agents: int = 0  # where the model answers in steps: agents drawn around the training agents whose corners it answers at fit time, for a student of it (0: none)
     student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
-    student_pool: int = 1000  # nearest corners per agent the student scores when answering (more: nearer picks, more ms an answer)
+    student_pool: int = 10000  # nearest corners per agent the student scores when answering, nearest first in stages (more: nearer picks, more ms for agents whose picks lie far)
     student_distinct: bool = False  # of them, only corners the student tells apart (one value between two of its splits; an option: Credit forest +1 point, German -1 agent of 36)
     student_memory: str = ""  # a directory keeping the model's answers for the student (this model's only): a fit run again asks only what it lacks
 
