@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from envs.black_box import Budget
+from learners.tabular.bisection import edge_bisection
 from learners.tabular.bolder import BOLD_GAIN, BOLD_SHARE, bolder
 from learners.tabular.corners import nearest_corners
 from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: read by the proposer and the tests)
@@ -94,6 +95,7 @@ SCREEN_MIN_ROWS = 512  # only where the first round has this many rows: below, t
 ADD_SHARE = 0.25  # of a refinement round's rows that a later round can shrink, the share for ``_additions``
 REACH, REACH_SHARE = True, 0.25  # smooth model, surrogate: a refinement round's share for ``reach`` rows at most
 EDGE_SHARE, EDGE_ROWS = 0.5, 64  # in steps, of a refinement round's rows, the most for the answer's edges (``answer_edges``)
+BISECT_SHARE, BISECT_ROWS = 0.25, 64  # in steps, of a refinement round's rows, the most for ``edge_bisection``
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
 
 
@@ -289,7 +291,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     (``steps.step_share``): the shrinks take ``STEP_VOCAB_STEPS`` vocabulary values and ``STEP_FRACTIONS``,
     and a changed column also goes to ``STEP_FLIPS`` vocabulary values on the other side of the agent; ahead of
     a refinement round's spread, up to ``EDGE_ROWS`` (``EDGE_SHARE`` of its rows) of the best answer's split
-    edges just inside it (``moves.answer_edges``). An agent that a refinement round brought less than 1% nearer
+    edges just inside it (``moves.answer_edges``) and up to ``BISECT_ROWS`` (``BISECT_SHARE``) of its changed columns
+    bisected between it and the refused rows that bracket them (``bisection.edge_bisection``). An agent that a refinement round brought less than 1% nearer
     gets, in the next round, a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed
     set pushed further from it (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals'
     rays that round one refused at every rung are asked in round two at the crossings their logits point to
@@ -367,6 +370,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             Ed = nearest_first(geo, X, fresh(answer_edges(geo, X, S[:, 0], vocab), asked), int(n_edge.max()),
                                np.where(found, dS[:, 0], -np.inf), n_edge)
             M = compact(np.concatenate([Ed, M], axis=1), per)
+        if steps and BISECT_ROWS:  # the answer's columns bisected between it and refused rows on their lines
+            n_bis = np.minimum(BISECT_ROWS, (BISECT_SHARE * cap).astype(np.int64))
+            Bi = nearest_first(geo, X, fresh(edge_bisection(geo, X, S[:, 0], recent), asked), int(n_bis.max()),
+                               np.where(found, dS[:, 0], -np.inf), n_bis)
+            M = compact(np.concatenate([Bi, M], axis=1), per)
         n_bold = np.where(stalled, (BOLD_SHARE * cap).astype(np.int64), 0)
         if n_bold.any():  # the last round brought these agents less than 1% nearer: their refused rows, bolder
             a = np.flatnonzero(n_bold)
