@@ -96,6 +96,7 @@ ADD_SHARE = 0.25  # of a refinement round's rows that a later round can shrink, 
 REACH, REACH_SHARE = True, 0.25  # smooth model, surrogate: a refinement round's share for ``reach`` rows at most
 EDGE_SHARE, EDGE_ROWS = 0.5, 64  # in steps, of a refinement round's rows, the most for the answer's edges (``answer_edges``)
 BISECT_SHARE, BISECT_ROWS = 0.25, 64  # in steps, of a refinement round's rows, the most for ``edge_bisection``
+BISECT_LAST = 2  # only in the last this many rounds: earlier, polishing one answer crowds out the search for a nearer set
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
 
 
@@ -370,7 +371,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             Ed = nearest_first(geo, X, fresh(answer_edges(geo, X, S[:, 0], vocab), asked), int(n_edge.max()),
                                np.where(found, dS[:, 0], -np.inf), n_edge)
             M = compact(np.concatenate([Ed, M], axis=1), per)
-        if steps and BISECT_ROWS:  # the answer's columns bisected between it and refused rows on their lines
+        if steps and BISECT_ROWS and rounds_left <= BISECT_LAST:  # the answer's columns bisected (the last rounds)
             n_bis = np.minimum(BISECT_ROWS, (BISECT_SHARE * cap).astype(np.int64))
             Bi = nearest_first(geo, X, fresh(edge_bisection(geo, X, S[:, 0], recent), asked), int(n_bis.max()),
                                np.where(found, dS[:, 0], -np.inf), n_bis)
