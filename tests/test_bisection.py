@@ -121,3 +121,21 @@ def test_a_forest_edge_no_label_has_is_found_by_bisection(both, monkeypatch):
     monkeypatch.setattr(budget_search_module, "BISECT_ROWS", 0)
     without = budget_search(BlackBoxModel(both.model), geo, X, P, Budget(8, 200), vocab=vocab, steps=True)
     assert without.distance[0] > 1.004 * optimum
+
+
+def test_bisection_is_asked_in_the_last_rounds_only(both, monkeypatch):
+    """Earlier rounds look for a nearer changed set: the bisection rows are built for the last ``BISECT_LAST``
+    refinement rounds only."""
+    geo = WorldGeometry.of(both)
+    calls = []
+    real = budget_search_module.edge_bisection
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(budget_search_module, "edge_bisection", spy)
+    X, P = np.array([[30.0, 0, 0]]), np.array([[[40.0, 51.0, 0]]])
+    budget_search(BlackBoxModel(both.model), geo, X, P, Budget(6, 600), vocab=[np.array([40.0]), np.array([51.0]),
+                                                                                np.array([])], steps=True)
+    assert len(calls) == budget_search_module.BISECT_LAST

@@ -293,7 +293,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     and a changed column also goes to ``STEP_FLIPS`` vocabulary values on the other side of the agent; ahead of
     a refinement round's spread, up to ``EDGE_ROWS`` (``EDGE_SHARE`` of its rows) of the best answer's split
     edges just inside it (``moves.answer_edges``) and up to ``BISECT_ROWS`` (``BISECT_SHARE``) of its changed columns
-    bisected between it and the refused rows that bracket them (``bisection.edge_bisection``). An agent that a refinement round brought less than 1% nearer
+    bisected between it and the refused rows that bracket them (``bisection.edge_bisection``; in the last
+    ``BISECT_LAST`` rounds). An agent that a refinement round brought less than 1% nearer
     gets, in the next round, a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed
     set pushed further from it (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals'
     rays that round one refused at every rung are asked in round two at the crossings their logits point to
