@@ -109,23 +109,27 @@ def test_bisection_rows_move_one_bracketed_column_strictly_inside_its_bracket(bo
 
 def test_a_forest_edge_no_label_has_is_found_by_bisection(both, monkeypatch):
     """The vocabulary's values are past both thresholds; the shrinks' fractions stop short of them. With the
-    bisection the search ends within 0.05% of the optimum; without it, more than 0.4% away."""
+    bisection in every refinement round the search ends within 0.05% of the optimum; without it, more than 0.4%
+    away; in the last round only (the default), nearer than without."""
     geo = WorldGeometry.of(both)
     X = np.array([[30.0, 0, 0]])
     P = np.array([[[40.0, 51.0, 0]]])
     vocab = [np.array([40.0]), np.array([51.0]), np.array([])]
     optimum = geo.distance(X, np.array([[EDGE0, EDGE1, 0]]))[0]
+    last = budget_search(BlackBoxModel(both.model), geo, X, P, Budget(8, 200), vocab=vocab, steps=True)
+    monkeypatch.setattr(budget_search_module, "BISECT_LAST", 7)  # every refinement round
     found = budget_search(BlackBoxModel(both.model), geo, X, P, Budget(8, 200), vocab=vocab, steps=True)
     assert found.found[0] and both.model.predict(found.CF)[0] == 1
     assert found.distance[0] <= 1.0005 * optimum
     monkeypatch.setattr(budget_search_module, "BISECT_ROWS", 0)
     without = budget_search(BlackBoxModel(both.model), geo, X, P, Budget(8, 200), vocab=vocab, steps=True)
     assert without.distance[0] > 1.004 * optimum
+    assert last.distance[0] < without.distance[0]  # by default, in the last round only: one step of it
 
 
 def test_bisection_is_asked_in_the_last_rounds_only(both, monkeypatch):
     """Earlier rounds look for a nearer changed set: the bisection rows are built for the last ``BISECT_LAST``
-    refinement rounds only."""
+    refinement rounds only, and not at all in a search of fewer than ``BISECT_MIN_CALLS`` round trips."""
     geo = WorldGeometry.of(both)
     calls = []
     real = budget_search_module.edge_bisection
@@ -139,3 +143,7 @@ def test_bisection_is_asked_in_the_last_rounds_only(both, monkeypatch):
     budget_search(BlackBoxModel(both.model), geo, X, P, Budget(6, 600), vocab=[np.array([40.0]), np.array([51.0]),
                                                                                 np.array([])], steps=True)
     assert len(calls) == budget_search_module.BISECT_LAST
+    calls.clear()
+    budget_search(BlackBoxModel(both.model), geo, X, P, Budget(budget_search_module.BISECT_MIN_CALLS - 1, 600),
+                  vocab=[np.array([40.0]), np.array([51.0]), np.array([])], steps=True)
+    assert not calls

@@ -8,8 +8,9 @@ crossed is not in it: the answer then stops at a vocabulary value or a fraction 
 already asked brackets one of the answer's changed columns (nearer the agent on it, and on every other column equal
 to the answer or further the same way), the edge lies between the two where the model is monotone there: ``PROBES``
 values evenly inside that bracket find it to an eighth of the bracket per round, as a black box allows (every
-value is asked). ``budget_search`` asks them in its last two rounds only: earlier, polishing one answer crowds out
-the rows that find a nearer changed set (German forest at 8 x 2,000)."""
+value is asked). ``budget_search`` asks them in the last round of a search of three round trips or more only:
+earlier, polishing one answer crowds out the rows that find a nearer changed set (German forest at 8 x 2,000), and
+at two round trips round two's rows do more in the spread (Credit forest at 2 x 256)."""
 
 from __future__ import annotations
 

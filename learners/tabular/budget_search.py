@@ -96,7 +96,8 @@ ADD_SHARE = 0.25  # of a refinement round's rows that a later round can shrink, 
 REACH, REACH_SHARE = True, 0.25  # smooth model, surrogate: a refinement round's share for ``reach`` rows at most
 EDGE_SHARE, EDGE_ROWS = 0.5, 64  # in steps, of a refinement round's rows, the most for the answer's edges (``answer_edges``)
 BISECT_SHARE, BISECT_ROWS = 0.25, 64  # in steps, of a refinement round's rows, the most for ``edge_bisection``
-BISECT_LAST = 2  # only in the last this many rounds: earlier, polishing one answer crowds out the search for a nearer set
+BISECT_LAST = 1  # only in the last this many rounds: earlier, polishing one answer crowds out the search for a nearer set
+BISECT_MIN_CALLS = 3  # and only in a search of this many round trips or more (at 2, round two's rows go to the spread)
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
 
 
@@ -294,7 +295,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     a refinement round's spread, up to ``EDGE_ROWS`` (``EDGE_SHARE`` of its rows) of the best answer's split
     edges just inside it (``moves.answer_edges``) and up to ``BISECT_ROWS`` (``BISECT_SHARE``) of its changed columns
     bisected between it and the refused rows that bracket them (``bisection.edge_bisection``; in the last
-    ``BISECT_LAST`` rounds). An agent that a refinement round brought less than 1% nearer
+    ``BISECT_LAST`` rounds of a search of ``BISECT_MIN_CALLS`` round trips or more). An agent that a refinement round brought less than 1% nearer
     gets, in the next round, a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed
     set pushed further from it (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals'
     rays that round one refused at every rung are asked in round two at the crossings their logits point to
@@ -372,7 +373,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             Ed = nearest_first(geo, X, fresh(answer_edges(geo, X, S[:, 0], vocab), asked), int(n_edge.max()),
                                np.where(found, dS[:, 0], -np.inf), n_edge)
             M = compact(np.concatenate([Ed, M], axis=1), per)
-        if steps and BISECT_ROWS and rounds_left <= BISECT_LAST:  # the answer's columns bisected (the last rounds)
+        if steps and BISECT_ROWS and rounds_left <= BISECT_LAST and int(budget.calls) >= BISECT_MIN_CALLS:  # bisected
             n_bis = np.minimum(BISECT_ROWS, (BISECT_SHARE * cap).astype(np.int64))
             Bi = nearest_first(geo, X, fresh(edge_bisection(geo, X, S[:, 0], recent), asked), int(n_bis.max()),
                                np.where(found, dS[:, 0], -np.inf), n_bis)
