@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import learners.tabular.bisection as bisection_module
 import learners.tabular.budget_search as budget_search_module
 from envs.black_box import BlackBoxModel, Budget
 from envs.models import Tree, TreeEnsemble
@@ -64,7 +65,7 @@ def _brackets_by_loop(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, R: np.nd
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_line_brackets_are_the_largest_refused_fraction_on_each_changed_columns_line(both, seed):
+def test_line_brackets_are_the_largest_refused_fraction_on_each_changed_columns_line(both, seed, monkeypatch):
     geo = WorldGeometry.of(both)
     rng = np.random.default_rng(seed)
     N, Q = 6, 40
@@ -82,6 +83,8 @@ def test_line_brackets_are_the_largest_refused_fraction_on_each_changed_columns_
         j = other[a, r]
         R[a, r, j] += shift * np.sign(B[a, j] - X[a, j] + 1e-9)
     R[rng.random((N, Q)) < 0.1] = np.nan
+    assert np.array_equal(line_brackets(geo, X, B, R), _brackets_by_loop(geo, X, B, R), equal_nan=True)
+    monkeypatch.setattr(bisection_module, "BLOCK", 4)  # blocks of agents: the same brackets
     assert np.array_equal(line_brackets(geo, X, B, R), _brackets_by_loop(geo, X, B, R), equal_nan=True)
     assert np.isnan(line_brackets(geo, X, B, R[:, :0])).all()
 

@@ -19,6 +19,7 @@ import numpy as np
 from learners.tabular.geometry import WorldGeometry
 
 PROBES = 7  # values per bracketed column and round, evenly inside its bracket
+BLOCK = 64  # agents whose brackets are found at a time
 
 
 def line_brackets(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, R: np.ndarray) -> np.ndarray:
@@ -31,6 +32,10 @@ def line_brackets(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, R: np.ndarra
     N, D = X.shape
     out = np.full((N, D), np.nan)
     if not R.shape[1]:
+        return out
+    if N > BLOCK:  # a block of agents at a time (memory: N x Q x D per array)
+        for lo in range(0, N, BLOCK):
+            out[lo:lo + BLOCK] = line_brackets(geo, X[lo:lo + BLOCK], B[lo:lo + BLOCK], R[lo:lo + BLOCK])
         return out
     live = ~np.isnan(R).any(-1) & ~np.isnan(B).any(-1)[:, None]  # (N, Q)
     dB, dR = (B - X)[:, None, :], R - X[:, None, :]
