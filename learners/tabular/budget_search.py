@@ -84,6 +84,8 @@ from learners.tabular.steps import corner_grid
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # round one's rays (first_round.SCALES) further in a later round, for an agent none of whose rows was accepted
 SPARE_DONORS = 64  # the training neighbours' transplants offered to a round's unused rows
 CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows
+WIDE_CORNERS = 5  # in a search of WIDE_MIN_ROWS rows or more, this many corners per row of its budget instead
+WIDE_MIN_ROWS = 2000  # (a set no proposal named, nearer than the answer: there the rows are to spare)
 BRACKET_ROWS = 512  # the latest rejected rows per agent that bracket the starts' rays (memory: N x T x rows x D)
 STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest of each changed set first)
 MAX_STARTS = 6  # and up to this many where a round has the rows
@@ -227,6 +229,11 @@ def _helper() -> ThreadPoolExecutor | None:
     return pool
 
 
+def _corner_count(rows: int) -> int:
+    """The nearest corners per agent offered to a round's unused rows in a search of ``rows`` rows an answer."""
+    return rows * WIDE_CORNERS if rows >= WIDE_MIN_ROWS else min(rows, CORNERS)
+
+
 def _ahead(pool: ThreadPoolExecutor, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] | None, corners: int,
            go: threading.Event) -> Future | None:
     """``_agents_own_rows`` started on the helper thread ``pool``, to be built while round one's call waits on
@@ -320,10 +327,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             C = np.concatenate([C, compact(screens(geo, X, vocab), n_screen)], axis=1)
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
     C = fresh(C)  # rays, snaps and grids meet: each row once
-    n_corners = min(int(budget.rows), CORNERS) if steps and vocab is not None else 0
+    n_corners = _corner_count(int(budget.rows)) if steps and vocab is not None else 0
     go = threading.Event()  # the helper's jobs wait for the call
     pool = _helper() if int(budget.calls) > 1 else None  # one pool for both jobs (None: none of them)
-    ahead = _ahead(pool, geo, X, vocab, n_corners, go) if pool is not None else None
+    ahead_ok = pool is not None and len(X) * n_corners <= AHEAD_AGENTS * CORNERS  # memory: agents x corners x D
+    ahead = _ahead(pool, geo, X, vocab, n_corners, go) if ahead_ok else None
     guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab) if ahead is not None and not steps else None
     guess = (guess[0], pool.submit(_when, go, guess[1])) if guess is not None else None
     ok, used, proba = _accept(model, geo, X, C, threshold, go)
@@ -432,8 +440,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         spare = np.flatnonzero(found & ((~np.isnan(M).any(-1)).sum(1) < cap))
         if len(spare):  # rows the moves leave unused: single-feature screens and additions nearer than the answer
             E = np.full((len(spare), per, D), np.nan)
-            for lo in range(0, len(spare), MOVE_BLOCK):  # a block of agents at a time (memory: corners x D)
-                a = spare[lo:lo + MOVE_BLOCK]
+            block = max(1, MOVE_BLOCK * CORNERS // max(n_corners, CORNERS))  # a block of agents at a time (memory:
+            for lo in range(0, len(spare), block):  # corners x D)
+                a = spare[lo:lo + block]
                 Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
                 parts = [Sc, _additions(geo, X[a], S[a, 0], vocab, Sc)]
                 if n_corners:  # in steps: the vocabulary's corners, nearest first (corners.py)
@@ -442,7 +451,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                 if donors is not None and rounds_left > 1:  # a round to follow: the neighbours' sets nearer than it
                     parts.append(_projected(geo, X[a], [np.asarray(donors(a, np.zeros(len(a), np.int64),
                                                                        SPARE_DONORS), float)]))
-                E[lo:lo + MOVE_BLOCK] = nearest_first(geo, X[a], fresh(np.concatenate(parts, axis=1), asked[a]), per,
+                E[lo:lo + block] = nearest_first(geo, X[a], fresh(np.concatenate(parts, axis=1), asked[a]), per,
                                                       dS[a, 0], cap[a])
             M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)
             M[spare] = compact(np.concatenate([M[spare], E], axis=1), M.shape[1])  # all kept until the repeats go

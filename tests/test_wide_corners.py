@@ -1,0 +1,70 @@
+"""A search of ``WIDE_MIN_ROWS`` rows or more offers its unused rows ``WIDE_CORNERS`` nearest vocabulary corners per row
+of its budget (``budget_search._corner_count``): a changed set no proposal names, nearer than the answer and past an
+agent's first 1,000 corners, is reached; below that budget the count is as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import learners.tabular.budget_search as budget_search_module
+from envs.black_box import BlackBoxModel, Budget
+from envs.schema import Feature, FeatureSchema
+from envs.tabular import TabularWorld
+from learners.tabular import WorldGeometry
+from learners.tabular.budget_search import CORNERS, WIDE_CORNERS, WIDE_MIN_ROWS, _corner_count, budget_search
+from learners.tabular.corners import nearest_corners
+
+
+class TwoSets:
+    """Accepts (x0 >= 60 and x3 >= 60) or (x1 >= 90 and x2 >= 90): a model in steps, its probability 0 or 1 (no
+    slope to follow)."""
+
+    n_features = 4
+
+    def predict_proba(self, X):
+        X = np.atleast_2d(X)
+        p = (((X[:, 0] >= 60) & (X[:, 3] >= 60)) | ((X[:, 1] >= 90) & (X[:, 2] >= 90))).astype(float)
+        return np.column_stack([1 - p, p])
+
+    def predict(self, X):
+        return self.predict_proba(X)[:, 1] > 0.5
+
+
+@pytest.fixture(scope="module")
+def geo() -> WorldGeometry:
+    schema = FeatureSchema(tuple(Feature(f"x{j}", "numeric", 0.0, 100.0) for j in range(4)))
+    from envs.models import LinearModel  # the world's own model is not what the search asks
+
+    return WorldGeometry.of(TabularWorld("toy/two-sets", schema, LinearModel(np.ones(4), -1.0)))
+
+
+VOCAB = [np.arange(10.0, 101.0, 10.0)] * 4
+X = np.zeros((1, 4))
+P = np.array([[[0.0, 95.0, 95.0, 0.0]]])  # the proposal names the far set only
+OPTIMUM = np.array([[60.0, 0.0, 0.0, 60.0]])
+
+
+def test_the_optimum_lies_past_the_first_thousand_corners(geo):
+    R, d = nearest_corners(geo, X, VOCAB, 5000)
+    rank = int(np.flatnonzero((R[0] == OPTIMUM[0]).all(1))[0])
+    assert CORNERS < rank < WIDE_CORNERS * WIDE_MIN_ROWS
+    assert geo.distance(X, OPTIMUM)[0] < geo.distance(X, np.array([[0.0, 90.0, 90.0, 0.0]]))[0]
+
+
+def test_a_wide_search_reaches_a_set_no_proposal_names(geo, monkeypatch):
+    """With the bolder rows off (they too reach this toy's optimum, pushing its refused corners further): the wide
+    corners reach the optimum, the first 1,000 alone do not."""
+    monkeypatch.setattr(budget_search_module, "BOLD_SHARE", 0.0)
+    model = TwoSets()
+    wide = budget_search(BlackBoxModel(model), geo, X, P, Budget(8, 2000), vocab=VOCAB, steps=True)
+    assert wide.found[0] and model.predict(wide.CF)[0]
+    assert wide.distance[0] == pytest.approx(geo.distance(X, OPTIMUM)[0])
+    monkeypatch.setattr(budget_search_module, "WIDE_MIN_ROWS", 10 ** 9)  # the first 1,000 corners only
+    narrow = budget_search(BlackBoxModel(model), geo, X, P, Budget(8, 2000), vocab=VOCAB, steps=True)
+    assert narrow.found[0] and narrow.distance[0] > 1.1 * wide.distance[0]
+
+
+def test_the_corner_count_below_the_wide_budget_is_as_before():
+    assert _corner_count(256) == 256 and _corner_count(1000) == CORNERS and _corner_count(WIDE_MIN_ROWS - 1) == CORNERS
+    assert _corner_count(WIDE_MIN_ROWS) == WIDE_CORNERS * WIDE_MIN_ROWS
