@@ -83,7 +83,7 @@ from learners.tabular.steps import corner_grid
 
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # round one's rays (first_round.SCALES) further in a later round, for an agent none of whose rows was accepted
 SPARE_DONORS = 64  # the training neighbours' transplants offered to a round's unused rows
-CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows
+CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows (below WIDE_MIN_ROWS)
 WIDE_CORNERS = 5  # in a search of WIDE_MIN_ROWS rows or more, this many corners per row of its budget instead
 WIDE_MIN_ROWS = 2000  # (a set no proposal named, nearer than the answer: there the rows are to spare)
 BRACKET_ROWS = 512  # the latest rejected rows per agent that bracket the starts' rays (memory: N x T x rows x D)
@@ -440,8 +440,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         spare = np.flatnonzero(found & ((~np.isnan(M).any(-1)).sum(1) < cap))
         if len(spare):  # rows the moves leave unused: single-feature screens and additions nearer than the answer
             E = np.full((len(spare), per, D), np.nan)
-            block = max(1, MOVE_BLOCK * CORNERS // max(n_corners, CORNERS))  # a block of agents at a time (memory:
-            for lo in range(0, len(spare), block):  # corners x D)
+            block = max(1, MOVE_BLOCK * CORNERS // max(n_corners, CORNERS))  # agents at a time (memory: corners x D)
+            for lo in range(0, len(spare), block):
                 a = spare[lo:lo + block]
                 Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
                 parts = [Sc, _additions(geo, X[a], S[a, 0], vocab, Sc)]
@@ -452,7 +452,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                     parts.append(_projected(geo, X[a], [np.asarray(donors(a, np.zeros(len(a), np.int64),
                                                                        SPARE_DONORS), float)]))
                 E[lo:lo + block] = nearest_first(geo, X[a], fresh(np.concatenate(parts, axis=1), asked[a]), per,
-                                                      dS[a, 0], cap[a])
+                                                 dS[a, 0], cap[a])
             M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)
             M[spare] = compact(np.concatenate([M[spare], E], axis=1), M.shape[1])  # all kept until the repeats go
             M = fresh(M, asked)[:, :per]
