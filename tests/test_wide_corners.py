@@ -12,8 +12,16 @@ from envs.black_box import BlackBoxModel, Budget
 from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
 from learners.tabular import WorldGeometry
-from learners.tabular.budget_search import CORNERS, WIDE_CORNERS, WIDE_MIN_ROWS, _corner_count, budget_search
+from learners.tabular.budget_search import (
+    CORNERS,
+    WIDE_CORNERS,
+    WIDE_MIN_ROWS,
+    _corner_count,
+    _corners_below,
+    budget_search,
+)
 from learners.tabular.corners import nearest_corners
+from learners.tabular.rows import nearest_first
 
 
 class TwoSets:
@@ -68,3 +76,26 @@ def test_a_wide_search_reaches_a_set_no_proposal_names(geo, monkeypatch):
 def test_the_corner_count_below_the_wide_budget_is_as_before():
     assert _corner_count(256) == 256 and _corner_count(1000) == CORNERS and _corner_count(WIDE_MIN_ROWS - 1) == CORNERS
     assert _corner_count(WIDE_MIN_ROWS) == WIDE_CORNERS * WIDE_MIN_ROWS
+
+
+@pytest.mark.parametrize("k", [256, 5000])
+def test_corners_cut_at_the_answer_keep_the_rows_the_search_would_take(geo, k):
+    """``_corners_below`` carries only the corners up to the last one nearer than an answer (and builds those past
+    the first ``CORNERS`` only where they can be nearer): ``nearest_first`` takes the same rows from them as from
+    every corner, for answers near and far; and fewer are carried when the answers are near."""
+    rng = np.random.default_rng(k)
+    X = rng.choice([0.0, 10.0, 20.0], size=(6, 4))
+    full, dist = nearest_corners(geo, X, VOCAB, k)
+    below = np.array([0.05, 0.3, 0.8, 1.5, 2.5, np.nextafter(dist[5, 40], 0)])
+    cut = _corners_below(geo, X, VOCAB, k, below)
+    assert cut.shape[1] <= k
+    same = ~np.isnan(cut).any(-1)  # past an agent's first CORNERS, unbuilt where none can be nearer: NaN
+    assert np.array_equal(cut[same], full[:, :cut.shape[1]][same])
+    for rows in (8, 64, 512):
+        assert np.array_equal(nearest_first(geo, X, cut, rows, below), nearest_first(geo, X, full, rows, below),
+                              equal_nan=True)
+    own = _corners_below(geo, X, VOCAB, k, below, own=full)  # built ahead: cut the same way
+    assert own.shape == cut.shape
+    assert np.array_equal(nearest_first(geo, X, own, 64, below), nearest_first(geo, X, full, 64, below), equal_nan=True)
+    near = _corners_below(geo, X, VOCAB, k, np.full(6, 0.1))
+    assert near.shape[1] < full.shape[1] and (geo.distance(X[:, None, :], near[:, -1:])[:, 0] < 0.1 * (1 + 1e-9)).any()

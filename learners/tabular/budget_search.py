@@ -193,6 +193,29 @@ def _agents_own_rows(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] 
     return screens(geo, X, vocab), (nearest_corners(geo, X, vocab, corners)[0] if corners else None)
 
 
+
+def _corners_below(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, below: np.ndarray,
+                   own: np.ndarray | None = None) -> np.ndarray:
+    """(N, k', D) the agents' nearest ``k`` corners (``own``: built already) up to the last one nearer than
+    ``below`` (N,) of any of them: ``nearest_first`` keeps the same rows, and far fewer are carried once the answers
+    are near. Past the first ``CORNERS``, only for the agents whose ``CORNERS``-th corner is still nearer than
+    their answer (or not known: it broke a rule), since every later corner is farther."""
+    if own is not None:
+        R = own
+        d = np.full(R.shape[:2], np.inf)
+        n_i, q_i = np.nonzero(~np.isnan(R).any(-1))
+        d[n_i, q_i] = geo.distance(X[n_i], R[n_i, q_i])
+    else:
+        R, d = nearest_corners(geo, X, vocab, min(k, CORNERS))
+        more = np.flatnonzero(~(d[:, -1] >= below * (1 + 1e-9))) if k > CORNERS else np.zeros(0, np.int64)
+        if len(more):  # inf (a rule broken, or fewer corners) compares False: built
+            R = np.pad(R, ((0, 0), (0, k - R.shape[1]), (0, 0)), constant_values=np.nan)
+            d = np.pad(d, ((0, 0), (0, k - d.shape[1])), constant_values=np.inf)
+            R[more], d[more] = nearest_corners(geo, X[more], vocab, k)
+    near = d < below[:, None] * (1 + 1e-9)  # a superset of what nearest_first keeps (it measures them again)
+    last = np.where(near, np.arange(d.shape[1])[None, :], -1).max(1, initial=-1)
+    return R[:, : int(last.max(initial=-1)) + 1]
+
 _AHEAD: dict[int, ThreadPoolExecutor] = {}  # per process id: a forked child has none of its parent's threads
 _RUNNING = [0]  # searches in flight in this process (``_counted``)
 _CALL_SECONDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per model, the seconds its last call took
@@ -446,8 +469,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                 Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
                 parts = [Sc, _additions(geo, X[a], S[a, 0], vocab, Sc)]
                 if n_corners:  # in steps: the vocabulary's corners, nearest first (corners.py)
-                    parts.append(own_corners[a] if own_corners is not None else
-                                 nearest_corners(geo, X[a], vocab, n_corners)[0])
+                    parts.append(_corners_below(geo, X[a], vocab, n_corners, dS[a, 0],
+                                                None if own_corners is None else own_corners[a]))
                 if donors is not None and rounds_left > 1:  # a round to follow: the neighbours' sets nearer than it
                     parts.append(_projected(geo, X[a], [np.asarray(donors(a, np.zeros(len(a), np.int64),
                                                                        SPARE_DONORS), float)]))
