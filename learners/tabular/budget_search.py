@@ -193,7 +193,6 @@ def _agents_own_rows(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray] 
     return screens(geo, X, vocab), (nearest_corners(geo, X, vocab, corners)[0] if corners else None)
 
 
-
 def _corners_below(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, below: np.ndarray,
                    own: np.ndarray | None = None) -> np.ndarray:
     """(N, k', D) the agents' nearest ``k`` corners (``own``: built already) up to the last one nearer than
@@ -215,6 +214,7 @@ def _corners_below(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k
     near = d < below[:, None] * (1 + 1e-9)  # a superset of what nearest_first keeps (it measures them again)
     last = np.where(near, np.arange(d.shape[1])[None, :], -1).max(1, initial=-1)
     return R[:, : int(last.max(initial=-1)) + 1]
+
 
 _AHEAD: dict[int, ThreadPoolExecutor] = {}  # per process id: a forked child has none of its parent's threads
 _RUNNING = [0]  # searches in flight in this process (``_counted``)
