@@ -39,12 +39,9 @@ NEAR = 0.3  # a near random row moves each by up to this fraction of the way to 
 
 def true_thresholds(model: TreeEnsemble) -> dict[int, np.ndarray]:
     """Per column that some tree splits on, its sorted distinct thresholds (the oracle's part)."""
-    out: dict[int, set[float]] = {}
-    for t in model.trees:
-        inner = t.left >= 0
-        for j, th in zip(t.feature[inner], t.threshold[inner], strict=True):
-            out.setdefault(int(j), set()).add(float(th))
-    return {j: np.array(sorted(v)) for j, v in out.items()}
+    feature = np.concatenate([t.feature[t.left >= 0] for t in model.trees]).astype(np.int64)
+    threshold = np.concatenate([t.threshold[t.left >= 0] for t in model.trees]).astype(float)
+    return {int(j): np.unique(threshold[feature == j]) for j in np.unique(feature)}
 
 
 def _cell_ends(th: np.ndarray) -> np.ndarray:
@@ -71,16 +68,14 @@ def snap_to_cells(X: np.ndarray, T: dict[int, np.ndarray]) -> np.ndarray:
 def onto_thresholds(copy: TreeEnsemble, T: dict[int, np.ndarray]) -> TreeEnsemble:
     """``copy`` with each split on a thresholded column moved onto the true threshold between the two cell
     midpoints it falls between (a copy fitted on ``snap_to_cells`` rows cuts nowhere else)."""
+    mids = {j: (_cell_ends(th)[:-1] + _cell_ends(th)[1:]) / 2 for j, th in T.items()}
     trees = []
     for t in copy.trees:
         th = np.array(t.threshold, float)
-        for k in np.flatnonzero(t.left >= 0):
-            j = int(t.feature[k])
-            if j in T:
-                ends = _cell_ends(T[j])
-                mids = (ends[:-1] + ends[1:]) / 2
-                q = int(np.clip(np.searchsorted(mids, th[k]) - 1, 0, len(T[j]) - 1))
-                th[k] = T[j][q]
+        inner = t.left >= 0
+        for j in set(np.unique(t.feature[inner]).tolist()) & set(T):
+            at = inner & (t.feature == j)
+            th[at] = T[j][np.clip(np.searchsorted(mids[j], th[at]) - 1, 0, len(T[j]) - 1)]
         trees.append(replace(t, threshold=th))
     return replace(copy, trees=trees)
 
