@@ -74,19 +74,20 @@ from learners.tabular.moves import (  # noqa: F401 (the constants and builders: 
     _starts,
     _trades,
     answer_edges,
+    edge_twins,
 )
 from learners.tabular.reach import reach_rows
 from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.rows import projected as _projected
 from learners.tabular.speculation import MoveCache, cached_moves, speculate
-from learners.tabular.steps import corner_grid
+from learners.tabular.steps import corner_grid, float32_nudges
 
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # round one's rays (first_round.SCALES) further in a later round, for an agent none of whose rows was accepted
 SPARE_DONORS = 64  # the training neighbours' transplants offered to a round's unused rows
 CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows (below WIDE_MIN_ROWS)
 WIDE_CORNERS = 5  # in a search of WIDE_MIN_ROWS rows or more, this many corners per row of its budget instead
 WIDE_MIN_ROWS = 2000  # (a set no proposal named, nearer than the answer: there the rows are to spare)
-BRACKET_ROWS = 512  # the latest rejected rows per agent that bracket the starts' rays (memory: N x T x rows x D)
+BRACKET_ROWS = 2048  # the latest rejected rows per agent that bracket the starts' rays and the answer's columns (memory: N x rows x D)
 STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest of each changed set first)
 MAX_STARTS = 6  # and up to this many where a round has the rows
 START_ROWS = 24  # rows a round needs per start before it takes one more
@@ -96,6 +97,7 @@ SCREEN_SHARE = 0.3  # of the first round's rows, at most this share for the scre
 SCREEN_MIN_ROWS = 512  # only where the first round has this many rows: below, the proposals need them all
 ADD_SHARE = 0.25  # of a refinement round's rows that a later round can shrink, the share for ``_additions``
 REACH, REACH_SHARE = True, 0.25  # smooth model, surrogate: a refinement round's share for ``reach`` rows at most
+EDGE_TWINS = True  # ask the answer's first inner edge also as float32 reads it on the answer's side
 EDGE_SHARE, EDGE_ROWS = 0.5, 64  # in steps, of a refinement round's rows, the most for the answer's edges (``answer_edges``)
 BISECT_SHARE, BISECT_ROWS = 0.25, 64  # in steps, of a refinement round's rows, the most for ``edge_bisection``
 BISECT_LAST = 1  # only in the last this many rounds: earlier, polishing one answer crowds out the search for a nearer set
@@ -325,8 +327,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     a refinement round's spread, up to ``EDGE_ROWS`` (``EDGE_SHARE`` of its rows) of the best answer's split
     edges just inside it (``moves.answer_edges``) and up to ``BISECT_ROWS`` (``BISECT_SHARE``) of its changed columns
     bisected between it and the refused rows that bracket them (``bisection.edge_bisection``; in the last
-    ``BISECT_LAST`` rounds of a search of ``BISECT_MIN_CALLS`` round trips or more). An agent that a refinement round brought less than 1% nearer
-    gets, in the next round, a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed
+    ``BISECT_LAST`` rounds of a search of ``BISECT_MIN_CALLS`` round trips or more). On a model in steps, which reads rows
+    as float32, the answer's first inner edge is also asked one float32 step toward the answer where the labels' copy
+    of it reads on the agent's side (``moves.edge_twins``, ``EDGE_TWINS``), and rows a round leaves unused go last to
+    the agent with one column one float32 step either way (``steps.float32_nudges``: an agent right on a split).
+    An agent that a refinement round brought less than 1% nearer gets, in the next round, a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed
     set pushed further from it (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals'
     rays that round one refused at every rung are asked in round two at the crossings their logits point to
     (``reach.reach_rows``; a share ``REACH_SHARE`` of its rows at most), an agent without an answer too."""
@@ -404,6 +409,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             Ed = nearest_first(geo, X, fresh(answer_edges(geo, X, S[:, 0], vocab), asked), int(n_edge.max()),
                                np.where(found, dS[:, 0], -np.inf), n_edge)
             M = compact(np.concatenate([Ed, M], axis=1), per)
+            if EDGE_TWINS:  # the first edge's float32 twin, ahead of them (a few rows: one per changed column)
+                M = compact(np.concatenate([fresh(edge_twins(geo, X, S[:, 0], vocab), asked), M], axis=1), per)
         if steps and BISECT_ROWS and rounds_left <= BISECT_LAST and int(budget.calls) >= BISECT_MIN_CALLS:  # bisected
             n_bis = np.minimum(BISECT_ROWS, (BISECT_SHARE * cap).astype(np.int64))
             Bi = nearest_first(geo, X, fresh(edge_bisection(geo, X, S[:, 0], recent), asked), int(n_bis.max()),
@@ -476,6 +483,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                                                                        SPARE_DONORS), float)]))
                 E[lo:lo + block] = nearest_first(geo, X[a], fresh(np.concatenate(parts, axis=1), asked[a]), per,
                                                  dS[a, 0], cap[a])
+                if steps:  # rows still unused: an agent right on a split, crossed by the next float32 either way
+                    # (asked once, in the first round with room: an accepted one is bisected toward the agent later)
+                    E[lo:lo + block] = compact(fresh(np.concatenate([E[lo:lo + block], float32_nudges(geo, X[a])],
+                                                                    axis=1), asked[a]), per)
             M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)
             M[spare] = compact(np.concatenate([M[spare], E], axis=1), M.shape[1])  # all kept until the repeats go
             M = fresh(M, asked)[:, :per]

@@ -304,6 +304,30 @@ def inner_grid(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     return parts
 
 
+def edge_twins(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray]) -> np.ndarray:
+    """(N, Q, D) the answers ``B`` with one changed numeric column moved to its first vocabulary value inside the
+    answer as a float32 reader sees it on the answer's side (``vocab_table.float32_sides``), where the labels'
+    copy of that edge reads on the agent's side; NaN rows elsewhere. The copy the labels hold is asked by
+    ``answer_edges``; this is the other, a float32 step away."""
+    from learners.tabular.steps import vocab_between
+    from learners.tabular.vocab_table import float32_sides
+
+    N, D = X.shape
+    num = [c for c in np.flatnonzero(geo.numeric) if len(vocab[c])]
+    out = np.full((N, len(num), D), np.nan)
+    Bn = nan_as_zero(B)
+    for i, c in enumerate(num):
+        x, b = X[:, c], Bn[:, c]
+        v = vocab_between(vocab[c], x, b, 1)[:, 0]
+        f = np.where(~np.isnan(v), v, 0.0)
+        up, down = float32_sides(f, f)
+        t = np.where(b > x, up, down)  # the answer's side of the edge
+        keep = ~np.isnan(v) & (t != v) & (np.abs(b - x) > 1e-12) & ~np.isnan(B).any(-1)
+        out[keep, i] = B[keep]
+        out[keep, i, c] = t[keep]
+    return out
+
+
 def answer_edges(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.ndarray], K: int = EDGE_VALUES
                  ) -> np.ndarray:
     """(N, Q, D) the answers ``B`` with their numeric changes moved onto a forest's split edges just inside them:
