@@ -87,7 +87,8 @@ SPARE_DONORS = 64  # the training neighbours' transplants offered to a round's u
 CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows (below WIDE_MIN_ROWS)
 WIDE_CORNERS = 5  # in a search of WIDE_MIN_ROWS rows or more, this many corners per row of its budget instead
 WIDE_MIN_ROWS = 2000  # (a set no proposal named, nearer than the answer: there the rows are to spare)
-BRACKET_ROWS = 2048  # the latest rejected rows per agent that bracket the starts' rays and the answer's columns (memory: N x rows x D)
+BRACKET_ROWS = 2048  # the latest refused rows per agent that bracket the starts' rays and the answer's columns
+# (512 lost the bracket of Credit's fresh agent 186 by the last round at 8 x 2,000; memory: N x rows x D)
 STARTS = 3  # distinct accepted rows per agent the refinement shortens (the nearest of each changed set first)
 MAX_STARTS = 6  # and up to this many where a round has the rows
 START_ROWS = 24  # rows a round needs per start before it takes one more
@@ -327,14 +328,15 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     a refinement round's spread, up to ``EDGE_ROWS`` (``EDGE_SHARE`` of its rows) of the best answer's split
     edges just inside it (``moves.answer_edges``) and up to ``BISECT_ROWS`` (``BISECT_SHARE``) of its changed columns
     bisected between it and the refused rows that bracket them (``bisection.edge_bisection``; in the last
-    ``BISECT_LAST`` rounds of a search of ``BISECT_MIN_CALLS`` round trips or more). On a model in steps, which reads rows
-    as float32, the answer's first inner edge is also asked one float32 step toward the answer where the labels' copy
-    of it reads on the agent's side (``moves.edge_twins``, ``EDGE_TWINS``), and rows a round leaves unused go last to
-    the agent with one column one float32 step either way (``steps.float32_nudges``: an agent right on a split).
-    An agent that a refinement round brought less than 1% nearer gets, in the next round, a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed
-    set pushed further from it (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals'
-    rays that round one refused at every rung are asked in round two at the crossings their logits point to
-    (``reach.reach_rows``; a share ``REACH_SHARE`` of its rows at most), an agent without an answer too."""
+    ``BISECT_LAST`` rounds of a search of ``BISECT_MIN_CALLS`` round trips or more). On a model in steps, which
+    reads rows as float32, the answer's first inner edge is also asked one float32 step toward the answer where
+    the labels' copy of it reads on the agent's side (``moves.edge_twins``, ``EDGE_TWINS``), and rows a round
+    leaves unused go last to the agent with one column one float32 step either way (``steps.float32_nudges``: an
+    agent right on a split). An agent that a refinement round brought less than 1% nearer gets, in the next round,
+    a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed set pushed further from it
+    (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals' rays that round one refused at
+    every rung are asked in round two at the crossings their logits point to (``reach.reach_rows``; a share
+    ``REACH_SHARE`` of its rows at most), an agent without an answer too."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))

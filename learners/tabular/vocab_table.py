@@ -21,34 +21,33 @@ from learners.tabular.geometry import WorldGeometry
 SAME_EDGE = 1e-9  # vocabulary values nearer than this share of their size are copies of one split edge
 
 
-def vocab_sides(v: np.ndarray, float32: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def vocab_sides(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A column's sorted vocabulary ``v`` as the values a move *up* takes and those a move *down* takes: of
     each run of copies of one edge (values within ``SAME_EDGE``, the float noise of the labels' unscaling:
     Credit forest's 265.00001525878906 and 265.0000152587891), the largest going up and the smallest going
     down. The copies straddle the split in the model's float32 reading (Credit forest's 265.00001525878906
     reads as 265.0, on its split ``x <= 265``, and 265.0000152587891 as 265.00003, past it), so only that copy
     crosses it either way, and the others would each take a row of every vocabulary move (Credit forest: 166
-    values, 125 edges). Where the labels hold only the copy that reads on the wrong side (one float32 step
-    short), the side's value is made: the next float32 up (``float32_sides``)."""
+    values, 125 edges). Where the labels hold one copy, it is taken both ways (``float32_sides`` makes the other,
+    for ``moves.edge_twins`` only: made for every move, it cost more answers than it gained)."""
     v = np.asarray(v, float)
-    sides = float32_sides if float32 else (lambda up, down: (up, down))
     if len(v) < 2:
-        return sides(v, v)
+        return v, v
     new = np.diff(v) > SAME_EDGE * np.maximum(1.0, np.abs(v[1:]))
     if new.all():
-        return sides(v, v)
+        return v, v
     first = np.concatenate([[True], new])
     last = np.concatenate([new, [True]])
-    return sides(v[last], v[first])
+    return v[last], v[first]
 
 
 def float32_sides(up: np.ndarray, down: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``up`` with each value that float32 reads lower (rounded down) raised to the float32 above it, ``down``
     with each that float32 reads higher lowered to the float32 below it: a tree that reads float32 splits
-    between float32 values, so a value past a split in float64 but read on its near side (Credit forest's
-    495.0000152587891, the only copy its seed-0 labels hold, read as 495.00003 on the split ``x <= 495.0``
-    going down) crosses it only as the next float32 (495.0). Less than one float32 step; a value float32
-    holds exactly (an integer code, most vocabularies) is kept bit for bit."""
+    between float32 values, so a value past a split in float64 but read on its near side crosses it only as the
+    next float32 (Credit forest's 495.0000152587891, the only copy its seed-0 labels hold of the split ``x <=
+    495.0``, reads as 495.00003: a move down to it stays above the split, to 495.0 crosses it). Less than one
+    float32 step; a value float32 holds exactly (an integer code, most vocabularies) is kept bit for bit."""
     def moved(a: np.ndarray, way: float) -> np.ndarray:
         f = a.astype(np.float32)
         wrong = (f.astype(float) < a) if way > 0 else (f.astype(float) > a)
