@@ -322,7 +322,7 @@ def edge_twins(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
         f = np.where(~np.isnan(v), v, 0.0)
         up, down = float32_sides(f, f)
         t = np.where(b > x, up, down)  # the answer's side of the edge
-        keep = ~np.isnan(v) & (t != v) & (np.abs(b - x) > 1e-12) & ~np.isnan(B).any(-1)
+        keep = ~np.isnan(v) & (t != v) & ~np.isnan(B).any(-1)  # (no value lies between an unchanged column's ends)
         out[keep, i] = B[keep]
         out[keep, i, c] = t[keep]
     return out
