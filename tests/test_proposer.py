@@ -74,6 +74,10 @@ def test_answers_within_the_budget_are_accepted_and_never_beat_mace(german, prop
     assert world.accepts(rec.CF[f]).all()
     assert not WorldGeometry.of(world).violations(X[f], rec.CF[f]).any()
     assert (rec.distance[f] >= labels.delta_min[test][f] - 1e-9).all()  # MACE's certified lower bound
+    if budget.calls == 2:  # a batch of no agents: empty answers, no call
+        calls = bb.calls
+        none = gen.recommend_within(bw, X[:0], budget)
+        assert none.CF.shape == (0, X.shape[1]) and none.calls == 0 and bb.calls == calls
 
 
 def test_more_budget_never_answers_worse(german):

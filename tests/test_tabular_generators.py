@@ -68,6 +68,10 @@ def test_answers_are_valid_and_never_beat_the_certificate(german, german_labels,
     assert alts.shape == (3, 2, X.shape[1])
     some = ~np.isnan(alts).any(-1)
     assert accepts(world, alts[some]).all()
+    none = gen.recommend(world, X[:0], n_alternatives=2)  # a batch of no agents: empty answers, no error
+    assert none.CF.shape == (0, X.shape[1]) and none.alternatives.shape == (0, 2, X.shape[1]) and not len(none.found)
+    with pytest.raises(ValueError, match="encoded columns"):
+        gen.recommend(world, X[:0, :-1])
 
 
 def test_no_candidate_means_no_answer():

@@ -132,6 +132,10 @@ class TabularGenerator(ABC):
         """The nearest verified counterfactual per agent (NaN rows where no candidate is accepted)."""
         # The model calls here multiply thin matrices (rows x features by features x 10 for an MLP):
         # BLAS threads cost more to wake than they save (5x slower on 2 busy cores), so one thread.
+        if np.ndim(X) == 2 and not len(X):  # a batch of no agents: nothing to ask
+            if np.shape(X)[1] != self.n_columns_:
+                raise ValueError(f"X: expected {self.n_columns_} encoded columns, got {np.shape(X)[1]}")
+            return Recommendations.none(self.n_columns_, n_alternatives)
         with _blas_controller().limit(limits=1, user_api="blas"):
             rec = self._recommend(world, X, norm=norm, polish_rounds=polish_rounds, n_alternatives=n_alternatives)
         geo = WorldGeometry.of(world, norm)
@@ -264,3 +268,10 @@ class Recommendations:
 
     def __iter__(self):  # CF, distance = gen.recommend(...)
         return iter((self.CF, self.distance))
+
+    @classmethod
+    def none(cls, columns: int, n_alternatives: int = 0, calls: int | None = None) -> Recommendations:
+        """The answers to a batch of no agents (no model call)."""
+        return cls(np.zeros((0, columns)), np.zeros(0), np.zeros(0, bool),
+                   np.zeros((0, n_alternatives, columns)) if n_alternatives > 0 else None, calls=calls,
+                   rows=None if calls is None else np.zeros(0, np.int64))

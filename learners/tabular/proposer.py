@@ -422,6 +422,8 @@ class ProposerGenerator(TabularGenerator):
         X = np.atleast_2d(np.asarray(X, float))
         if X.shape[1] != self.n_columns_:
             raise ValueError(f"X: expected {self.n_columns_} encoded columns, got {X.shape[1]}")
+        if not len(X):
+            return Recommendations.none(self.n_columns_, n_alternatives, calls=0)
         geo = WorldGeometry.of(world, norm)
         res = budget_search(world.model, geo, X, self.candidates(world, X), budget, vocab=self.vocab_,
                             first_share=float(self.params.first_share), fallback=self._transplants(X, FALLBACK_DONORS),
