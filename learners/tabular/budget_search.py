@@ -46,6 +46,7 @@ from envs.black_box import Budget
 from learners.tabular.bisection import edge_bisection
 from learners.tabular.bolder import BOLD_GAIN, BOLD_SHARE, bolder
 from learners.tabular.corners import nearest_corners
+from learners.tabular.fine_grid import fine_grid
 from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: read by the proposer and the tests)
     EXTRA_SHARE,
     LEAD_LADDER,
@@ -104,6 +105,7 @@ BISECT_SHARE, BISECT_ROWS = 0.25, 64  # in steps, of a refinement round's rows, 
 BISECT_LAST = 1  # only in the last this many rounds: earlier, polishing one answer crowds out the search for a nearer set
 BISECT_MIN_CALLS = 3  # and only in a search of this many round trips or more (at 2, round two's rows go to the spread)
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
+FINE_ROWS = 96  # in steps, of the last round's rows every other piece leaves unused, the most for ``fine_grid``
 
 
 @dataclass
@@ -489,6 +491,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                     # (asked once, in the first round with room: an accepted one is bisected toward the agent later)
                     E[lo:lo + block] = compact(fresh(np.concatenate([E[lo:lo + block], float32_nudges(geo, X[a])],
                                                                     axis=1), asked[a]), per)
+                if steps and FINE_ROWS and rounds_left == 1:  # the last round's rows left: the answer on a fine grid
+                    G = nearest_first(geo, X[a], fresh(fine_grid(geo, X[a], S[a, 0]), asked[a]), FINE_ROWS, dS[a, 0],
+                                      np.minimum(cap[a], FINE_ROWS))
+                    E[lo:lo + block] = compact(fresh(np.concatenate([E[lo:lo + block], G], axis=1), asked[a]), per)
             M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)
             M[spare] = compact(np.concatenate([M[spare], E], axis=1), M.shape[1])  # all kept until the repeats go
             M = fresh(M, asked)[:, :per]
