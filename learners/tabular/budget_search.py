@@ -22,7 +22,8 @@ idea), ``budget_search`` spends its budget in rounds, every agent of the batch i
    the answer. On a model in steps, with a round to follow, the moves also include ``step_trades``: one changed
    column back a few of the vocabulary's values while another moves on a few (an answer one feature short
    of the optimum's set); in steps the best answer's split edges just inside it (its changed columns alone
-   and in pairs at the vocabulary's values nearest it) go ahead of the spread.
+   and in pairs at the vocabulary's values nearest it) go ahead of the spread, and in the last round the rows
+   every other piece leaves unused go to the best answer on a fine grid toward the agent (``fine_grid``).
 
 Every answer was itself accepted by a model call (no value is recomputed after its check) and lies in the
 agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent rows between rounds.
