@@ -182,7 +182,10 @@ def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, c
     sums, choice = np.take_along_axis(sums, order, 1), take_rows(choice, order)
     redo = np.flatnonzero(np.isfinite(beyond) & (beyond <= sums[:, -1]))  # a left-out option could be among the k + 1
     if len(redo):  # those agents again with every option, in blocks that fit (memory: block x k x options)
-        R, d = _listed(geo, X, sums, choice, options, features)
+        R, d = np.full((N, k, D), np.nan), np.full((N, k), np.inf)
+        kept = np.setdiff1d(np.arange(N), redo)  # the rest listed once, from their first options
+        if len(kept):
+            R[kept], d[kept] = _listed(geo, X[kept], sums[kept], choice[kept], [o[kept] for o in options], features)
         for s in range(0, len(redo), FULL_BLOCK):
             a = redo[s:s + FULL_BLOCK]
             R[a], d[a] = _block(geo, X[a], vocab, k, cuts, None)
