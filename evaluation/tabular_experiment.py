@@ -290,6 +290,8 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
     data = TabularLabels(labels.X[rows], labels.cf[rows], labels.distance[rows])
     if t.generated_agents:
         data = _with_generated(world, agents[train], data, mace, t, run_dir, progress)
+    if any(int(spec.params.get("self_labels", 0) or 0) > 0 for spec in cfg.generators):
+        data = dataclasses.replace(data, unlabelled=_unlabelled(world, data_split.X_train, agents))
     from learners.tabular.compile import compile_kernels
 
     # The search kernels, compiled once per machine into numba's cache (the served run and the audit reuse
@@ -300,7 +302,10 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
               f"{' (from the cache)' if compiled.get('from_cache') else ''}")
     for spec in cfg.generators:
         t0 = time.perf_counter()
-        gen = build_tabular_generator(spec.method, spec.params).fit(world, data, seed=t.seed, progress=progress)
+        params = dict(spec.params)
+        if int(params.get("self_labels", 0) or 0) > 0 and not params.get("self_label_memory"):
+            params["self_label_memory"] = str(run_dir / "self_labels" / spec.label)  # an interrupted fit resumes
+        gen = build_tabular_generator(spec.method, params).fit(world, data, seed=t.seed, progress=progress)
         gen.save(run_dir / "models" / spec.label)
         meta = {"fit_seconds": time.perf_counter() - t0, "train_agents": int(len(data.X)),
                 "generated_train_agents": int(len(data.X) - len(rows))}
@@ -329,6 +334,16 @@ def _user_world(cfg: TabularExperimentConfig, world_dir: Path, progress: bool) -
     if progress:
         print(f"{world.name}: {bundle.report}")
     return world, bundle.data, metrics
+
+
+def _unlabelled(world: TabularWorld, X_train: np.ndarray, agents: np.ndarray) -> np.ndarray:
+    """The rejected training rows MACE did not label (none of ``agents``, held-out ones included), in the table's
+    order: a proposer with ``self_labels`` answers them itself (``learners/tabular/self_labels.py``)."""
+    from data_gen.classifiers import negatives
+
+    seen = {row.tobytes() for row in np.asarray(agents, float)}
+    rejected = np.asarray(negatives(world, X_train), float)
+    return rejected[[row.tobytes() not in seen for row in rejected]]
 
 
 def _with_generated(world: TabularWorld, train_agents: np.ndarray, data: TabularLabels, mace: Any,

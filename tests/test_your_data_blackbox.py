@@ -55,7 +55,8 @@ def run_dir(tmp_path_factory):
                        "geco_agents": 5, "compute": {"backend": "local", "n_workers": 1}},
            "generators": [{"method": "nearest_cfe"},  # served: the first
                           {"method": "proposer", "params": {"max_epochs": 20, "surrogate": True, "surrogate_queries": 60,
-                                                            "surrogate_epochs": 20}}]}
+                                                            "surrogate_epochs": 20, "self_labels": 12,
+                                                            "self_label_calls": 2, "self_label_rows": 200}}]}
     (root / "loans.yaml").write_text(yaml.safe_dump(cfg))
     mp = pytest.MonkeyPatch()
     from solvers.mace import MACE
@@ -139,6 +140,9 @@ def test_the_proposer_answers_within_its_budget_through_the_users_model(run_dir)
     run = load_tabular_run(d)
     gen = TabularGenerator.load(d / "models" / "proposer")
     assert gen.fit_info_["surrogate"]["rows"] > 0  # the surrogate's queries were the model's, counted
+    own = gen.fit_info_["self_labels"]  # the rejected training rows MACE did not label, answered on two processes
+    assert own["agents"] == 12 and own["labels"] == gen.fit_info_["labels"] + own["answered"] and own["rows"] > 0
+    assert (d / "self_labels" / "proposer").is_dir()  # kept under the run: an interrupted fit resumes
     X = run.data().X_test
     X = X[~run.world.accepts(X)][:8]
     counted = Counted(run.world.model)

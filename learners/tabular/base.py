@@ -40,6 +40,7 @@ class TabularLabels:
     X: np.ndarray  # (M, D) encoded agents
     CF: np.ndarray  # (M, D) their counterfactuals
     distance: np.ndarray  # (M,) MACE's distance
+    unlabelled: np.ndarray | None = None  # (U, D) rejected agents MACE never answered (a proposer may self-label them)
 
 
 class TabularGenerator(ABC):

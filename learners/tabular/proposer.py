@@ -50,6 +50,7 @@ from learners.tabular.base import Recommendations, TabularGenerator, TabularLabe
 from learners.tabular.budget_search import budget_search, value_vocabulary
 from learners.tabular.change_net import forward_layers, sequential_layers
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.self_labels import answer_unlabelled
 from learners.tabular.set_names import SetNamer
 from learners.tabular.steps import STEP_SHARE_MIN, step_share
 from learners.tabular.student import CornerStudent
@@ -103,11 +104,16 @@ class ProposerParams:
     student_pool: int = 10000  # nearest corners per agent the student scores when answering, nearest first in stages (more: nearer picks, more ms for agents whose picks lie far)
     student_distinct: bool = False  # of them, only corners the student tells apart (one value between two of its splits; an option: Credit forest +1 point, German -1 agent of 36)
     student_memory: str = ""  # a directory keeping the model's answers for the student (this model's only): a fit run again asks only what it lacks
+    self_labels: int = 0  # of ``labels.unlabelled``, this many answered at fit time by the search itself through the model, the accepted joining the labels (0: none; ``self_labels.py``)
+    self_label_calls: int = 8  # the round trips of that search per agent
+    self_label_rows: int = 2000  # and its rows per agent
+    self_label_workers: int = 2  # processes answering the self-labels' blocks
+    self_label_memory: str = ""  # a directory keeping the self-labels' blocks (this model's only): a fit run again answers only what it lacks
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
                      "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs", "surrogate_members",
-                     "student_pool"):
+                     "student_pool", "self_label_calls", "self_label_rows", "self_label_workers"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if not 0.0 < float(self.first_share) < 1.0:
@@ -116,7 +122,7 @@ class ProposerParams:
             raise ValueError(f"corner_grid: a share of round one in [0, 1), got {self.corner_grid!r}")
         if int(self.student_corners) < 1:
             raise ValueError(f"student_corners: must be >= 1, got {self.student_corners!r}")
-        for name in ("set_names", "set_donors", "student_agents", "student_rows"):
+        for name in ("set_names", "set_donors", "student_agents", "student_rows", "self_labels"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
         if int(self.surrogate_rounds) < 0:
@@ -158,6 +164,18 @@ class ProposerGenerator(TabularGenerator):
             self.fit_info_["student"] = {**self.student_.info_, "calls": probe.calls, "rows_asked": probe.rows}
         if p.surrogate:
             self._fit_surrogate(world, geo, labels, seed, progress)
+        self._fit_proposals(seed, progress)
+        unlabelled = getattr(labels, "unlabelled", None)
+        if int(p.self_labels) > 0 and unlabelled is not None and len(unlabelled):
+            self.add_self_labels(world, np.asarray(unlabelled, float)[:int(p.self_labels)], seed=seed, progress=progress)
+        if p.proposals == "network":
+            for r in range(int(p.expert_rounds)):
+                self._expert_round(world, seed + 1 + r, progress)
+        return self
+
+    def _fit_proposals(self, seed: int, progress: bool) -> None:
+        """What proposes from the labels: the averages (no network), or the set namer and the network."""
+        p = self.params
         if p.proposals == "averages":
             self._fit_averages(seed)
         elif p.proposals == "network":
@@ -165,9 +183,43 @@ class ProposerGenerator(TabularGenerator):
             self.set_namer_ = SetNamer().fit(self._scaled(self.X_), self.changed_) if int(p.set_names) > 0 else None
             self._train(self._scaled(self.X_), self._delta(self.X_, self.CF_), int(p.max_epochs), seed, progress, fresh=True)
             self.fit_info_["imitation_seconds"] = time.perf_counter() - t
-            for r in range(int(p.expert_rounds)):
-                self._expert_round(world, seed + 1 + r, progress)
+
+    def add_self_labels(self, world: TabularWorld, A: np.ndarray, *, seed: int = 0, progress: bool = False
+                        ) -> ProposerGenerator:
+        """Rejected agents ``A`` (U, D) without MACE's answer, answered by this fitted generator's own search at
+        ``self_label_calls`` x ``self_label_rows`` through ``world.model.predict_proba`` alone; the accepted answers
+        join the labels (not the vocabulary: it stays MACE's) and the proposals are fitted again (``fit`` does this
+        with ``labels.unlabelled``; called after a fit, the answers use whatever the generator holds then, a student
+        included). Its cost: ``fit_info_["self_labels"]``. Returns self."""
+        p = self.params
+        geo = WorldGeometry.of(world)
+        A = np.asarray(A, float)
+        if A.ndim != 2 or A.shape[1] != self.n_columns_:
+            raise ValueError(f"labels.unlabelled: expected (U, {self.n_columns_}) encoded agents, got shape {A.shape}")
+        CF, found, info = answer_unlabelled(self, world, A, Budget(int(p.self_label_calls), int(p.self_label_rows)),
+                                            state=self._state_bytes(), memory=p.self_label_memory or None,
+                                            n_workers=int(p.self_label_workers), progress=progress)
+        self.X_, self.CF_ = np.concatenate([self.X_, A[found]]), np.concatenate([self.CF_, CF[found]])
+        self.changed_ = geo.deltas(self.X_, self.CF_) > 1e-12
+        for cached in ("_scaled_train", "_col_changed", "_numpy_cache"):  # keyed on the labels and the network
+            self.__dict__.pop(cached, None)
+        self._fit_proposals(seed, progress)
+        self.fit_info_["self_labels"] = {**info, "labels": int(len(self.X_))}
         return self
+
+    def _state_bytes(self) -> bytes:
+        """The fitted state that answers (the labels, what proposes from them, the settings, a student): the
+        self-labels' key."""
+        parts = [self.X_, self.CF_] + ([self.centroids_] if self.params.proposals == "averages" else [])
+        if self.params.proposals == "network":
+            parts += [t.detach().cpu().numpy() for t in self.net_.state_dict().values()]
+            if self.set_namer_ is not None:
+                parts.append(self.set_namer_.coef_)
+        # the search's settings (not where things are kept, nor on how many processes), and a student where it has one
+        extra = repr(replace(self.params, self_label_memory="", student_memory="", self_label_workers=1)).encode()
+        if getattr(self, "student_", None) is not None:
+            extra += json.dumps(self.student_.to_dict(), sort_keys=True).encode()
+        return b"".join(np.ascontiguousarray(a).tobytes() for a in parts) + extra
 
     def _fit_surrogate(self, world: TabularWorld, geo: WorldGeometry, labels: TabularLabels, seed: int,
                        progress: bool) -> None:

@@ -1,0 +1,53 @@
+"""benchmarks/self_labels.py: its tables (the shares over fits, each self-label variant's cost and quality) and the
+unlabelled agents it picks (the measurement itself is a benchmark)."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from benchmarks.self_labels import report, unlabelled_agents
+
+
+def _info(answered: int, seconds: float) -> dict:
+    return {"agents": 1500, "answered": answered, "calls": 96, "rows": 1_500_000, "seconds": seconds, "kept_blocks": 0}
+
+
+def _fit(seed: int, fresh: float) -> dict:
+    fit = {"seed": seed, "no_net": {"test": 0.7, "fresh": 0.6}, "without": {"test": 0.88, "fresh": 0.71},
+           "without_self": {"test": 0.81, "fresh": fresh}, "with": {"test": 0.92, "fresh": 0.81},
+           "with_self": {"test": 0.91, "fresh": fresh + 0.05},
+           "without_self_info": _info(1500, 96.0), "with_self_info": _info(1498, 150.0)}
+    if seed == 0:
+        fit["without_self_quality"] = {"agents": 1000, "within_1pct": 0.951, "found": 1.0}
+    return fit
+
+
+def test_the_shares_are_min_max_mean_over_fits_and_the_costs_means():
+    cell = {"cell": "credit/forest", "budget": "2x256", "labels": 500, "unlabelled": 1500,
+            "agents": {"test": 100, "fresh": 400}, "fits": [_fit(0, 0.79), _fit(1, 0.81)]}
+    text = report([cell], "python benchmarks/self_labels.py")
+    assert ("| credit/forest | fresh real (400) | 0.600-0.600 (0.600) | 0.710-0.710 (0.710) | 0.790-0.810 (0.800) "
+            "| 0.810-0.810 (0.810) | 0.840-0.860 (0.850) |") in text
+    assert "| credit/forest | proposer | 1,500 | 1500 | 96, 1,500,000 | 96 | 0.951 of 1000 |" in text
+    assert "| credit/forest | proposer + student | 1,500 | 1498 | 96, 1,500,000 | 150 | - |" in text
+    assert "validation" not in text.split("| cell | variant")[0].split("|---|")[-1]  # no agents of that set: no row
+
+
+def test_unlabelled_agents_are_real_rejected_rows_past_the_labels():
+    from tests.tabular_worlds import german_rejected
+
+    world, neg = german_rejected()
+
+    class Data:
+        X_train = neg
+
+    class C:
+        build = argparse.Namespace(world=world, data=Data)
+
+    args = argparse.Namespace(seed=0, val_agents=0)
+    order = neg[np.random.default_rng(0).permutation(len(neg))]
+    U = unlabelled_agents(C, order[:10], 20, args)
+    assert U.shape == (20, neg.shape[1])
+    assert np.array_equal(U, order[10:30])  # the seeded order, the labelled agents left out
