@@ -122,7 +122,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(cells: list[dict[str, Any]], command: str) -> str:
-    names = {"test": "held-out test", "validation": "validation (drawn)", "fresh": "fresh real"}
+    names = {"test": "held-out test", "validation": "validation (the training pool's next)", "fresh": "fresh real"}
     lines = ["# Self-labels: the proposer's labels grown by its own search (issue 56)", "", f"`{command}`", "",
              "Optimal share (within 1% of MACE) at the budget, over the fits: min-max (mean). *+ self* is the same "
              "fit after answering the unlabelled real rejected training rows at 8 x 2,000 through the black box and "
