@@ -86,7 +86,8 @@ def answer_unlabelled(gen: Any, world: Any, agents: np.ndarray, budget: Budget, 
         first = load_chunk(chunk_path(work, kept[0]))
         CF = first["CF"][first["found"]]
         check = (1, len(CF)) if len(CF) else (0, 0)
-        if len(CF) and not bool(np.all(np.asarray(world.model.predict_proba(CF)) > 0.5)):
+        cut = float(getattr(world.model, "threshold", 0.5))  # accepted iff P(accept) > the model's threshold
+        if len(CF) and not bool(np.all(np.asarray(world.model.predict_proba(CF)) > cut)):
             raise ValueError(f"memory: the self-labels kept in {memory} are not this model's (use a directory per model)")
     shared = (portable(gen) if int(n_workers) > 1 else gen, world, budget)
     out = run_chunks(_answer_block, shared, blocks, work, sizes=[len(b) for b in blocks],
