@@ -95,7 +95,8 @@ def answer_unlabelled(gen: Any, world: Any, agents: np.ndarray, budget: Budget, 
                      progress=progress)
     CF = np.concatenate([o["CF"] for o in out]) if out else np.zeros((0, agents.shape[1]))
     found = np.concatenate([o["found"] for o in out]) if out else np.zeros(0, bool)
-    now = [o for i, o in enumerate(out) if i not in set(kept)]  # the blocks this run asked about
+    was_kept = set(kept)
+    now = [o for i, o in enumerate(out) if i not in was_kept]  # the blocks this run asked about
     info = {"agents": int(len(agents)), "answered": int(found.sum()), "budget": [int(budget.calls), int(budget.rows)],
             "calls": check[0] + int(sum(int(o["calls"][0]) for o in now)),
             "rows": check[1] + int(sum(int(o["rows"][0]) for o in now)),
