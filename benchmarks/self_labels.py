@@ -14,7 +14,8 @@ the share within 1% of MACE on the unlabelled agents the cell's 2,000-label cach
 first where missing). Each fit's self-labels are kept under ``--cache``/self_label_memory, so a rerun answers none
 again. German forest has no real rejected training rows past its labels (160 in all), so it is not a cell here.
 Writes ``benchmarks/results/self_labels/<cell>.json`` and the report of every cell run,
-``benchmarks/results/self_labels.md``.
+``benchmarks/results/self_labels.md`` (at another ``--budget``, ``<cell>-<budget>.json`` and
+``self_labels_<budget>.md``).
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def report(cells: list[dict[str, Any]], command: str) -> str:
     names = {"test": "held-out test", "validation": "validation (the training pool's next)", "fresh": "fresh real"}
+    budget = cells[0]["budget"] if cells else "2x256"
     lines = ["# Self-labels: the proposer's labels grown by its own search (issue 56)", "", f"`{command}`", "",
-             "Optimal share (within 1% of MACE) at the budget, over the fits: min-max (mean). *+ self* is the same "
+             f"Optimal share (within 1% of MACE) at {budget.replace('x', ' x ')} (round trips x rows), over the fits: min-max (mean). *+ self* is the same "
              "fit after answering the unlabelled real rejected training rows at 8 x 2,000 through the black box and "
              "learning from its accepted answers (`add_self_labels`).", "",
              "| cell | agents | search without the network | proposer | proposer + self | proposer + student | "
@@ -155,6 +157,12 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def result_names(budget: str) -> tuple[str, str]:
+    """(the tail of each cell's JSON stem, the report's file name) at ``budget``: the 2 x 256 files keep their
+    names, another budget's carry it (``credit_forest-8x2000.json``, ``self_labels_8x2000.md``)."""
+    return ("", "self_labels.md") if budget == "2x256" else (f"-{budget}", f"self_labels_{budget}.md")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_label_arguments(p)
@@ -171,11 +179,13 @@ def main(argv: list[str] | None = None) -> None:
     args = with_cell_defaults(p.parse_args(argv))
     out = Path(args.out)
     (out / "self_labels").mkdir(parents=True, exist_ok=True)
-    for cell in args.cells.split(","):  # one JSON per cell; the report holds every cell run so far
-        (out / "self_labels" / f"{cell.replace('/', '_')}.json").write_text(json.dumps(run_cell(cell, args), indent=2))
-    cells = [json.loads(f.read_text()) for f in sorted((out / "self_labels").glob("*.json"))]
+    tail, report_name = result_names(args.budget)
+    for cell in args.cells.split(","):  # one JSON per cell; the report holds every cell run so far at this budget
+        (out / "self_labels" / f"{cell.replace('/', '_')}{tail}.json").write_text(json.dumps(run_cell(cell, args), indent=2))
+    runs = [f for f in sorted((out / "self_labels").glob("*.json")) if f.stem.partition("-")[2] == tail[1:]]
+    cells = [json.loads(f.read_text()) for f in runs]
     text = report(cells, "python benchmarks/self_labels.py " + " ".join(argv or sys.argv[1:]))
-    (out / "self_labels.md").write_text(text)
+    (out / report_name).write_text(text)
     print(text)
 
 

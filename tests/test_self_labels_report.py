@@ -51,3 +51,13 @@ def test_unlabelled_agents_are_real_rejected_rows_past_the_labels():
     U = unlabelled_agents(C, order[:10], 20, args)
     assert U.shape == (20, neg.shape[1])
     assert np.array_equal(U, order[10:30])  # the seeded order, the labelled agents left out
+
+
+def test_another_budget_writes_files_of_its_own():
+    from benchmarks.self_labels import result_names
+
+    assert result_names("2x256") == ("", "self_labels.md")
+    assert result_names("8x2000") == ("-8x2000", "self_labels_8x2000.md")
+    cell = {"cell": "credit/forest", "budget": "8x2000", "labels": 500, "unlabelled": 1500,
+            "agents": {"test": 100, "fresh": 400}, "fits": [_fit(0, 0.79)]}
+    assert "at 8 x 2000 (round trips x rows)" in report([cell], "python benchmarks/self_labels.py --budget 8x2000")
