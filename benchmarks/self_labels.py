@@ -12,7 +12,8 @@ rejected training rows past the fit's labels and past the validation agents, so 
 again. The self-labels' cost (calls, rows, seconds on ``--workers`` processes) is reported, and their quality:
 the share within 1% of MACE on the unlabelled agents the cell's 2,000-label cache has MACE's answer for (labelled
 first where missing). Each fit's self-labels are kept under ``--cache``/self_label_memory, so a rerun answers none
-again. German forest has no real rejected training rows past its labels (160 in all), so it is not a cell here.
+again, and each fit's scores in the cell's JSON as it finishes: a rerun of the same setting runs only the fits
+it lacks (``--seeds 0,1,2,3`` after ``--seeds 0,1`` runs 2 and 3; ``--force``: all). German forest has no real rejected training rows past its labels (160 in all), so it is not a cell here.
 Writes ``benchmarks/results/self_labels/<cell>.json`` and the report of every cell run,
 ``benchmarks/results/self_labels.md`` (at another ``--budget``, ``<cell>-<budget>.json`` and
 ``self_labels_<budget>.md``).
@@ -75,7 +76,20 @@ def label_quality(cell: str, U: np.ndarray, CF: np.ndarray, found: np.ndarray, a
             "found": float(np.mean(found[have][solved]))}
 
 
-def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+def kept_fits(path: Path | None, out: dict[str, Any], *, force: bool = False) -> dict[int, dict[str, Any]]:
+    """The fits, by seed, that ``path`` holds from a run of ``out``'s setting (budget, labels, unlabelled and
+    scored agents; none where another setting's, or ``force``); their student's record copied into ``out``."""
+    prev = json.loads(path.read_text()) if path is not None and path.exists() and not force else {}
+    if not all(prev.get(k) == out[k] for k in ("budget", "labels", "unlabelled", "agents")):
+        return {}
+    if "student" in prev:
+        out["student"] = prev["student"]
+    return {int(f["seed"]): f for f in prev.get("fits", [])}
+
+
+def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> dict[str, Any]:
+    """The cell's fits, written to ``path`` (JSON) as each finishes; the fits a run of the same setting left
+    there are kept, not run again (``--force``: all run again)."""
     c, tl, labels = cell_labels(cell, args)
     world = c.build.world
     sets = agent_sets(c, tl, args)
@@ -84,8 +98,14 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     params = {"self_label_workers": args.workers}
     out: dict[str, Any] = {"cell": cell, "budget": args.budget, "labels": int(len(labels.X)), "unlabelled": int(len(U)),
                            "agents": {k: int(v[2].sum()) for k, v in sets.items()}, "fits": []}
+    kept = kept_fits(path, out, force=args.force)
+    first = int(args.seeds.split(",")[0])  # the student's fit seed, and the one whose self-labels are graded
     student = None
     for seed in (int(s) for s in args.seeds.split(",")):
+        if seed in kept:
+            print(f"[{cell}] seed {seed}: kept from {path}", flush=True)
+            out["fits"].append(kept[seed])
+            continue
         black = replace(world, model=BlackBoxModel(world.model))
         memory = str(Path(args.cache) / "self_label_memory" / f"{cell.replace('/', '_')}-{args.seed}")
         no_net = build_tabular_generator("proposer", {"proposals": "averages"}).fit(black, labels, seed=seed)
@@ -95,10 +115,10 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
                 t = time.perf_counter()
                 smem = Path(args.cache) / "student_memory" / f"{cell.replace('/', '_')}-{args.seed}"
                 gen = build_tabular_generator("proposer", {**params, "student_agents": args.student_agents,
-                                                           "student_memory": str(smem)}).fit(black, labels, seed=seed)
+                                                           "student_memory": str(smem)}).fit(black, labels, seed=first)
                 student = gen.student_
                 out["student"] = {**gen.fit_info_["student"], "fit_seconds": time.perf_counter() - t}
-            else:
+            if not (variant == "with" and seed == first):  # (there: the student's own fit above)
                 gen = build_tabular_generator("proposer", params).fit(black, labels, seed=seed)
                 gen.student_ = student if variant == "with" else None
             row[variant] = shares(gen, world, sets, budget)
@@ -107,7 +127,7 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
             row[f"{variant}_self"] = shares(gen, world, sets, budget)
             info = gen.fit_info_["self_labels"]
             row[f"{variant}_self_info"] = info
-            if seed == int(args.seeds.split(",")[0]):
+            if seed == first:
                 n0 = len(labels.X)
                 found = np.zeros(len(U), bool)
                 CF = np.full(U.shape, np.nan)
@@ -119,6 +139,8 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
                   + "".join(f", {k} {row[variant][k]:.3f} -> {row[f'{variant}_self'][k]:.3f}" for k in sets if k != "test")
                   + f" ({info['answered']} self-labels, {info['seconds']:.0f} s)", flush=True)
         out["fits"].append(row)
+        if path is not None:  # each fit kept as it finishes
+            path.write_text(json.dumps(out, indent=2))
     return out
 
 
@@ -176,12 +198,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--budget", default="2x256", help="R x N per answer")
     p.add_argument("--student-agents", type=int, default=10000, help="agents drawn for the student at fit time")
     p.add_argument("--out", default=str(OUT), help="results directory")
+    p.add_argument("--force", action="store_true", help="run every fit again (else a cell's fits kept in its JSON stay)")
     args = with_cell_defaults(p.parse_args(argv))
     out = Path(args.out)
     (out / "self_labels").mkdir(parents=True, exist_ok=True)
     tail, report_name = result_names(args.budget)
     for cell in args.cells.split(","):  # one JSON per cell; the report holds every cell run so far at this budget
-        (out / "self_labels" / f"{cell.replace('/', '_')}{tail}.json").write_text(json.dumps(run_cell(cell, args), indent=2))
+        run_cell(cell, args, out / "self_labels" / f"{cell.replace('/', '_')}{tail}.json")
     runs = [f for f in sorted((out / "self_labels").glob("*.json")) if f.stem.partition("-")[2] == tail[1:]]
     cells = [json.loads(f.read_text()) for f in runs]
     text = report(cells, "python benchmarks/self_labels.py " + " ".join(argv or sys.argv[1:]))

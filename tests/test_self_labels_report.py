@@ -4,6 +4,7 @@ unlabelled agents it picks (the measurement itself is a benchmark)."""
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 
@@ -61,3 +62,19 @@ def test_another_budget_writes_files_of_its_own():
     cell = {"cell": "credit/forest", "budget": "8x2000", "labels": 500, "unlabelled": 1500,
             "agents": {"test": 100, "fresh": 400}, "fits": [_fit(0, 0.79)]}
     assert "at 8 x 2000 (round trips x rows)" in report([cell], "python benchmarks/self_labels.py --budget 8x2000")
+
+
+def test_a_rerun_keeps_the_fits_of_the_same_setting_only(tmp_path):
+    from benchmarks.self_labels import kept_fits
+
+    setting = {"cell": "credit/forest", "budget": "2x256", "labels": 500, "unlabelled": 1500,
+               "agents": {"test": 100, "fresh": 400}}
+    path = tmp_path / "credit_forest.json"
+    path.write_text(json.dumps({**setting, "student": {"fit_seconds": 1.0}, "fits": [_fit(0, 0.79), _fit(1, 0.81)]}))
+    out = {**setting, "fits": []}
+    kept = kept_fits(path, out)
+    assert sorted(kept) == [0, 1] and kept[1]["without_self"]["fresh"] == 0.81
+    assert out["student"] == {"fit_seconds": 1.0}
+    assert kept_fits(path, {**setting, "fits": []}, force=True) == {}
+    assert kept_fits(path, {**setting, "unlabelled": 6000, "fits": []}) == {}  # another setting: run again
+    assert kept_fits(tmp_path / "none.json", {**setting, "fits": []}) == {}
