@@ -13,7 +13,8 @@ again. The self-labels' cost (calls, rows, seconds on ``--workers`` processes) i
 the share within 1% of MACE on the unlabelled agents the cell's 2,000-label cache has MACE's answer for (labelled
 first where missing). Each fit's self-labels are kept under ``--cache``/self_label_memory, so a rerun answers none
 again, and each fit's scores in the cell's JSON as it finishes: a rerun of the same setting runs only the fits
-it lacks (``--seeds 0,1,2,3`` after ``--seeds 0,1`` runs 2 and 3; ``--force``: all). German forest has no real rejected training rows past its labels (160 in all), so it is not a cell here.
+it lacks (``--seeds 0,1,2,3`` after ``--seeds 0,1`` runs 2 and 3; ``--force``: all). German forest has no real
+rejected training rows past its labels (160 in all), so it is not a cell here.
 Writes ``benchmarks/results/self_labels/<cell>.json`` and the report of every cell run,
 ``benchmarks/results/self_labels.md`` (at another ``--budget``, ``<cell>-<budget>.json`` and
 ``self_labels_<budget>.md``).
@@ -148,8 +149,8 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     names = {"test": "held-out test", "validation": "validation (the training pool's next)", "fresh": "fresh real"}
     budget = cells[0]["budget"] if cells else "2x256"
     lines = ["# Self-labels: the proposer's labels grown by its own search (issue 56)", "", f"`{command}`", "",
-             f"Optimal share (within 1% of MACE) at {budget.replace('x', ' x ')} (round trips x rows), over the fits: min-max (mean). *+ self* is the same "
-             "fit after answering the unlabelled real rejected training rows at 8 x 2,000 through the black box and "
+             f"Optimal share (within 1% of MACE) at {budget.replace('x', ' x ')} (round trips x rows), over the fits: "
+             "min-max (mean). *+ self* is the same fit after answering the unlabelled real rejected training rows at 8 x 2,000 through the black box and "
              "learning from its accepted answers (`add_self_labels`).", "",
              "| cell | agents | search without the network | proposer | proposer + self | proposer + student | "
              "proposer + student + self |", "|---|---|---:|---:|---:|---:|---:|"]
