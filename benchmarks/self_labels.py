@@ -90,7 +90,8 @@ def kept_fits(path: Path | None, out: dict[str, Any], *, force: bool = False) ->
 
 def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> dict[str, Any]:
     """The cell's fits, written to ``path`` (JSON) as each finishes; the fits a run of the same setting left
-    there are kept, not run again (``--force``: all run again)."""
+    there are kept, not run again, and stay in it where this run does not ask for them (``--force``: all run
+    again)."""
     c, tl, labels = cell_labels(cell, args)
     world = c.build.world
     sets = agent_sets(c, tl, args)
@@ -100,9 +101,11 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
     out: dict[str, Any] = {"cell": cell, "budget": args.budget, "labels": int(len(labels.X)), "unlabelled": int(len(U)),
                            "agents": {k: int(v[2].sum()) for k, v in sets.items()}, "fits": []}
     kept = kept_fits(path, out, force=args.force)
-    first = int(args.seeds.split(",")[0])  # the student's fit seed, and the one whose self-labels are graded
+    seeds = [int(s) for s in args.seeds.split(",")]
+    first = seeds[0]  # the student's fit seed, and the one whose self-labels are graded
+    others = [kept[s] for s in sorted(kept) if s not in seeds]  # kept fits this run does not ask for stay too
     student = None
-    for seed in (int(s) for s in args.seeds.split(",")):
+    for seed in seeds:
         if seed in kept:
             print(f"[{cell}] seed {seed}: kept from {path}", flush=True)
             out["fits"].append(kept[seed])
@@ -141,7 +144,8 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
                   + f" ({info['answered']} self-labels, {info['seconds']:.0f} s)", flush=True)
         out["fits"].append(row)
         if path is not None:  # each fit kept as it finishes
-            path.write_text(json.dumps(out, indent=2))
+            path.write_text(json.dumps({**out, "fits": out["fits"] + others}, indent=2))
+    out["fits"] += others
     return out
 
 
