@@ -99,3 +99,27 @@ def test_corners_cut_at_the_answer_keep_the_rows_the_search_would_take(geo, k):
     assert np.array_equal(nearest_first(geo, X, own, 64, below), nearest_first(geo, X, full, 64, below), equal_nan=True)
     near = _corners_below(geo, X, VOCAB, k, np.full(6, 0.1))
     assert near.shape[1] < full.shape[1] and (geo.distance(X[:, None, :], near[:, -1:])[:, 0] < 0.1 * (1 + 1e-9)).any()
+
+
+class OnlyPair:
+    """Accepts x0 >= 30 and x3 >= 30 only: no single feature, and no row along the proposal's far set."""
+
+    n_features = 4
+
+    def predict_proba(self, X):
+        X = np.atleast_2d(X)
+        p = ((X[:, 0] >= 30) & (X[:, 3] >= 30)).astype(float)
+        return np.column_stack([1 - p, p])
+
+    def predict(self, X):
+        return self.predict_proba(X)[:, 1] > 0.5
+
+
+def test_an_agent_with_nothing_accepted_gets_the_nearest_corners(geo):
+    """An agent none of whose proposals, rays pushed further or screens is accepted (and no donors) is offered the
+    vocabulary's nearest corners in its later rounds' free rows: a set only a corner holds is reached, not a false
+    "no answer" (Adult forest's fresh agent 323 at 8 x 2,000 before)."""
+    model = OnlyPair()
+    res = budget_search(BlackBoxModel(model), geo, X, P, Budget(4, 1000), vocab=VOCAB, steps=True)
+    assert res.found[0] and model.predict(res.CF)[0]
+    assert res.distance[0] == pytest.approx(geo.distance(X, np.array([[30.0, 0.0, 0.0, 30.0]]))[0])

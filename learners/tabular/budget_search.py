@@ -458,6 +458,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                     # each agent's next donors are those after the ones its own rows reached (batch-free)
                     donor_at[a] += np.clip(cap[a] - (~np.isnan(head).any(-1)).sum(1), 0, (~gone).sum(1))
                     head = fresh(np.concatenate([head, T], axis=1), asked[a])[:, :per]
+                if n_corners:  # in steps, the rows still free: the vocabulary's corners, nearest first (a set no
+                    # proposal, screen or donor holds: Adult forest's fresh agent 323 had none accepted at 8 x 2,000)
+                    K = _corners_below(geo, X[a], vocab, n_corners, np.full(len(a), np.inf),
+                                       None if own_corners is None else own_corners[a])
+                    head = fresh(np.concatenate([head, K], axis=1), asked[a])[:, :per]
                 F[a] = head
             F[~geo.keeps(X[:, None, :], F)] = np.nan
             M = np.pad(M, ((0, 0), (0, max(0, per - M.shape[1])), (0, 0)), constant_values=np.nan)[:, :per]
