@@ -134,7 +134,9 @@ def test_a_forest_edge_no_label_has_is_found_by_bisection(both, monkeypatch):
 
 def test_bisection_is_asked_in_the_last_rounds_only(both, monkeypatch):
     """Earlier rounds look for a nearer changed set: the bisection rows are built for the last ``BISECT_LAST``
-    refinement rounds only, and not at all in a search of fewer than ``BISECT_MIN_CALLS`` round trips."""
+    refinement rounds only, and not at all in a search of fewer than ``BISECT_MIN_CALLS`` round trips (earlier
+    rounds bisect only in the rows they leave free, ``FREE_BISECT``: off here, ``tests/test_free_rows.py``)."""
+    monkeypatch.setattr(budget_search_module, "FREE_BISECT", False)
     geo = WorldGeometry.of(both)
     calls = []
     real = budget_search_module.edge_bisection

@@ -106,6 +106,8 @@ BISECT_SHARE, BISECT_ROWS = 0.25, 64  # in steps, of a refinement round's rows, 
 BISECT_LAST = 1  # only in the last this many rounds: earlier, polishing one answer crowds out the search for a nearer set
 BISECT_MIN_CALLS = 3  # and only in a search of this many round trips or more (at 2, round two's rows go to the spread)
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
+FREE_BISECT = True  # rows a refinement round leaves free before the last rounds: the answer's columns bisected
+CORNER_FAR = 1.5  # rows a round leaves free, a round to follow: corners up to this multiple of the answer's distance
 FINE_ROWS = 96  # in steps, of the last round's rows every other piece leaves unused, the most for ``fine_grid``
 
 
@@ -505,6 +507,25 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             M[spare] = compact(np.concatenate([M[spare], E], axis=1), M.shape[1])  # all kept until the repeats go
             M = fresh(M, asked)[:, :per]
         M[np.arange(M.shape[1])[None, :] >= cap[:, None]] = np.nan
+        if FREE_BISECT and steps and BISECT_ROWS and rounds_left > BISECT_LAST:  # rows still free before the last
+            # rounds: the answer's columns bisected there too (nothing else would ask them: no set is crowded out)
+            free = cap - (~np.isnan(M).any(-1)).sum(1)
+            a_free = np.flatnonzero(found & (free > 0))
+            if len(a_free):
+                Bi = nearest_first(geo, X[a_free], fresh(edge_bisection(geo, X[a_free], S[a_free, 0], recent[a_free]),
+                                                         asked[a_free]), per, dS[a_free, 0], free[a_free])
+                M[a_free] = fresh(np.concatenate([M[a_free], Bi], axis=1))[:, :per]
+        if CORNER_FAR and n_corners and rounds_left > 1:  # rows still free, a round to follow: corners a little
+            # farther than the answer (a set whose value the vocabulary lacks: its next value past it, shrunk later)
+            free = cap - (~np.isnan(M).any(-1)).sum(1)
+            a_free = np.flatnonzero(found & (free > 0))
+            block = max(1, MOVE_BLOCK * CORNERS // max(n_corners, CORNERS))
+            for lo in range(0, len(a_free), block):
+                a = a_free[lo:lo + block]
+                far = CORNER_FAR * dS[a, 0]
+                K = _corners_below(geo, X[a], vocab, n_corners, far, None if own_corners is None else own_corners[a])
+                K = nearest_first(geo, X[a], fresh(K, asked[a]), per, far, free[a])
+                M[a] = fresh(np.concatenate([M[a], K], axis=1))[:, :per]
         done |= np.isnan(M).all(axis=(1, 2))  # an agent with nothing left to ask stops, as it would alone
         M[done] = np.nan
         if done.all():
