@@ -81,3 +81,18 @@ def rejected(world: TabularWorld) -> np.ndarray:
     """The toy rows the model rejects."""
     X = toy_data()
     return X[world.model.predict_proba(X) <= 0.5]
+
+
+class StepModel:
+    """A model in steps over ``n_features`` columns, its probability 0 or 1 (no slope to follow): accepts the rows
+    where ``accept(X)`` (N,) is True."""
+
+    def __init__(self, accept, n_features: int = 4):
+        self.accept, self.n_features = accept, n_features
+
+    def predict_proba(self, X):
+        p = np.asarray(self.accept(np.atleast_2d(X)), float)
+        return np.column_stack([1 - p, p])
+
+    def predict(self, X):
+        return self.predict_proba(X)[:, 1] > 0.5

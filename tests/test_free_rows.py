@@ -15,22 +15,7 @@ from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
 from learners.tabular import WorldGeometry
 from learners.tabular.budget_search import budget_search
-
-
-class Steps:
-    """A model in steps (its probability 0 or 1): ``accept(X)`` (N,) bool."""
-
-    n_features = 4
-
-    def __init__(self, accept):
-        self.accept = accept
-
-    def predict_proba(self, X):
-        p = self.accept(np.atleast_2d(X)).astype(float)
-        return np.column_stack([1 - p, p])
-
-    def predict(self, X):
-        return self.predict_proba(X)[:, 1] > 0.5
+from tests.blackbox_worlds import StepModel
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +25,8 @@ def geo() -> WorldGeometry:
 
 
 X = np.zeros((1, 4))
-EDGE = Steps(lambda X: X[:, 0] >= 37.3)  # a split no vocabulary value sits just past
-PAIR = Steps(lambda X: (X[:, 0] >= 55) | ((X[:, 1] >= 21) & (X[:, 2] >= 21)))  # the nearer set past its vocabulary
+EDGE = StepModel(lambda X: X[:, 0] >= 37.3)  # a split no vocabulary value sits just past
+PAIR = StepModel(lambda X: (X[:, 0] >= 55) | ((X[:, 1] >= 21) & (X[:, 2] >= 21)))  # the nearer set past its vocabulary
 
 
 def test_free_rows_bisect_the_answer_before_the_last_round(geo, monkeypatch):

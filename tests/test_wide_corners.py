@@ -4,6 +4,8 @@ agent's first 1,000 corners, is reached; below that budget the count is as befor
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -22,21 +24,12 @@ from learners.tabular.budget_search import (
 )
 from learners.tabular.corners import nearest_corners
 from learners.tabular.rows import nearest_first
+from tests.blackbox_worlds import StepModel
 
-
-class TwoSets:
-    """Accepts (x0 >= 60 and x3 >= 60) or (x1 >= 90 and x2 >= 90): a model in steps, its probability 0 or 1 (no
-    slope to follow)."""
-
-    n_features = 4
-
-    def predict_proba(self, X):
-        X = np.atleast_2d(X)
-        p = (((X[:, 0] >= 60) & (X[:, 3] >= 60)) | ((X[:, 1] >= 90) & (X[:, 2] >= 90))).astype(float)
-        return np.column_stack([1 - p, p])
-
-    def predict(self, X):
-        return self.predict_proba(X)[:, 1] > 0.5
+# accepts (x0 >= 60 and x3 >= 60) or (x1 >= 90 and x2 >= 90)
+TwoSets = functools.partial(StepModel, lambda X: ((X[:, 0] >= 60) & (X[:, 3] >= 60)) | ((X[:, 1] >= 90) & (X[:, 2] >= 90)))
+# accepts x0 >= 30 and x3 >= 30 only: no single feature, and no row along the proposal's far set
+OnlyPair = functools.partial(StepModel, lambda X: (X[:, 0] >= 30) & (X[:, 3] >= 30))
 
 
 @pytest.fixture(scope="module")
@@ -99,20 +92,6 @@ def test_corners_cut_at_the_answer_keep_the_rows_the_search_would_take(geo, k):
     assert np.array_equal(nearest_first(geo, X, own, 64, below), nearest_first(geo, X, full, 64, below), equal_nan=True)
     near = _corners_below(geo, X, VOCAB, k, np.full(6, 0.1))
     assert near.shape[1] < full.shape[1] and (geo.distance(X[:, None, :], near[:, -1:])[:, 0] < 0.1 * (1 + 1e-9)).any()
-
-
-class OnlyPair:
-    """Accepts x0 >= 30 and x3 >= 30 only: no single feature, and no row along the proposal's far set."""
-
-    n_features = 4
-
-    def predict_proba(self, X):
-        X = np.atleast_2d(X)
-        p = ((X[:, 0] >= 30) & (X[:, 3] >= 30)).astype(float)
-        return np.column_stack([1 - p, p])
-
-    def predict(self, X):
-        return self.predict_proba(X)[:, 1] > 0.5
 
 
 def test_an_agent_with_nothing_accepted_gets_the_nearest_corners(geo):
