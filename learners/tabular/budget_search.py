@@ -23,7 +23,11 @@ idea), ``budget_search`` spends its budget in rounds, every agent of the batch i
    column back a few of the vocabulary's values while another moves on a few (an answer one feature short
    of the optimum's set); in steps the best answer's split edges just inside it (its changed columns alone
    and in pairs at the vocabulary's values nearest it) go ahead of the spread, and in the last round the rows
-   every other piece leaves unused go to the best answer on a fine grid toward the agent (``fine_grid``).
+   every other piece leaves unused go to the best answer on a fine grid toward the agent (``fine_grid``). In steps,
+   a refinement round that a later round follows gives the rows it leaves free to the best answer's columns
+   bisected (``FREE_BISECT``) and then to the vocabulary's corners up to ``CORNER_FAR`` times the answer's
+   distance (a set whose value the vocabulary lacks: its next value past it, shrunk in a later round); an agent
+   with nothing accepted yet gets its nearest corners after the proposals pushed further, screens and donors.
 
 Every answer was itself accepted by a model call (no value is recomputed after its check) and lies in the
 agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent rows between rounds.
@@ -87,7 +91,7 @@ from learners.tabular.steps import corner_grid, float32_nudges
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # round one's rays (first_round.SCALES) further in a later round, for an agent none of whose rows was accepted
 SPARE_DONORS = 64  # the training neighbours' transplants offered to a round's unused rows
 CORNERS = 1000  # at most this many nearest corners per agent offered to a round's unused rows (below WIDE_MIN_ROWS)
-WIDE_CORNERS = 5  # in a search of WIDE_MIN_ROWS rows or more, this many corners per row of its budget instead
+WIDE_CORNERS = 8  # in a search of WIDE_MIN_ROWS rows or more, this many corners per row of its budget instead
 WIDE_MIN_ROWS = 2000  # (a set no proposal named, nearer than the answer: there the rows are to spare)
 BRACKET_ROWS = 2048  # the latest refused rows per agent that bracket the starts' rays and the answer's columns
 # (512 lost the bracket of Credit's fresh agent 186 by the last round at 8 x 2,000; memory: N x rows x D)
@@ -337,7 +341,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     reads rows as float32, the answer's first inner edge is also asked one float32 step toward the answer where
     the labels' copy of it reads on the agent's side (``moves.edge_twins``, ``EDGE_TWINS``), and rows a round
     leaves unused go last to the agent with one column one float32 step either way (``steps.float32_nudges``: an
-    agent right on a split). An agent that a refinement round brought less than 1% nearer gets, in the next round,
+    agent right on a split); with a round to follow, the rows still free go to ``edge_bisection`` of the answer
+    (``FREE_BISECT``) and to the corners up to ``CORNER_FAR`` times its distance. An agent that a refinement
+    round brought less than 1% nearer gets, in the next round,
     a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed set pushed further from it
     (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals' rays that round one refused at
     every rung are asked in round two at the crossings their logits point to (``reach.reach_rows``; a share
