@@ -468,8 +468,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                     head = fresh(np.concatenate([head, T], axis=1), asked[a])[:, :per]
                 if n_corners:  # in steps, the rows still free: the vocabulary's corners, nearest first (a set no
                     # proposal, screen or donor holds: Adult forest's fresh agent 323 had none accepted at 8 x 2,000)
-                    K = _corners_below(geo, X[a], vocab, n_corners, np.full(len(a), np.inf),
-                                       None if own_corners is None else own_corners[a])
+                    # (no agent asks more than its budget's rows: its nearest that many corners are all it can use)
+                    K = _corners_below(geo, X[a], vocab, min(n_corners, int(budget.rows)), np.full(len(a), np.inf),
+                                       None if own_corners is None else own_corners[a][:, :int(budget.rows)])
                     head = fresh(np.concatenate([head, K], axis=1), asked[a])[:, :per]
                 F[a] = head
             F[~geo.keeps(X[:, None, :], F)] = np.nan
