@@ -112,6 +112,7 @@ BISECT_MIN_CALLS = 3  # and only in a search of this many round trips or more (a
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
 FREE_BISECT = True  # rows a refinement round leaves free before the last rounds: the answer's columns bisected
 CORNER_FAR = 1.5  # rows a round leaves free, a round to follow: corners up to this multiple of the answer's distance
+LOST_PICK_SHARE = 0.75  # of the next round's rows for an agent with nothing accepted yet, the most for ``lost_picks``
 FINE_ROWS = 96  # in steps, of the last round's rows every other piece leaves unused, the most for ``fine_grid``
 
 
@@ -310,7 +311,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
                   lead: int = 0, grid_share: float = 0.0, steps: bool = False, donors: Any = None,
-                  picks: np.ndarray | None = None) -> SearchResult:
+                  picks: np.ndarray | None = None, lost_picks: Callable[..., np.ndarray] | None = None
+                  ) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
@@ -325,7 +327,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     proposals (a search's answers on the surrogate) go first on ``LEAD_LADDER``.
     ``grid_share``: the share of round one (without a surrogate) for ``steps.corner_grid``, the proposals'
     changed sets at the vocabulary's values (for a model that answers in steps: ``steps.step_share``);
-    ``picks`` (N, k, D): rows that lead that share (a student's likeliest accepted corners: ``student.picks``).
+    ``picks`` (N, k, D): rows that lead that share (a student's likeliest accepted corners: ``student.picks``);
+    ``lost_picks(agents, k)`` (len(agents), k, D): rows for the agents a round left with nothing accepted, first in
+    their next round, a share ``LOST_PICK_SHARE`` of its rows at most (the same student's picks: a set no proposal
+    named, among corners too many for the round to list nearest first).
     A refinement round that a later round follows gives a share ``ADD_SHARE`` of its rows to ``_additions``:
     the best answer with one more feature changed, up to ``ADD_FAR`` times farther; an accepted one is a
     new changed set that the next rounds shrink (German forest at 8 x 2000: .89 -> .94). Rows a round's moves
@@ -457,7 +462,12 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             for lo in range(0, len(lost), MOVE_BLOCK):  # the rows left: one feature at a time, then donors
                 a = lost[lo:lo + MOVE_BLOCK]
                 Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
-                head = fresh(np.concatenate([F[a]] + ([] if tried_far else [Sc]), axis=1),
+                lead_rows = []
+                if lost_picks is not None and not tried_far and LOST_PICK_SHARE > 0:
+                    Lp = np.asarray(lost_picks(a, max(1, int(LOST_PICK_SHARE * per))), float)
+                    Lp[np.arange(Lp.shape[1])[None, :] >= (LOST_PICK_SHARE * cap[a]).astype(np.int64)[:, None]] = np.nan
+                    lead_rows = [Lp]
+                head = fresh(np.concatenate(lead_rows + [F[a]] + ([] if tried_far else [Sc]), axis=1),
                              asked[a])[:, :per]  # rows asked before (a ray back at the agent) leave room
                 if donors is not None:
                     T = _projected(geo, X[a], [np.asarray(donors(a, donor_at[a], per), float)])

@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -59,6 +60,9 @@ from solvers.mace.distance import Norm
 
 Proposals = Literal["network", "averages", "neighbours"]
 FALLBACK_DONORS = 16  # training agents whose answers are transplanted for an agent none of whose first rows was accepted
+# where a student's picks go: round one's corner grid, the agents a round left without an answer (their next round's
+# rows first: ``budget_search``'s ``lost_picks``), or both
+STUDENT_USES = ("round_one", "lost", "both")
 EXPERT_BLOCK = 250  # agents per search in an expert round (memory: at 6 x 2,000 a search keeps every row it scored)
 
 
@@ -103,6 +107,7 @@ class ProposerParams:
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
     student_pool: int = 10000  # nearest corners per agent the student scores when answering, nearest first in stages (more: nearer picks, more ms for agents whose picks lie far)
     student_distinct: bool = False  # of them, only corners the student tells apart (one value between two of its splits; an option: Credit forest +1 point, German -1 agent of 36)
+    student_use: str = "round_one"  # where the student's picks go: "round_one", "lost" (agents with no answer after a round), "both"
     student_memory: str = ""  # a directory keeping the model's answers for the student (this model's only): a fit run again asks only what it lacks
     self_labels: int = 0  # of ``labels.unlabelled``, this many answered at fit time by the search itself through the model, the accepted joining the labels (0: none; ``self_labels.py``)
     self_label_calls: int = 8  # the round trips of that search per agent
@@ -129,6 +134,8 @@ class ProposerParams:
             raise ValueError(f"surrogate_rounds: must be >= 0, got {self.surrogate_rounds!r}")
         if int(self.expert_rounds) < 0:
             raise ValueError(f"expert_rounds: must be >= 0, got {self.expert_rounds!r}")
+        if self.student_use not in STUDENT_USES:
+            raise ValueError(f"student_use: expected one of {', '.join(STUDENT_USES)}, got {self.student_use!r}")
         if self.proposals not in ("network", "averages", "neighbours"):
             raise ValueError(f"proposals: expected network, averages or neighbours, got {self.proposals!r}")
         self.hidden = tuple(int(h) for h in self.hidden)
@@ -419,9 +426,20 @@ class ProposerGenerator(TabularGenerator):
     def _picks(self, geo: WorldGeometry, X: np.ndarray) -> np.ndarray | None:
         """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student)."""
         student = getattr(self, "student_", None)
+        if student is not None and self.params.student_use == "lost":
+            return None
         return None if student is None else student.picks(geo, X, self.vocab_, int(self.params.student_rows),
                                                           pool=int(self.params.student_pool),
                                                           distinct=bool(self.params.student_distinct))
+
+    def _lost_picks(self, geo: WorldGeometry, X: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray] | None:
+        """``budget_search``'s ``lost_picks``: for agents ``a`` of ``X`` a round left with nothing accepted, the
+        student's ``k`` likeliest accepted corners (``student_use`` "lost" or "both"; None without a student)."""
+        student = getattr(self, "student_", None)
+        if student is None or self.params.student_use == "round_one":
+            return None
+        return lambda a, k: student.picks(geo, X[a], self.vocab_, k, pool=int(self.params.student_pool),
+                                          distinct=bool(self.params.student_distinct))
 
     def _grid_share(self) -> float:
         """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""
@@ -482,7 +500,8 @@ class ProposerGenerator(TabularGenerator):
                             surrogate=self.surrogate_,
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
                             grid_share=self._grid_share(), steps=self._in_steps(), picks=self._picks(geo, X),
-                            donors=lambda a, start, k: self._donor_rows(X[a], start, k))
+                            donors=lambda a, start, k: self._donor_rows(X[a], start, k),
+                            lost_picks=self._lost_picks(geo, X))
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)
