@@ -19,13 +19,14 @@ rel_tol 1e-2):
   reward: expert iteration, its training calls counted), ``proposer_surrogate`` (the network and a
   surrogate of the model's logit learnt from its answers near the labels' boundary: a white-box search
   on the surrogate proposes first and the surrogate picks half of round one's rows; not used where its
-  held-out error says it did not learn the model), ``proposer_student_lost`` (the proposer with a student of the
-  forest's corners, learnt from the model's answers at fit time, whose likeliest accepted corners lead round two only
-  for the agents round one left without an answer: ``student_use="lost"``), ``search_no_net`` (the same search, the
+  held-out error says it did not learn the model), ``proposer_student_round_two`` (the proposer with a student of
+  the forest's corners, learnt from the model's answers at fit time, whose likeliest accepted corners are asked in
+  round two only: first by the agents round one left without an answer, and those nearer than an answer ahead of
+  its moves: ``student_use="round_two"``), ``search_no_net`` (the same search, the
   proposals the labels' change centroids: no network, the baseline the issue names), ``search_knn`` (the
   same search, the nearest training agents' changes); and GeCo (``partial_eval=False``: the black-box
   route; no budget: its calls and rows reported). ``--methods`` chooses them; ``proposer_surrogates``
-  (three surrogates averaged: three times the fit) and ``proposer_student_lost`` (2,000,000 rows asked for the student
+  (three surrogates averaged: three times the fit) and ``proposer_student_round_two`` (2,000,000 rows asked for the student
   at fit time) are the spread's (``--spread-methods``), not the default;
 - **optimal**: share of MACE-solved held-out agents answered validly within 1% of MACE's certified distance;
   **valid**: accepted by the real model, no constraint broken; rows per answer (median, max) and calls;
@@ -69,12 +70,13 @@ OUT = Path("benchmarks/results")
 METHODS = {"proposer": {"proposals": "network"}, "proposer_expert": {"proposals": "network", "expert_rounds": 1},
            "proposer_surrogate": {"proposals": "network", "surrogate": True},
            "proposer_surrogates": {"proposals": "network", "surrogate": True, "surrogate_members": 3},
-           "proposer_student_lost": {"proposals": "network", "student_agents": 10000, "student_use": "lost"},
+           "proposer_student_round_two": {"proposals": "network", "student_agents": 10000, "student_use": "round_two",
+                                          "student_pool": 1000},
            "search_no_net": {"proposals": "averages"}, "search_knn": {"proposals": "neighbours"}}
 NAMES = {"proposer": "proposer (network, imitation)", "proposer_expert": "proposer + model reward (expert iteration)",
          "proposer_surrogate": "proposer + surrogate of the model (learnt from its answers)",
          "proposer_surrogates": "proposer + 3 surrogates averaged (the fit's seed matters less)",
-         "proposer_student_lost": "proposer + student of its corners for the agents round one left without an answer",
+         "proposer_student_round_two": "proposer + student of its corners in round two",
          "search_no_net": "same search, no network (label averages)", "search_knn": "same search, k-NN proposals",
          "geco": "GeCo (black box, no budget)"}
 
@@ -132,7 +134,7 @@ def run_geco(world: Any, domain: np.ndarray, X: np.ndarray, mace_d: np.ndarray, 
     return m
 
 
-FULL_RUN = tuple(m for m in METHODS if m not in ("proposer_surrogates", "proposer_student_lost"))  # a full run's methods (the others: the spread's)
+FULL_RUN = tuple(m for m in METHODS if m not in ("proposer_surrogates", "proposer_student_round_two"))  # a full run's methods (the others: the spread's)
 REMOTE = ("proposer", "proposer_surrogate", "search_no_net")  # the generators timed against the remote model
 
 

@@ -185,16 +185,16 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
     back.params.student_distinct = True  # only the corners it tells apart, whatever the student's own default
     want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50, distinct=True)
     assert np.array_equal(np.nan_to_num(back._picks(WorldGeometry.of(world), X), nan=-7), np.nan_to_num(want, nan=-7))
-    assert back._lost_picks(WorldGeometry.of(world), X) is None  # "round_one" (the default): round one only
-    back.params.student_use = "lost"  # the agents a round leaves without an answer only: none in round one
+    assert back._next_picks(WorldGeometry.of(world), X) is None  # "round_one" (the default): round one only
+    back.params.student_use = "round_two"  # round two only: none in round one
     assert back._picks(WorldGeometry.of(world), X) is None
-    lost = back._lost_picks(WorldGeometry.of(world), X)
-    assert np.array_equal(np.nan_to_num(lost(np.array([5, 2]), 7), nan=-7),
+    later = back._next_picks(WorldGeometry.of(world), X)
+    assert np.array_equal(np.nan_to_num(later(np.array([5, 2]), 7), nan=-7),
                           np.nan_to_num(back.student_.picks(WorldGeometry.of(world), X[[5, 2]], back.vocab_, 7, pool=50,
                                                             distinct=True), nan=-7))
     back.params.student_use = "both"
-    assert back._picks(WorldGeometry.of(world), X) is not None and back._lost_picks(WorldGeometry.of(world), X)
-    with pytest.raises(ValueError, match="student_use: expected one of round_one, lost, both"):
+    assert back._picks(WorldGeometry.of(world), X) is not None and back._next_picks(WorldGeometry.of(world), X)
+    with pytest.raises(ValueError, match="student_use: expected one of round_one, round_two, both"):
         build_tabular_generator("proposer", {"student_use": "never"})
     with pytest.raises(ValueError, match="student_pool: must be >= 1"):
         build_tabular_generator("proposer", {"student_pool": 0})

@@ -112,7 +112,8 @@ BISECT_MIN_CALLS = 3  # and only in a search of this many round trips or more (a
 ADD_FAR = 1.5  # additions up to this multiple of the best answer's distance (farther than it: a new set)
 FREE_BISECT = True  # rows a refinement round leaves free before the last rounds: the answer's columns bisected
 CORNER_FAR = 1.5  # rows a round leaves free, a round to follow: corners up to this multiple of the answer's distance
-LOST_PICK_SHARE = 0.75  # of the next round's rows for an agent with nothing accepted yet, the most for ``lost_picks``
+LOST_PICK_SHARE = 0.75  # with ``next_picks``: of round two's rows for an agent round one left with nothing accepted, the most for them
+NEAR_PICKS = 64  # with ``next_picks``: the most of them nearer than an agent's answer after round one, ahead of round two's moves
 FINE_ROWS = 96  # in steps, of the last round's rows every other piece leaves unused, the most for ``fine_grid``
 
 
@@ -311,7 +312,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
                   lead: int = 0, grid_share: float = 0.0, steps: bool = False, donors: Any = None,
-                  picks: np.ndarray | None = None, lost_picks: Callable[..., np.ndarray] | None = None
+                  picks: np.ndarray | None = None, next_picks: Callable[[np.ndarray, int], np.ndarray] | None = None
                   ) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
@@ -328,9 +329,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     ``grid_share``: the share of round one (without a surrogate) for ``steps.corner_grid``, the proposals'
     changed sets at the vocabulary's values (for a model that answers in steps: ``steps.step_share``);
     ``picks`` (N, k, D): rows that lead that share (a student's likeliest accepted corners: ``student.picks``);
-    ``lost_picks(agents, k)`` (len(agents), k, D): rows for the agents a round left with nothing accepted, first in
-    their next round, a share ``LOST_PICK_SHARE`` of its rows at most (the same student's picks: a set no proposal
-    named, among corners too many for the round to list nearest first).
+    ``next_picks(agents, k)`` (len(agents), k, D): more of a student's picks, nearest first, for round two: an agent
+    round one left with nothing accepted asks them first (a share ``LOST_PICK_SHARE`` of its rows at most: a set no
+    proposal named, among corners too many for the round to list nearest first), and every other agent its first
+    ``NEAR_PICKS`` past ``picks`` that are nearer than its answer, ahead of its moves (built while round one's call
+    waits, for a batch of ``AHEAD_AGENTS`` or fewer).
     A refinement round that a later round follows gives a share ``ADD_SHARE`` of its rows to ``_additions``:
     the best answer with one more feature changed, up to ``ADD_FAR`` times farther; an accepted one is a
     new changed set that the next rounds shrink (German forest at 8 x 2000: .89 -> .94). Rows a round's moves
@@ -378,6 +381,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     pool = _helper() if int(budget.calls) > 1 else None  # one pool for both jobs (None: none of them)
     ahead_ok = pool is not None and len(X) * n_corners <= AHEAD_AGENTS * CORNERS  # memory: agents x corners x D
     ahead = _ahead(pool, geo, X, vocab, n_corners, go) if ahead_ok else None
+    k_near = NEAR_PICKS + (0 if picks is None else int(np.asarray(picks).shape[1]))  # past the ones round one asks
+    near_todo = next_picks is not None and NEAR_PICKS > 0 and int(budget.calls) > 1
+    near_job = (pool.submit(_when, go, next_picks, np.arange(N), k_near)
+                if near_todo and pool is not None and len(X) <= AHEAD_AGENTS else None)
     guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab) if ahead is not None and not steps else None
     guess = (guess[0], pool.submit(_when, go, guess[1])) if guess is not None else None
     ok, used, proba = _accept(model, geo, X, C, threshold, go)
@@ -443,6 +450,14 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                 Bd[blk] = bolder(geo, X[blk], S[blk, 0], recent[blk], vocab, asked[blk], Bd.shape[1], dS[blk, 0],
                                  n_bold[blk])
             M = compact(np.concatenate([Bd, M], axis=1), per)
+        if near_todo and calls == 1 and found.any():  # the student's next picks nearer than the answer, ahead
+            a = np.flatnonzero(found)
+            Np = near_job.result()[a] if near_job is not None else next_picks(a, k_near)
+            Np = nearest_first(geo, X[a], fresh(np.asarray(Np, float), asked[a]), NEAR_PICKS, dS[a, 0],
+                               np.minimum(cap[a], NEAR_PICKS))
+            Q = np.full((N, Np.shape[1], D), np.nan)
+            Q[a] = Np
+            M = compact(np.concatenate([Q, M], axis=1), per)
         if n_add.any():
             A = nearest_first(geo, X, _additions(geo, X, S[:, 0], vocab), int(n_add.max()),
                                np.where(found, ADD_FAR * dS[:, 0], -np.inf), n_add)
@@ -463,8 +478,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                 a = lost[lo:lo + MOVE_BLOCK]
                 Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
                 lead_rows = []
-                if lost_picks is not None and not tried_far and LOST_PICK_SHARE > 0:
-                    Lp = np.asarray(lost_picks(a, max(1, int(LOST_PICK_SHARE * per))), float)
+                if next_picks is not None and not tried_far and LOST_PICK_SHARE > 0:
+                    Lp = np.asarray(next_picks(a, max(1, int(LOST_PICK_SHARE * per))), float)
                     Lp[np.arange(Lp.shape[1])[None, :] >= (LOST_PICK_SHARE * cap[a]).astype(np.int64)[:, None]] = np.nan
                     lead_rows = [Lp]
                 head = fresh(np.concatenate(lead_rows + [F[a]] + ([] if tried_far else [Sc]), axis=1),

@@ -60,9 +60,9 @@ from solvers.mace.distance import Norm
 
 Proposals = Literal["network", "averages", "neighbours"]
 FALLBACK_DONORS = 16  # training agents whose answers are transplanted for an agent none of whose first rows was accepted
-# where a student's picks go: round one's corner grid, the agents a round left without an answer (their next round's
-# rows first: ``budget_search``'s ``lost_picks``), or both
-STUDENT_USES = ("round_one", "lost", "both")
+# where a student's picks go: round one's corner grid, round two (``budget_search``'s ``next_picks``: the rows of an
+# agent round one left with nothing accepted, and the next picks nearer than the others' answers), or both
+STUDENT_USES = ("round_one", "round_two", "both")
 EXPERT_BLOCK = 250  # agents per search in an expert round (memory: at 6 x 2,000 a search keeps every row it scored)
 
 
@@ -107,7 +107,7 @@ class ProposerParams:
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
     student_pool: int = 10000  # nearest corners per agent the student scores when answering, nearest first in stages (more: nearer picks, more ms for agents whose picks lie far)
     student_distinct: bool = False  # of them, only corners the student tells apart (one value between two of its splits; an option: Credit forest +1 point, German -1 agent of 36)
-    student_use: str = "round_one"  # where the student's picks go: "round_one", "lost" (agents with no answer after a round), "both"
+    student_use: str = "round_one"  # where the student's picks go: "round_one", "round_two" (the agents round one left without an answer, and those nearer than the others' answers), "both"
     student_memory: str = ""  # a directory keeping the model's answers for the student (this model's only): a fit run again asks only what it lacks
     self_labels: int = 0  # of ``labels.unlabelled``, this many answered at fit time by the search itself through the model, the accepted joining the labels (0: none; ``self_labels.py``)
     self_label_calls: int = 8  # the round trips of that search per agent
@@ -426,15 +426,15 @@ class ProposerGenerator(TabularGenerator):
     def _picks(self, geo: WorldGeometry, X: np.ndarray) -> np.ndarray | None:
         """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student)."""
         student = getattr(self, "student_", None)
-        if student is not None and self.params.student_use == "lost":
+        if student is not None and self.params.student_use == "round_two":
             return None
         return None if student is None else student.picks(geo, X, self.vocab_, int(self.params.student_rows),
                                                           pool=int(self.params.student_pool),
                                                           distinct=bool(self.params.student_distinct))
 
-    def _lost_picks(self, geo: WorldGeometry, X: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray] | None:
-        """``budget_search``'s ``lost_picks``: for agents ``a`` of ``X`` a round left with nothing accepted, the
-        student's ``k`` likeliest accepted corners (``student_use`` "lost" or "both"; None without a student)."""
+    def _next_picks(self, geo: WorldGeometry, X: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray] | None:
+        """``budget_search``'s ``next_picks``: for agents ``a`` of ``X``, the student's ``k`` likeliest accepted
+        corners, nearest first (``student_use`` "round_two" or "both"; None without a student)."""
         student = getattr(self, "student_", None)
         if student is None or self.params.student_use == "round_one":
             return None
@@ -501,7 +501,7 @@ class ProposerGenerator(TabularGenerator):
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
                             grid_share=self._grid_share(), steps=self._in_steps(), picks=self._picks(geo, X),
                             donors=lambda a, start, k: self._donor_rows(X[a], start, k),
-                            lost_picks=self._lost_picks(geo, X))
+                            next_picks=self._next_picks(geo, X))
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)

@@ -1,7 +1,7 @@
-"""``budget_search``'s ``lost_picks``: rows for the agents a round left with nothing accepted, first in their next
-round (a share ``LOST_PICK_SHARE`` of its rows). A set no proposal, ray, screen or near corner holds is reached
-there; an agent with an answer is answered bit for bit as without them, and the picks are asked only for the lost
-agents, at most their own share."""
+"""``budget_search``'s ``next_picks`` (a student's picks in round two). For an agent round one left with nothing
+accepted they lead its round two (a share ``LOST_PICK_SHARE`` of its rows at most): a set no proposal, ray, screen or
+near corner holds is reached there. For an agent with an answer, the first ``NEAR_PICKS`` past round one's picks that
+are nearer than the answer lead its moves; with none nearer it is answered bit for bit as without them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from envs.black_box import BlackBoxModel, Budget
 from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
 from learners.tabular import WorldGeometry
-from learners.tabular.budget_search import LOST_PICK_SHARE, budget_search
+from learners.tabular.budget_search import LOST_PICK_SHARE, NEAR_PICKS, budget_search
 from learners.tabular.corners import nearest_corners
 from tests.blackbox_worlds import StepModel
 
@@ -39,13 +39,13 @@ P = np.array([[[0.0, 0.0, 80.0, 0.0]], [[0.0, 95.0, 0.0, 0.0]]])
 
 
 class Picks:
-    """A stand-in for a student: the optimum first, then far corners; records which agents it was asked for."""
+    """A stand-in for a student: the optimum first, then far corners; records whom and how many it was asked for."""
 
     def __init__(self):
-        self.asked: list[np.ndarray] = []
+        self.asked: list[tuple[list[int], int]] = []
 
     def __call__(self, agents: np.ndarray, k: int) -> np.ndarray:
-        self.asked.append(np.asarray(agents))
+        self.asked.append((np.asarray(agents).tolist(), int(k)))
         out = np.full((len(agents), k, 4), np.nan)
         out[:, 0] = OPTIMUM
         out[:, 1:] = 100.0
@@ -59,17 +59,21 @@ def test_the_optimum_lies_past_the_corners_a_small_budget_reaches(geo):
 
 def test_a_lost_agent_is_answered_by_its_picks(geo):
     """Without the picks agent 0's round two finds only the far set (x1 to its bound, a screen); with them it is
-    answered at the optimum. Agent 1 (answered in round one) is answered bit for bit as without the picks, and the
-    picks are asked for agent 0 alone, once."""
+    answered at the optimum. Agent 2, answered in round one nearer than any pick (it starts at x1 = 85), is answered
+    bit for bit as without them. The picks are asked once for the agents with an answer (the next ``NEAR_PICKS``)
+    and once for agent 0."""
     model = Sets()
-    without = budget_search(BlackBoxModel(model), geo, X, P, BUDGET, vocab=VOCAB, steps=True)
+    X3 = np.concatenate([X, [[0.0, 85.0, 0.0, 0.0]]])
+    P3 = np.concatenate([P, [[[0.0, 95.0, 0.0, 0.0]]]])
+    without = budget_search(BlackBoxModel(model), geo, X3, P3, BUDGET, vocab=VOCAB, steps=True)
     assert without.found[0] and without.distance[0] > 2 * geo.distance(X[:1], OPTIMUM[None])[0]
     picks = Picks()
-    lost = budget_search(BlackBoxModel(model), geo, X, P, BUDGET, vocab=VOCAB, steps=True, lost_picks=picks)
+    lost = budget_search(BlackBoxModel(model), geo, X3, P3, BUDGET, vocab=VOCAB, steps=True, next_picks=picks)
     assert lost.found[0] and model.predict(lost.CF[:1])[0]
     assert lost.distance[0] == pytest.approx(geo.distance(X[:1], OPTIMUM[None])[0])
-    assert len(picks.asked) == 1 and picks.asked[0].tolist() == [0]
-    assert np.array_equal(lost.CF[1], without.CF[1]) and lost.distance[1] == without.distance[1]
+    assert picks.asked[0] == ([0, 1, 2], NEAR_PICKS) and len(picks.asked) == 2 and picks.asked[1][0] == [0]
+    assert without.distance[2] < geo.distance(X3[2:], OPTIMUM[None])[0]
+    assert np.array_equal(lost.CF[2], without.CF[2]) and lost.distance[2] == without.distance[2]
 
 
 def test_the_picks_take_at_most_their_share_of_the_round(geo):
@@ -93,8 +97,24 @@ def test_the_picks_take_at_most_their_share_of_the_round(geo):
         return inner(R)
 
     bb.predict_proba = spy
-    budget_search(bb, geo, X[:1], P[:1], budget, vocab=VOCAB, steps=True, lost_picks=Far())
+    budget_search(bb, geo, X[:1], P[:1], budget, vocab=VOCAB, steps=True, next_picks=Far())
     second = seen[1]
     picked = np.isclose(second[:, 0], 20.0) & np.isclose(second[:, 3], 20.0)
     cap = budget.rows - len(seen[0])
     assert 0 < picked.sum() <= int(LOST_PICK_SHARE * cap)
+
+
+def test_picks_nearer_than_an_answer_lead_round_two(geo):
+    """An agent answered in round one by the far set (x1 to 95) is offered the student's next picks nearer than that
+    answer ahead of its moves: the optimum (a set no proposal names) is its answer. The picks round one asked
+    already are counted past (``NEAR_PICKS`` more are asked for)."""
+    model = Sets()
+    x, p = X[1:], P[1:]
+    alone = budget_search(BlackBoxModel(model), geo, x, p, BUDGET, vocab=VOCAB, steps=True)
+    assert alone.found[0] and alone.distance[0] > 2 * geo.distance(x, OPTIMUM[None])[0]
+    picks = Picks()
+    first = np.full((1, 2, 4), 100.0)  # round one's picks: two far rows
+    res = budget_search(BlackBoxModel(model), geo, x, p, BUDGET, vocab=VOCAB, steps=True, next_picks=picks,
+                        picks=first, grid_share=0.25)
+    assert res.found[0] and res.distance[0] == pytest.approx(geo.distance(x, OPTIMUM[None])[0])
+    assert picks.asked == [([0], NEAR_PICKS + 2)]
