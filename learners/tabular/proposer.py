@@ -426,11 +426,10 @@ class ProposerGenerator(TabularGenerator):
     def _picks(self, geo: WorldGeometry, X: np.ndarray) -> np.ndarray | None:
         """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student)."""
         student = getattr(self, "student_", None)
-        if student is not None and self.params.student_use == "round_two":
+        if student is None or self.params.student_use == "round_two":  # "round_two": none in round one
             return None
-        return None if student is None else student.picks(geo, X, self.vocab_, int(self.params.student_rows),
-                                                          pool=int(self.params.student_pool),
-                                                          distinct=bool(self.params.student_distinct))
+        return student.picks(geo, X, self.vocab_, int(self.params.student_rows), pool=int(self.params.student_pool),
+                             distinct=bool(self.params.student_distinct))
 
     def _next_picks(self, geo: WorldGeometry, X: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray] | None:
         """``budget_search``'s ``next_picks``: for agents ``a`` of ``X``, the student's ``k`` likeliest accepted
