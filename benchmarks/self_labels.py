@@ -3,6 +3,7 @@ scored at 2 x 256 (or ``--budget``) on held-out, validation and fresh real agent
 
     python benchmarks/self_labels.py                                   # Credit and Adult forest, 4 fits
     python benchmarks/self_labels.py --cells credit/forest --seeds 0 --self-labels 1500
+    python benchmarks/self_labels.py --cells credit/forest --student-members 2 --student-use both
 
 Per cell and fit seed (the cell's 500 MACE labels, ``benchmarks/blackbox_generators.py``'s): the search without the
 network (``proposals: averages``), the proposer, and the proposer with the seed-0 fit's student of the forest's
@@ -17,7 +18,8 @@ it lacks (``--seeds 0,1,2,3`` after ``--seeds 0,1`` runs 2 and 3; ``--force``: a
 rejected training rows past its labels (160 in all), so it is not a cell here.
 Writes ``benchmarks/results/self_labels/<cell>.json`` and the report of every cell run,
 ``benchmarks/results/self_labels.md`` (at another ``--budget``, ``<cell>-<budget>.json`` and
-``self_labels_<budget>.md``).
+``self_labels_<budget>.md``; with another student, ``--student-members`` and ``--student-use``, likewise:
+``<cell>-m2-both.json``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E40
 
 OUT = Path("benchmarks/results")
 VARIANTS = ("without", "with")  # the proposer, and the proposer with the seed-0 student
+STUDENT_DEFAULTS = {"student_members": 1, "student_use": "round_one"}  # a setting of the student (files of its own where not these)
 
 
 def unlabelled_agents(c: Cell, labels_X: np.ndarray, n: int, args: argparse.Namespace) -> np.ndarray:
@@ -83,6 +86,8 @@ def kept_fits(path: Path | None, out: dict[str, Any], *, force: bool = False) ->
     prev = json.loads(path.read_text()) if path is not None and path.exists() and not force else {}
     if not all(prev.get(k) == out[k] for k in ("budget", "labels", "unlabelled", "agents")):
         return {}
+    if any(prev.get(k, v) != out.get(k, v) for k, v in STUDENT_DEFAULTS.items()):  # (saved before: the defaults)
+        return {}
     if "student" in prev:
         out["student"] = prev["student"]
     return {int(f["seed"]): f for f in prev.get("fits", [])}
@@ -99,7 +104,9 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
     U = unlabelled_agents(c, labels.X, args.self_labels, args)
     params = {"self_label_workers": args.workers}
     out: dict[str, Any] = {"cell": cell, "budget": args.budget, "labels": int(len(labels.X)), "unlabelled": int(len(U)),
-                           "agents": {k: int(v[2].sum()) for k, v in sets.items()}, "fits": []}
+                           "agents": {k: int(v[2].sum()) for k, v in sets.items()},
+                           "student_members": args.student_members, "student_use": args.student_use, "fits": []}
+    with_student = {"student_members": args.student_members, "student_use": args.student_use}
     kept = kept_fits(path, out, force=args.force)
     seeds = [int(s) for s in args.seeds.split(",")]
     first = seeds[0]  # the student's fit seed, and the one whose self-labels are graded
@@ -118,12 +125,13 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
             if variant == "with" and student is None:  # the student's fit, once per cell (its answers kept)
                 t = time.perf_counter()
                 smem = Path(args.cache) / "student_memory" / f"{cell.replace('/', '_')}-{args.seed}"
-                gen = build_tabular_generator("proposer", {**params, "student_agents": args.student_agents,
+                gen = build_tabular_generator("proposer", {**params, **with_student, "student_agents": args.student_agents,
                                                            "student_memory": str(smem)}).fit(black, labels, seed=first)
                 student = gen.student_
                 out["student"] = {**gen.fit_info_["student"], "fit_seconds": time.perf_counter() - t}
             if not (variant == "with" and seed == first):  # (there: the student's own fit above)
-                gen = build_tabular_generator("proposer", params).fit(black, labels, seed=seed)
+                gen = build_tabular_generator("proposer", {**params, **(with_student if variant == "with" else {})}
+                                              ).fit(black, labels, seed=seed)
                 gen.student_ = student if variant == "with" else None
             row[variant] = shares(gen, world, sets, budget)
             gen.params.self_label_memory = memory
@@ -152,10 +160,12 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
 def report(cells: list[dict[str, Any]], command: str) -> str:
     names = {"test": "held-out test", "validation": "validation (the training pool's next)", "fresh": "fresh real"}
     budget = cells[0]["budget"] if cells else "2x256"
+    setting = {k: cells[0].get(k, v) for k, v in STUDENT_DEFAULTS.items()} if cells else dict(STUDENT_DEFAULTS)
     lines = ["# Self-labels: the proposer's labels grown by its own search (issue 56)", "", f"`{command}`", "",
              f"Optimal share (within 1% of MACE) at {budget.replace('x', ' x ')} (round trips x rows), over the fits: "
              "min-max (mean). *+ self* is the same fit after answering the unlabelled real rejected training rows at 8 x 2,000 through the black box and "
-             "learning from its accepted answers (`add_self_labels`).", "",
+             "learning from its accepted answers (`add_self_labels`). The student: "
+             f"{setting['student_members']} member(s), `student_use` \"{setting['student_use']}\".", "",
              "| cell | agents | search without the network | proposer | proposer + self | proposer + student | "
              "proposer + student + self |", "|---|---|---:|---:|---:|---:|---:|"]
 
@@ -184,10 +194,15 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def result_names(budget: str) -> tuple[str, str]:
-    """(the tail of each cell's JSON stem, the report's file name) at ``budget``: the 2 x 256 files keep their
-    names, another budget's carry it (``credit_forest-8x2000.json``, ``self_labels_8x2000.md``)."""
-    return ("", "self_labels.md") if budget == "2x256" else (f"-{budget}", f"self_labels_{budget}.md")
+def result_names(budget: str, members: int = 1, use: str = "round_one") -> tuple[str, str]:
+    """(the tail of each cell's JSON stem, the report's file name) at ``budget`` and the student's setting: the
+    2 x 256 files of the default student keep their names, another budget or student carries it
+    (``credit_forest-8x2000.json``, ``self_labels_8x2000.md``; ``credit_forest-m2-both.json``,
+    ``self_labels_m2-both.md``)."""
+    parts = ([] if budget == "2x256" else [budget]) + ([] if int(members) == 1 else [f"m{int(members)}"]) \
+        + ([] if use == "round_one" else [use])
+    tail = "-".join(parts)
+    return (f"-{tail}", f"self_labels_{tail}.md") if tail else ("", "self_labels.md")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,12 +217,14 @@ def main(argv: list[str] | None = None) -> None:
                    help="real rejected test rows outside the held-out sample, MACE-labelled (0: none)")
     p.add_argument("--budget", default="2x256", help="R x N per answer")
     p.add_argument("--student-agents", type=int, default=10000, help="agents drawn for the student at fit time")
+    p.add_argument("--student-members", type=int, default=1, help="students on independent draws (the picks: any accepts)")
+    p.add_argument("--student-use", default="round_one", help="where the student's picks go: round_one, round_two, both")
     p.add_argument("--out", default=str(OUT), help="results directory")
     p.add_argument("--force", action="store_true", help="run every fit again (else a cell's fits kept in its JSON stay)")
     args = with_cell_defaults(p.parse_args(argv))
     out = Path(args.out)
     (out / "self_labels").mkdir(parents=True, exist_ok=True)
-    tail, report_name = result_names(args.budget)
+    tail, report_name = result_names(args.budget, args.student_members, args.student_use)
     for cell in args.cells.split(","):  # one JSON per cell; the report holds every cell run so far at this budget
         run_cell(cell, args, out / "self_labels" / f"{cell.replace('/', '_')}{tail}.json")
     runs = [f for f in sorted((out / "self_labels").glob("*.json")) if f.stem.partition("-")[2] == tail[1:]]

@@ -59,6 +59,8 @@ def test_another_budget_writes_files_of_its_own():
 
     assert result_names("2x256") == ("", "self_labels.md")
     assert result_names("8x2000") == ("-8x2000", "self_labels_8x2000.md")
+    assert result_names("2x256", 2, "both") == ("-m2-both", "self_labels_m2-both.md")
+    assert result_names("8x2000", 1, "both") == ("-8x2000-both", "self_labels_8x2000-both.md")
     cell = {"cell": "credit/forest", "budget": "8x2000", "labels": 500, "unlabelled": 1500,
             "agents": {"test": 100, "fresh": 400}, "fits": [_fit(0, 0.79)]}
     assert "at 8 x 2000 (round trips x rows)" in report([cell], "python benchmarks/self_labels.py --budget 8x2000")
@@ -78,3 +80,7 @@ def test_a_rerun_keeps_the_fits_of_the_same_setting_only(tmp_path):
     assert kept_fits(path, {**setting, "fits": []}, force=True) == {}
     assert kept_fits(path, {**setting, "unlabelled": 6000, "fits": []}) == {}  # another setting: run again
     assert kept_fits(tmp_path / "none.json", {**setting, "fits": []}) == {}
+    # saved before the student's setting was kept: the default student's, not another's
+    assert sorted(kept_fits(path, {**setting, "student_members": 1, "student_use": "round_one", "fits": []})) == [0, 1]
+    assert kept_fits(path, {**setting, "student_members": 2, "fits": []}) == {}
+    assert kept_fits(path, {**setting, "student_use": "both", "fits": []}) == {}

@@ -48,13 +48,23 @@ def student(either) -> tuple[CornerStudent, BlackBoxModel]:
     return s, bb
 
 
+@pytest.fixture(scope="module")
+def pair(either) -> CornerStudent:
+    """Two members on independent draws (seeds 0 and 1), few enough rows each that they disagree."""
+    return CornerStudent(max_iter=20, members=2).fit(either, WorldGeometry.of(either), _agents(40), VOCAB, drawn=30,
+                                                     corners=8, seed=0)
+
+
 @pytest.mark.parametrize("first", [2, 256])
 @pytest.mark.parametrize("distinct", [True, False])
 @pytest.mark.parametrize("pool", [None, 3, 8])
-def test_picks_are_the_nearest_corners_the_student_accepts(either, student, pool, distinct, first, monkeypatch):
+@pytest.mark.parametrize("members", [1, 2])
+def test_picks_are_the_nearest_corners_the_student_accepts(either, student, pair, members, pool, distinct, first,
+                                                           monkeypatch):
     """Against a loop over the whole pool, whether the corners are looked at in one stage or in several
-    (``STAGE_FIRST`` 2: 2, 6, 18, ... of them, each agent stopping once it has its k picks)."""
-    s, _ = student
+    (``STAGE_FIRST`` 2: 2, 6, 18, ... of them, each agent stopping once it has its k picks); with two members, a
+    corner either member's own trees accept."""
+    s = student[0] if members == 1 else pair
     geo = WorldGeometry.of(either)
     X = _agents(12, seed=1)
     monkeypatch.setattr("learners.tabular.student.PICK_ROWS", 40)  # the agents' pools scored a few agents at a time
@@ -65,7 +75,7 @@ def test_picks_are_the_nearest_corners_the_student_accepts(either, student, pool
         R, d = nearest_corners(geo, X, VOCAB, s.pool if pool is None else pool, cuts=s.cuts(D) if distinct else None)
         for i in range(len(X)):  # the second route: a loop over the pool, nearest first
             want = [R[i, j] for j in range(R.shape[1]) if np.isfinite(d[i, j])
-                    and 1.0 / (1.0 + np.exp(-s.trees_.score(R[i, j][None])[0])) > s.threshold][:k]
+                    and max(1.0 / (1.0 + np.exp(-t.score(R[i, j][None])[0])) for t in s.members_) > s.threshold][:k]
             assert got.shape == (len(X), k, D)
             assert np.array_equal(got[i, :len(want)], np.array(want).reshape(-1, D))
             assert np.isnan(got[i, len(want):]).all()
@@ -80,7 +90,7 @@ def test_the_student_cuts_are_its_trees_split_points(either, student):
     """The cuts (a second route: every internal node's flip point, by a loop) and the corners they keep."""
     s, _ = student
     want = [set() for _ in range(D)]
-    for t in s.trees_.trees:
+    for t in s.members_[0].trees:
         upper = t.limits()[0]
         for node in range(len(t.left)):
             if t.left[node] >= 0:
@@ -257,3 +267,27 @@ def test_an_interrupted_fit_asks_only_what_its_memory_lacks(either, tmp_path):
     with pytest.raises(ValueError, match="memory: the answers kept in .* are not this model's"):
         CornerStudent(max_iter=5).fit(replace(either, model=_Refusing(either.model, 0, 51.0)), geo, _agents(40), VOCAB,
                                       memory=tmp_path, **kw)
+
+
+def test_members_each_fit_their_own_draw_and_the_margin_is_the_largest(either, student, pair, tmp_path):
+    """Member m of a student is the one-member student of seed + m (the same rows asked, the same trees); the
+    margin is their largest; the cuts are every member's; JSON keeps them; a file saved before members loads."""
+    geo = WorldGeometry.of(either)
+    single = [CornerStudent(max_iter=20).fit(either, geo, _agents(40), VOCAB, drawn=30, corners=8, seed=m)
+              for m in (0, 1)]
+    R = nearest_corners(geo, _agents(20, seed=6), VOCAB, 27)[0].reshape(-1, D)
+    for m in (0, 1):
+        assert np.array_equal(pair.members_[m].score(R), single[m].margin(R))
+    assert not np.array_equal(single[0].margin(R), single[1].margin(R))  # the draws differ
+    assert np.array_equal(pair.margin(R), np.maximum(single[0].margin(R), single[1].margin(R)))
+    assert pair.info_["rows"] == single[0].info_["rows"] + single[1].info_["rows"] and len(pair.info_["members"]) == 2
+    for j in range(D):
+        assert set(pair.cuts(D)[j]) == set(single[0].cuts(D)[j]) | set(single[1].cuts(D)[j])
+    back = CornerStudent.from_dict(pair.to_dict())
+    assert back.members == 2 and np.array_equal(back.margin(R), pair.margin(R))
+    old = {k: v for k, v in student[0].to_dict().items() if k not in ("members", "more_trees")}
+    assert np.array_equal(CornerStudent.from_dict(old).margin(R), student[0].margin(R))
+    with pytest.raises(ValueError, match="members: must be >= 1"):
+        CornerStudent(members=0).fit(either, geo, _agents(10), VOCAB, drawn=20, corners=5)
+    with pytest.raises(ValueError, match="student_members: must be >= 1"):
+        build_tabular_generator("proposer", {"student_members": 0})

@@ -104,6 +104,7 @@ class ProposerParams:
     corner_grid: float = 0.25  # of round one's rows, the proposals' changed sets on the vocabulary's values, where the model answers in steps (probed at fit time; 0: never)
     student_agents: int = 0  # where the model answers in steps: agents drawn around the training agents whose corners it answers at fit time, for a student of it (0: none)
     student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
+    student_members: int = 1  # students on independent draws, a corner picked where any accepts it (fit time: as many times the rows)
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
     student_pool: int = 10000  # nearest corners per agent the student scores when answering, nearest first in stages (more: nearer picks, more ms for agents whose picks lie far)
     student_distinct: bool = False  # of them, only corners the student tells apart (one value between two of its splits; an option: Credit forest +1 point, German -1 agent of 36)
@@ -118,7 +119,7 @@ class ProposerParams:
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
                      "expert_rows", "expert_epochs", "surrogate_queries", "surrogate_epochs", "surrogate_members",
-                     "student_pool", "self_label_calls", "self_label_rows", "self_label_workers"):
+                     "student_pool", "student_members", "self_label_calls", "self_label_rows", "self_label_workers"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
         if not 0.0 < float(self.first_share) < 1.0:
@@ -165,9 +166,9 @@ class ProposerGenerator(TabularGenerator):
             self.fit_info_["steps"] = {"share": self.step_share_, "calls": probe.calls, "rows": probe.rows}
         if int(p.student_agents) > 0 and self._in_steps():  # a stand-in of a model in steps, from its answers
             probe = BlackBoxModel(world.model)
-            self.student_ = CornerStudent().fit(replace(world, model=probe), geo, self.X_, self.vocab_,
-                                                drawn=int(p.student_agents), corners=int(p.student_corners), seed=seed,
-                                                memory=p.student_memory or None, progress=progress)
+            self.student_ = CornerStudent(members=int(p.student_members)).fit(
+                replace(world, model=probe), geo, self.X_, self.vocab_, drawn=int(p.student_agents),
+                corners=int(p.student_corners), seed=seed, memory=p.student_memory or None, progress=progress)
             self.fit_info_["student"] = {**self.student_.info_, "calls": probe.calls, "rows_asked": probe.rows}
         if p.surrogate:
             self._fit_surrogate(world, geo, labels, seed, progress)

@@ -21,6 +21,12 @@ and most agents find theirs among their first few hundred corners. With ``distin
 the student's own splits tell apart (``corners.distinct_values``; an option, off by default: see
 ``docs/generators_log.md``, *Only the corners the student tells apart*).
 
+With ``members`` above 1, as many classifiers are fitted, each on its own draw of agents and corners (seeds
+``seed``, ``seed + 1``, ...), and a corner's margin is the largest of theirs. One classifier's errors near the
+boundary depend on its draw (pick quality varies by up to 20 points between draws) and mostly refuse the
+boundary's accepted corners; a corner any member accepts is picked, which recovers many of them at about one
+member's precision (Credit forest, two members: ``docs/generators_log.md``, *Two students*).
+
 A heuristic, as the search is: its picks are asked of the model like any row; it learns the model, not an
 answer. Measured on 400 validation agents per forest (2 x 256, four fits, 10,000 corners): German .879 -> .909,
 Credit .719 -> .794, Adult .920 -> .959; on the held-out test agents .868 -> .875, .865 -> .873, .900 -> .945
@@ -62,26 +68,48 @@ class CornerStudent:
     max_leaf_nodes: int = 63  # and leaves per tree
     max_depth: int = 10  # and depth (its trees then descend as complete trees: an answer's picks in milliseconds)
     distinct: bool = False  # score only corners the student tells apart (per numeric feature, one value between two of its splits)
+    members: int = 1  # classifiers fitted on independent draws (seeds seed, seed + 1, ...); a corner's margin is the largest of theirs
 
     def fit(self, world: Any, geo: WorldGeometry, agents: np.ndarray, vocab: list[np.ndarray], *, drawn: int = 10000,
             corners: int = 200, seed: int = 0, memory: str | Path | None = None, call_rows: int = CALL_ROWS,
             progress: bool = False) -> CornerStudent:
         """Draw ``drawn`` agents around ``agents`` (rejected, encoded), ask ``world.model`` (counted: wrap it in a
         ``BlackBoxModel``) about ``corners`` of each one's nearest vocabulary corners, in calls of ``call_rows``
-        rows, fit the classifier. Learns ``trees_`` (an ``envs.models.TreeEnsemble``, its score the classifier's
-        logit) and ``info_``. ``memory``: a directory that keeps each call's answers (for this model only); a fit
+        rows, fit the classifier; with ``members`` above 1, as many draws and classifiers (each its own ``drawn``
+        agents and ``corners``: ``members`` times the rows asked). Learns ``members_`` (``envs.models.TreeEnsemble``
+        each, its score the classifier's logit) and ``info_`` (the rows of every member). ``memory``: a directory that keeps each call's answers (for this model only); a fit
         interrupted and run again asks only the calls it has no answers for, after one call that checks the
         answers kept there are this model's. ``progress``: a progress bar over the rows asked."""
+        if int(corners) < 1 or int(drawn) < 1 or int(call_rows) < 1:
+            raise ValueError(f"drawn, corners, call_rows: must be >= 1, got {drawn!r}, {corners!r}, {call_rows!r}")
+        if int(corners) > NEAREST:
+            raise ValueError(f"corners: at most the {NEAREST} nearest an agent has listed, got {corners!r}")
+        if int(self.members) < 1:
+            raise ValueError(f"members: must be >= 1, got {self.members!r}")
+        t0 = time.perf_counter()
+        self.members_, infos = [], []
+        for m in range(int(self.members)):  # each member its own draw of agents and corners, and its own answers
+            trees, info = self._fit_member(world, geo, agents, vocab, int(drawn), int(corners), seed + m,
+                                           None if memory is None else Path(memory), int(call_rows), progress)
+            self.members_.append(trees)
+            infos.append(info)
+        rows = sum(i["rows"] for i in infos)
+        self.info_ = {"agents": sum(i["agents"] for i in infos), "rows": rows,
+                      "accepted": sum(i["accepted"] * i["rows"] for i in infos) / rows,
+                      "rows_remembered": sum(i["rows_remembered"] for i in infos), "seconds": time.perf_counter() - t0}
+        if len(infos) > 1:
+            self.info_["members"] = infos
+        return self
+
+    def _fit_member(self, world: Any, geo: WorldGeometry, agents: np.ndarray, vocab: list[np.ndarray], drawn: int,
+                    corners: int, seed: int, memory: Path | None, call_rows: int, progress: bool
+                    ) -> tuple[Any, dict[str, Any]]:
+        """One classifier of the model's answers on one draw of agents (seeded by ``seed``): its trees and its rows."""
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         from data_gen.perturbed_agents import perturb_agents
         from envs.imported_trees import from_fitted
 
-        if int(corners) < 1 or int(drawn) < 1 or int(call_rows) < 1:
-            raise ValueError(f"drawn, corners, call_rows: must be >= 1, got {drawn!r}, {corners!r}, {call_rows!r}")
-        if int(corners) > NEAREST:
-            raise ValueError(f"corners: at most the {NEAREST} nearest an agent has listed, got {corners!r}")
-        t0 = time.perf_counter()
         rng = np.random.default_rng(seed)
         A = perturb_agents(world, np.asarray(agents, float), int(drawn), seed=seed + 3, allow_fewer=True)
         kept = min(NEAREST_KEPT, int(corners))
@@ -93,15 +121,13 @@ class CornerStudent:
             S = R[:, pick].reshape(-1, R.shape[-1])
             rows.append(S[~np.isnan(S).any(1)])
         S = np.concatenate(rows)
-        y, kept = _ask(world.model, S, None if memory is None else Path(memory), int(call_rows), progress)
+        y, kept = _ask(world.model, S, memory, call_rows, progress)
         if y.all() or not y.any():
             raise ValueError(f"corners: the model answered all {len(y)} corners alike ({bool(y[0])}); nothing to learn")
         clf = HistGradientBoostingClassifier(max_iter=int(self.max_iter), max_leaf_nodes=int(self.max_leaf_nodes),
                                              max_depth=int(self.max_depth), random_state=seed).fit(S, y)
-        self.trees_ = from_fitted(clf)
-        self.info_ = {"agents": int(len(A)), "rows": int(len(S)), "accepted": float(y.mean()),
-                      "rows_remembered": kept, "seconds": time.perf_counter() - t0}
-        return self
+        return from_fitted(clf), {"agents": int(len(A)), "rows": int(len(S)), "accepted": float(y.mean()),
+                                  "rows_remembered": kept}
 
     def picks(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
               pool: int | None = None, distinct: bool | None = None) -> np.ndarray:
@@ -135,8 +161,16 @@ class CornerStudent:
         live = np.isfinite(d)
         margin = np.full(d.shape, -np.inf)
         if live.any():
-            margin[live] = self.trees_.score(R[live])
+            margin[live] = self.margin(R[live])
         return margin
+
+    def margin(self, R: np.ndarray) -> np.ndarray:
+        """(M,) the student's logit of acceptance for rows ``R`` (M, D): the largest of its members' (a corner any
+        member accepts is picked: more of the boundary's accepted corners than one member's, at their precision)."""
+        out = self.members_[0].score(R)
+        for trees in self.members_[1:]:
+            out = np.maximum(out, trees.score(R))
+        return out
 
     def _first_accepted(self, R: np.ndarray, margin: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(N, k, D) the first ``k`` corners of ``R`` (nearest first) whose student ``margin`` is over the threshold,
@@ -150,26 +184,29 @@ class CornerStudent:
         return out, chosen.sum(axis=1) >= k
 
     def cuts(self, columns: int) -> list[np.ndarray]:
-        """Per encoded column, the sorted points where the student's trees split it (``corners.split_cuts``),
+        """Per encoded column, the sorted points where any of the student's trees split it (``corners.split_cuts``),
         computed once."""
         hit = self.__dict__.get("_cuts")
         if hit is None or len(hit) != columns:
-            hit = split_cuts(self.trees_, columns)
+            each = [split_cuts(trees, columns) for trees in self.members_]
+            hit = [np.unique(np.concatenate([c[j] for c in each])) for j in range(columns)]
             self.__dict__["_cuts"] = hit
         return hit
 
     def to_dict(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "pool": self.pool, "max_iter": self.max_iter,
                 "max_leaf_nodes": self.max_leaf_nodes, "max_depth": self.max_depth, "distinct": self.distinct,
-                "info": self.info_, "trees": self.trees_.to_dict()}
+                "members": self.members, "info": self.info_, "trees": self.members_[0].to_dict(),
+                "more_trees": [trees.to_dict() for trees in self.members_[1:]]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CornerStudent:
         from envs.models import model_from_dict
 
         student = cls(float(d["threshold"]), int(d["pool"]), int(d["max_iter"]), int(d["max_leaf_nodes"]),
-                      int(d["max_depth"]), bool(d.get("distinct", False)))
-        student.trees_ = model_from_dict({"kind": "tree_ensemble", **d["trees"]})
+                      int(d["max_depth"]), bool(d.get("distinct", False)), int(d.get("members", 1)))
+        # saved before members: one classifier, under "trees"
+        student.members_ = [model_from_dict({"kind": "tree_ensemble", **t}) for t in [d["trees"], *d.get("more_trees", [])]]
         student.info_ = dict(d.get("info", {}))
         return student
 
