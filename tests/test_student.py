@@ -195,6 +195,11 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
     back.params.student_distinct = True  # only the corners it tells apart, whatever the student's own default
     want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50, distinct=True)
     assert np.array_equal(np.nan_to_num(back._picks(WorldGeometry.of(world), X), nan=-7), np.nan_to_num(want, nan=-7))
+    back.params.student_threshold = 0.1  # the threshold it picks over: the proposer's parameter too
+    want = back.student_.picks(WorldGeometry.of(world), X, back.vocab_, back.params.student_rows, pool=50, distinct=True,
+                               threshold=0.1)
+    assert np.array_equal(np.nan_to_num(back._picks(WorldGeometry.of(world), X), nan=-7), np.nan_to_num(want, nan=-7))
+    back.params.student_threshold = 0.3
     assert back._next_picks(WorldGeometry.of(world), X) is None  # "round_one" (the default): round one only
     back.params.student_use = "round_two"  # round two only: none in round one
     assert back._picks(WorldGeometry.of(world), X) is None
@@ -291,3 +296,25 @@ def test_members_each_fit_their_own_draw_and_the_margin_is_the_largest(either, s
         CornerStudent(members=0).fit(either, geo, _agents(10), VOCAB, drawn=20, corners=5)
     with pytest.raises(ValueError, match="student_members: must be >= 1"):
         build_tabular_generator("proposer", {"student_members": 0})
+
+
+def test_a_threshold_when_answering_is_the_student_fitted_with_it(either, student):
+    """``picks(threshold=t)`` is the same student with ``threshold`` t; a lower one never has fewer picks, and
+    each agent's picks at the higher one are among them; out of (0, 1) it is refused, here and in the proposer."""
+    s, _ = student
+    geo = WorldGeometry.of(either)
+    X = _agents(12, seed=7)
+    for t in (0.05, 0.2, 0.6):
+        same = replace(s, threshold=t)
+        same.members_ = s.members_
+        assert np.array_equal(np.nan_to_num(s.picks(geo, X, VOCAB, 6, threshold=t), nan=-1),
+                              np.nan_to_num(same.picks(geo, X, VOCAB, 6), nan=-1))
+    low, high = s.picks(geo, X, VOCAB, 27, threshold=0.05), s.picks(geo, X, VOCAB, 27, threshold=0.6)
+    for i in range(len(X)):
+        lo, hi = low[i][~np.isnan(low[i]).any(1)], high[i][~np.isnan(high[i]).any(1)]
+        assert len(lo) >= len(hi) and all((lo == row).all(1).any() for row in hi)
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match="threshold: a probability in"):
+            s.picks(geo, X, VOCAB, 3, threshold=bad)
+        with pytest.raises(ValueError, match="student_threshold: a probability in"):
+            build_tabular_generator("proposer", {"student_threshold": bad})

@@ -105,6 +105,7 @@ class ProposerParams:
     student_agents: int = 0  # where the model answers in steps: agents drawn around the training agents whose corners it answers at fit time, for a student of it (0: none)
     student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
     student_members: int = 1  # students on independent draws, a corner picked where any accepts it (fit time: as many times the rows)
+    student_threshold: float = 0.3  # the student's P(accept) over which a corner is picked (answering: lower, more picks, fewer accepted)
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
     student_pool: int = 10000  # nearest corners per agent the student scores when answering, nearest first in stages (more: nearer picks, more ms for agents whose picks lie far)
     student_distinct: bool = False  # of them, only corners the student tells apart (one value between two of its splits; an option: Credit forest +1 point, German -1 agent of 36)
@@ -126,6 +127,8 @@ class ProposerParams:
             raise ValueError(f"first_share: a share of the rows in (0, 1), got {self.first_share!r}")
         if not 0.0 <= float(self.corner_grid) < 1.0:
             raise ValueError(f"corner_grid: a share of round one in [0, 1), got {self.corner_grid!r}")
+        if not 0.0 < float(self.student_threshold) < 1.0:
+            raise ValueError(f"student_threshold: a probability in (0, 1), got {self.student_threshold!r}")
         if int(self.student_corners) < 1:
             raise ValueError(f"student_corners: must be >= 1, got {self.student_corners!r}")
         for name in ("set_names", "set_donors", "student_agents", "student_rows", "self_labels"):
@@ -430,7 +433,7 @@ class ProposerGenerator(TabularGenerator):
         if student is None or self.params.student_use == "round_two":  # "round_two": none in round one
             return None
         return student.picks(geo, X, self.vocab_, int(self.params.student_rows), pool=int(self.params.student_pool),
-                             distinct=bool(self.params.student_distinct))
+                             distinct=bool(self.params.student_distinct), threshold=float(self.params.student_threshold))
 
     def _next_picks(self, geo: WorldGeometry, X: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray] | None:
         """``budget_search``'s ``next_picks``: for agents ``a`` of ``X``, the student's ``k`` likeliest accepted
@@ -439,7 +442,8 @@ class ProposerGenerator(TabularGenerator):
         if student is None or self.params.student_use == "round_one":
             return None
         return lambda a, k: student.picks(geo, X[a], self.vocab_, k, pool=int(self.params.student_pool),
-                                          distinct=bool(self.params.student_distinct))
+                                          distinct=bool(self.params.student_distinct),
+                                          threshold=float(self.params.student_threshold))
 
     def _grid_share(self) -> float:
         """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""

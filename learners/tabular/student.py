@@ -130,18 +130,22 @@ class CornerStudent:
                                   "rows_remembered": kept}
 
     def picks(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
-              pool: int | None = None, distinct: bool | None = None) -> np.ndarray:
+              pool: int | None = None, distinct: bool | None = None, threshold: float | None = None) -> np.ndarray:
         """(N, k, D) per agent the first ``k`` of its ``pool`` (default: the student's own) nearest corners whose
-        P(accept) by the student is above ``threshold``, nearest first; NaN padded where fewer are. ``distinct``
-        (default: the student's own): only corners the student tells apart (``corners.distinct_values``)."""
+        P(accept) by the student is above ``threshold`` (default: the student's own), nearest first; NaN padded
+        where fewer are. ``distinct`` (default: the student's own): only corners the student tells apart
+        (``corners.distinct_values``)."""
         X = np.atleast_2d(np.asarray(X, float))
         pool = int(self.pool if pool is None else pool)
         if pool < 1:
             raise ValueError(f"pool: must be >= 1, got {pool!r}")
+        threshold = float(self.threshold if threshold is None else threshold)
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"threshold: a probability in (0, 1), got {threshold!r}")
         block = max(1, PICK_ROWS // pool)
         if len(X) > block:  # memory: N x pool x D corners at once
-            return np.concatenate([self.picks(geo, X[i:i + block], vocab, k, pool=pool, distinct=distinct)
-                                   for i in range(0, len(X), block)])
+            return np.concatenate([self.picks(geo, X[i:i + block], vocab, k, pool=pool, distinct=distinct,
+                                              threshold=threshold) for i in range(0, len(X), block)])
         distinct = self.distinct if distinct is None else bool(distinct)
         cuts = self.cuts(X.shape[1]) if distinct else None
         out = np.full((len(X), int(k), X.shape[1]), np.nan)
@@ -150,7 +154,7 @@ class CornerStudent:
             R, d = nearest_corners(geo, X[todo], vocab, size, cuts=cuts)
             # a shorter list is the head of a longer one (tests/test_corners.py): only the new corners are scored
             margin = np.concatenate([margin, self._margins(R[:, margin.shape[1]:], d[:, margin.shape[1]:])], axis=1)
-            got, enough = self._first_accepted(R, margin, int(k))
+            got, enough = self._first_accepted(R, margin, int(k), threshold)
             done = enough | (size >= pool)  # k picks among its nearest corners, or its whole pool
             out[todo[done]] = got[done]
             todo, margin, size = todo[~done], margin[~done], min(pool, size * STAGE_GROWTH)
@@ -172,10 +176,11 @@ class CornerStudent:
             out = np.maximum(out, trees.score(R))
         return out
 
-    def _first_accepted(self, R: np.ndarray, margin: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(N, k, D) the first ``k`` corners of ``R`` (nearest first) whose student ``margin`` is over the threshold,
-        NaN padded, and (N,) whether each agent has ``k`` of them."""
-        chosen = margin > np.log(self.threshold / (1.0 - self.threshold))  # the logit of the threshold
+    def _first_accepted(self, R: np.ndarray, margin: np.ndarray, k: int, threshold: float
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """(N, k, D) the first ``k`` corners of ``R`` (nearest first) whose student ``margin`` is over the logit of
+        ``threshold``, NaN padded, and (N,) whether each agent has ``k`` of them."""
+        chosen = margin > np.log(threshold / (1.0 - threshold))
         order = np.argsort(~chosen, axis=1, kind="stable")[:, :k]  # the chosen first, nearest first
         out = np.take_along_axis(R, order[:, :, None], axis=1)
         out[~np.take_along_axis(chosen, order, axis=1)] = np.nan
