@@ -118,3 +118,22 @@ def test_picks_nearer_than_an_answer_lead_round_two(geo):
                         picks=first, grid_share=0.25)
     assert res.found[0] and res.distance[0] == pytest.approx(geo.distance(x, OPTIMUM[None])[0])
     assert picks.asked == [([0], NEAR_PICKS + 2)]
+
+
+@pytest.mark.parametrize("near", [0, 5, 128])
+def test_near_picks_is_how_many_are_asked_for(geo, near):
+    """``near_picks``: the picks asked for past round one's (none asked where 0: the far answer stays, as without
+    any picks)."""
+    model = Sets()
+    x, p = X[1:], P[1:]
+    picks = Picks()
+    first = np.full((1, 2, 4), 100.0)
+    res = budget_search(BlackBoxModel(model), geo, x, p, BUDGET, vocab=VOCAB, steps=True, next_picks=picks,
+                        picks=first, grid_share=0.25, near_picks=near)
+    if near == 0:
+        alone = budget_search(BlackBoxModel(model), geo, x, p, BUDGET, vocab=VOCAB, steps=True, picks=first,
+                              grid_share=0.25)
+        assert picks.asked == [] and res.distance[0] == alone.distance[0]
+    else:
+        assert picks.asked == [([0], near + 2)]
+        assert res.distance[0] == pytest.approx(geo.distance(x, OPTIMUM[None])[0])

@@ -209,6 +209,20 @@ def test_the_proposer_fits_a_student_only_in_steps_and_saves_it(tmp_path):
                                                             distinct=True), nan=-7))
     back.params.student_use = "both"
     assert back._picks(WorldGeometry.of(world), X) is not None and back._next_picks(WorldGeometry.of(world), X)
+    import learners.tabular.proposer as proposer_module
+
+    seen = {}
+    real = proposer_module.budget_search
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    back.params.student_near_picks = 9  # round two's near picks: the proposer's parameter, handed to the search
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(proposer_module, "budget_search", spy)
+        back.recommend_within(replace(world, model=BlackBoxModel(world.model)), X[:2], Budget(2, 256))
+    assert seen["near_picks"] == 9 and seen["next_picks"] is not None
     with pytest.raises(ValueError, match="student_use: expected one of round_one, round_two, both"):
         build_tabular_generator("proposer", {"student_use": "never"})
     with pytest.raises(ValueError, match="student_pool: must be >= 1"):

@@ -312,8 +312,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
                   lead: int = 0, grid_share: float = 0.0, steps: bool = False, donors: Any = None,
-                  picks: np.ndarray | None = None, next_picks: Callable[[np.ndarray, int], np.ndarray] | None = None
-                  ) -> SearchResult:
+                  picks: np.ndarray | None = None, next_picks: Callable[[np.ndarray, int], np.ndarray] | None = None,
+                  near_picks: int = NEAR_PICKS) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
@@ -332,7 +332,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     ``next_picks(agents, k)`` (len(agents), k, D): more of a student's picks, nearest first, for round two: an agent
     round one left with nothing accepted asks them first (a share ``LOST_PICK_SHARE`` of its rows at most: a set no
     proposal named, among corners too many for the round to list nearest first), and every other agent its first
-    ``NEAR_PICKS`` past ``picks`` that are nearer than its answer, ahead of its moves (built while round one's call
+    ``near_picks`` past ``picks`` that are nearer than its answer, ahead of its moves (built while round one's call
     waits, for a batch of ``AHEAD_AGENTS`` or fewer).
     A refinement round that a later round follows gives a share ``ADD_SHARE`` of its rows to ``_additions``:
     the best answer with one more feature changed, up to ``ADD_FAR`` times farther; an accepted one is a
@@ -381,8 +381,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     pool = _helper() if int(budget.calls) > 1 else None  # one pool for both jobs (None: none of them)
     ahead_ok = pool is not None and len(X) * n_corners <= AHEAD_AGENTS * CORNERS  # memory: agents x corners x D
     ahead = _ahead(pool, geo, X, vocab, n_corners, go) if ahead_ok else None
-    k_near = NEAR_PICKS + (0 if picks is None else int(np.asarray(picks).shape[1]))  # past the ones round one asks
-    near_todo = next_picks is not None and NEAR_PICKS > 0 and int(budget.calls) > 1
+    near_picks = int(near_picks)
+    k_near = near_picks + (0 if picks is None else int(np.asarray(picks).shape[1]))  # past the ones round one asks
+    near_todo = next_picks is not None and near_picks > 0 and int(budget.calls) > 1
     near_job = (pool.submit(_when, go, next_picks, np.arange(N), k_near)
                 if near_todo and pool is not None and len(X) <= AHEAD_AGENTS else None)
     guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab) if ahead is not None and not steps else None
@@ -453,8 +454,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         if near_todo and calls == 1 and found.any():  # the student's next picks nearer than the answer, ahead
             a = np.flatnonzero(found)
             Np = near_job.result()[a] if near_job is not None else next_picks(a, k_near)
-            Np = nearest_first(geo, X[a], fresh(np.asarray(Np, float), asked[a]), NEAR_PICKS, dS[a, 0],
-                               np.minimum(cap[a], NEAR_PICKS))
+            Np = nearest_first(geo, X[a], fresh(np.asarray(Np, float), asked[a]), near_picks, dS[a, 0],
+                               np.minimum(cap[a], near_picks))
             Q = np.full((N, Np.shape[1], D), np.nan)
             Q[a] = Np
             M = compact(np.concatenate([Q, M], axis=1), per)

@@ -106,6 +106,7 @@ class ProposerParams:
     student_corners: int = 200  # vocabulary corners per drawn agent the model answers for the student (fit time, counted)
     student_members: int = 1  # students on independent draws, a corner picked where any accepts it (fit time: as many times the rows)
     student_threshold: float = 0.3  # the student's P(accept) over which a corner is picked (answering: lower, more picks, fewer accepted)
+    student_near_picks: int = 64  # with student_use "round_two" or "both": round two's picks per agent nearer than its answer, at most
     student_rows: int = 24  # of round one's corner grid, rows for the student's likeliest accepted corners (nearest first)
     student_pool: int = 10000  # nearest corners per agent the student scores when answering, nearest first in stages (more: nearer picks, more ms for agents whose picks lie far)
     student_distinct: bool = False  # of them, only corners the student tells apart (one value between two of its splits; an option: Credit forest +1 point, German -1 agent of 36)
@@ -131,7 +132,7 @@ class ProposerParams:
             raise ValueError(f"student_threshold: a probability in (0, 1), got {self.student_threshold!r}")
         if int(self.student_corners) < 1:
             raise ValueError(f"student_corners: must be >= 1, got {self.student_corners!r}")
-        for name in ("set_names", "set_donors", "student_agents", "student_rows", "self_labels"):
+        for name in ("set_names", "set_donors", "student_agents", "student_rows", "student_near_picks", "self_labels"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)!r}")
         if int(self.surrogate_rounds) < 0:
@@ -505,7 +506,7 @@ class ProposerGenerator(TabularGenerator):
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
                             grid_share=self._grid_share(), steps=self._in_steps(), picks=self._picks(geo, X),
                             donors=lambda a, start, k: self._donor_rows(X[a], start, k),
-                            next_picks=self._next_picks(geo, X))
+                            next_picks=self._next_picks(geo, X), near_picks=int(self.params.student_near_picks))
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)
