@@ -19,7 +19,7 @@ rejected training rows past its labels (160 in all), so it is not a cell here.
 Writes ``benchmarks/results/self_labels/<cell>.json`` and the report of every cell run,
 ``benchmarks/results/self_labels.md`` (at another ``--budget``, ``<cell>-<budget>.json`` and
 ``self_labels_<budget>.md``; with another student, ``--student-members`` and ``--student-use``, likewise:
-``<cell>-m2-both.json``).
+``<cell>-m2-both.json``, ``<cell>-both-t0.1-near128.json``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E40
 
 OUT = Path("benchmarks/results")
 VARIANTS = ("without", "with")  # the proposer, and the proposer with the seed-0 student
-STUDENT_DEFAULTS = {"student_members": 1, "student_use": "round_one"}  # a setting of the student (files of its own where not these)
+# the student's settings (the proposer's parameters); a run at others writes files of its own, named by SETTING_TAGS
+STUDENT_DEFAULTS = {"student_members": 1, "student_use": "round_one", "student_threshold": 0.3, "student_near_picks": 64}
+SETTING_TAGS = {"student_members": "m", "student_use": "", "student_threshold": "t", "student_near_picks": "near"}
 
 
 def unlabelled_agents(c: Cell, labels_X: np.ndarray, n: int, args: argparse.Namespace) -> np.ndarray:
@@ -105,8 +107,8 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
     params = {"self_label_workers": args.workers}
     out: dict[str, Any] = {"cell": cell, "budget": args.budget, "labels": int(len(labels.X)), "unlabelled": int(len(U)),
                            "agents": {k: int(v[2].sum()) for k, v in sets.items()},
-                           "student_members": args.student_members, "student_use": args.student_use, "fits": []}
-    with_student = {"student_members": args.student_members, "student_use": args.student_use}
+                           **student_setting(args), "fits": []}
+    with_student = student_setting(args)
     kept = kept_fits(path, out, force=args.force)
     seeds = [int(s) for s in args.seeds.split(",")]
     first = seeds[0]  # the student's fit seed, and the one whose self-labels are graded
@@ -164,8 +166,8 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     lines = ["# Self-labels: the proposer's labels grown by its own search (issue 56)", "", f"`{command}`", "",
              f"Optimal share (within 1% of MACE) at {budget.replace('x', ' x ')} (round trips x rows), over the fits: "
              "min-max (mean). *+ self* is the same fit after answering the unlabelled real rejected training rows at 8 x 2,000 through the black box and "
-             "learning from its accepted answers (`add_self_labels`). The student: "
-             f"{setting['student_members']} member(s), `student_use` \"{setting['student_use']}\".", "",
+             "learning from its accepted answers (`add_self_labels`). The student's settings: "
+             + ", ".join(f"`{k}` {v!r}" for k, v in setting.items()) + ".", "",
              "| cell | agents | search without the network | proposer | proposer + self | proposer + student | "
              "proposer + student + self |", "|---|---|---:|---:|---:|---:|---:|"]
 
@@ -194,13 +196,19 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def result_names(budget: str, members: int = 1, use: str = "round_one") -> tuple[str, str]:
-    """(the tail of each cell's JSON stem, the report's file name) at ``budget`` and the student's setting: the
-    2 x 256 files of the default student keep their names, another budget or student carries it
+def student_setting(args: argparse.Namespace) -> dict[str, Any]:
+    """The student's settings of a run (``--student-members`` and the like), as the proposer's parameters."""
+    return {k: type(v)(getattr(args, k)) for k, v in STUDENT_DEFAULTS.items()}
+
+
+def result_names(budget: str, setting: dict[str, Any] | None = None) -> tuple[str, str]:
+    """(the tail of each cell's JSON stem, the report's file name) at ``budget`` and the student's ``setting``:
+    the 2 x 256 files of the default student keep their names, another budget or student carries it
     (``credit_forest-8x2000.json``, ``self_labels_8x2000.md``; ``credit_forest-m2-both.json``,
-    ``self_labels_m2-both.md``)."""
-    parts = ([] if budget == "2x256" else [budget]) + ([] if int(members) == 1 else [f"m{int(members)}"]) \
-        + ([] if use == "round_one" else [use])
+    ``self_labels_m2-both.md``; ``credit_forest-both-t0.1-near128.json``)."""
+    setting = {**STUDENT_DEFAULTS, **(setting or {})}
+    parts = ([] if budget == "2x256" else [budget]) + [f"{SETTING_TAGS[k]}{v}" for k, v in setting.items()
+                                                          if v != STUDENT_DEFAULTS[k]]
     tail = "-".join(parts)
     return (f"-{tail}", f"self_labels_{tail}.md") if tail else ("", "self_labels.md")
 
@@ -219,12 +227,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--student-agents", type=int, default=10000, help="agents drawn for the student at fit time")
     p.add_argument("--student-members", type=int, default=1, help="students on independent draws (the picks: any accepts)")
     p.add_argument("--student-use", default="round_one", help="where the student's picks go: round_one, round_two, both")
+    p.add_argument("--student-threshold", type=float, default=0.3, help="the student's P(accept) over which it picks")
+    p.add_argument("--student-near-picks", type=int, default=64, help="round two's picks nearer than an answer")
     p.add_argument("--out", default=str(OUT), help="results directory")
     p.add_argument("--force", action="store_true", help="run every fit again (else a cell's fits kept in its JSON stay)")
     args = with_cell_defaults(p.parse_args(argv))
     out = Path(args.out)
     (out / "self_labels").mkdir(parents=True, exist_ok=True)
-    tail, report_name = result_names(args.budget, args.student_members, args.student_use)
+    tail, report_name = result_names(args.budget, student_setting(args))
     for cell in args.cells.split(","):  # one JSON per cell; the report holds every cell run so far at this budget
         run_cell(cell, args, out / "self_labels" / f"{cell.replace('/', '_')}{tail}.json")
     runs = [f for f in sorted((out / "self_labels").glob("*.json")) if f.stem.partition("-")[2] == tail[1:]]

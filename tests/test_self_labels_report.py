@@ -59,8 +59,10 @@ def test_another_budget_writes_files_of_its_own():
 
     assert result_names("2x256") == ("", "self_labels.md")
     assert result_names("8x2000") == ("-8x2000", "self_labels_8x2000.md")
-    assert result_names("2x256", 2, "both") == ("-m2-both", "self_labels_m2-both.md")
-    assert result_names("8x2000", 1, "both") == ("-8x2000-both", "self_labels_8x2000-both.md")
+    assert result_names("2x256", {"student_members": 2, "student_use": "both"}) == ("-m2-both", "self_labels_m2-both.md")
+    assert result_names("8x2000", {"student_use": "both"}) == ("-8x2000-both", "self_labels_8x2000-both.md")
+    assert result_names("2x256", {"student_use": "both", "student_threshold": 0.1, "student_near_picks": 128,
+                                  "student_members": 1}) == ("-both-t0.1-near128", "self_labels_both-t0.1-near128.md")
     cell = {"cell": "credit/forest", "budget": "8x2000", "labels": 500, "unlabelled": 1500,
             "agents": {"test": 100, "fresh": 400}, "fits": [_fit(0, 0.79)]}
     assert "at 8 x 2000 (round trips x rows)" in report([cell], "python benchmarks/self_labels.py --budget 8x2000")
@@ -84,3 +86,4 @@ def test_a_rerun_keeps_the_fits_of_the_same_setting_only(tmp_path):
     assert sorted(kept_fits(path, {**setting, "student_members": 1, "student_use": "round_one", "fits": []})) == [0, 1]
     assert kept_fits(path, {**setting, "student_members": 2, "fits": []}) == {}
     assert kept_fits(path, {**setting, "student_use": "both", "fits": []}) == {}
+    assert kept_fits(path, {**setting, "student_threshold": 0.1, "fits": []}) == {}
