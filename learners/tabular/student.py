@@ -25,7 +25,9 @@ With ``members`` above 1, as many classifiers are fitted, each on its own draw o
 ``seed``, ``seed + 1``, ...), and a corner's margin is the largest of theirs. One classifier's errors near the
 boundary depend on its draw (pick quality varies by up to 20 points between draws) and mostly refuse the
 boundary's accepted corners; a corner any member accepts is picked, which recovers many of them at about one
-member's precision (Credit forest, two members: ``docs/generators_log.md``, *Two students*).
+member's precision (Credit forest at 2 x 256, two members: held-out .9025 -> .940; ``docs/generators_log.md``, *The
+student's threshold, two students, and round two's near picks*; one classifier on the same rows does worse). The
+threshold is also an answering setting (``picks(threshold=...)``, the proposer's ``student_threshold``).
 
 A heuristic, as the search is: its picks are asked of the model like any row; it learns the model, not an
 answer. Measured on 400 validation agents per forest (2 x 256, four fits, 10,000 corners): German .879 -> .909,
@@ -77,9 +79,10 @@ class CornerStudent:
         ``BlackBoxModel``) about ``corners`` of each one's nearest vocabulary corners, in calls of ``call_rows``
         rows, fit the classifier; with ``members`` above 1, as many draws and classifiers (each its own ``drawn``
         agents and ``corners``: ``members`` times the rows asked). Learns ``members_`` (``envs.models.TreeEnsemble``
-        each, its score the classifier's logit) and ``info_`` (the rows of every member). ``memory``: a directory that keeps each call's answers (for this model only); a fit
-        interrupted and run again asks only the calls it has no answers for, after one call that checks the
-        answers kept there are this model's. ``progress``: a progress bar over the rows asked."""
+        each, its score the classifier's logit) and ``info_`` (the rows of every member). ``memory``: a directory
+        that keeps each call's answers (for this model only); a fit interrupted and run again asks only the calls
+        it has no answers for, after one call that checks the answers kept there are this model's. ``progress``: a
+        progress bar over the rows asked."""
         if int(corners) < 1 or int(drawn) < 1 or int(call_rows) < 1:
             raise ValueError(f"drawn, corners, call_rows: must be >= 1, got {drawn!r}, {corners!r}, {call_rows!r}")
         if int(corners) > NEAREST:
