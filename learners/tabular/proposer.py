@@ -430,21 +430,22 @@ class ProposerGenerator(TabularGenerator):
 
     def _picks(self, geo: WorldGeometry, X: np.ndarray) -> np.ndarray | None:
         """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student)."""
-        student = getattr(self, "student_", None)
-        if student is None or self.params.student_use == "round_two":  # "round_two": none in round one
+        if getattr(self, "student_", None) is None or self.params.student_use == "round_two":  # none in round one
             return None
-        return student.picks(geo, X, self.vocab_, int(self.params.student_rows), pool=int(self.params.student_pool),
-                             distinct=bool(self.params.student_distinct), threshold=float(self.params.student_threshold))
+        return self._student_picks(geo, X, int(self.params.student_rows))
 
     def _next_picks(self, geo: WorldGeometry, X: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray] | None:
         """``budget_search``'s ``next_picks``: for agents ``a`` of ``X``, the student's ``k`` likeliest accepted
         corners, nearest first (``student_use`` "round_two" or "both"; None without a student)."""
-        student = getattr(self, "student_", None)
-        if student is None or self.params.student_use == "round_one":
+        if getattr(self, "student_", None) is None or self.params.student_use == "round_one":
             return None
-        return lambda a, k: student.picks(geo, X[a], self.vocab_, k, pool=int(self.params.student_pool),
-                                          distinct=bool(self.params.student_distinct),
-                                          threshold=float(self.params.student_threshold))
+        return lambda a, k: self._student_picks(geo, X[a], k)
+
+    def _student_picks(self, geo: WorldGeometry, X: np.ndarray, k: int) -> np.ndarray:
+        """(N, k, D) the student's picks at the proposer's answering settings (pool, distinct, threshold)."""
+        p = self.params
+        return self.student_.picks(geo, X, self.vocab_, k, pool=int(p.student_pool), distinct=bool(p.student_distinct),
+                                   threshold=float(p.student_threshold))
 
     def _grid_share(self) -> float:
         """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""
