@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learners.tabular import WorldGeometry, corners
+from learners.tabular import WorldGeometry
 from learners.tabular.corners import distinct_values, nearest_corners
 from tests.blackbox_worlds import toy_data, toy_world
 
@@ -36,20 +36,34 @@ def test_nearest_corners_are_the_nearest_reachable_rows(k):
         assert (np.abs(R[i][live] - X[i]).max(1) > 0).all()
 
 
-@pytest.mark.parametrize("limit", [1, 2, 5])
-def test_the_nearest_corners_do_not_depend_on_how_many_options_are_listed_first(monkeypatch, limit):
-    """Each feature's nearest ``OPTIONS_PER_FEATURE`` options go first; an agent whose k nearest corners could take
-    an option left out is listed again with every option (German forest: 16 of 36 agents' 1,000 nearest changed)."""
-    world = toy_world("forest")
-    geo = WorldGeometry.of(world)
-    rows = toy_data()
-    vocab = [np.arange(geo.lower[c], geo.upper[c] + 1) if geo.numeric[c] else np.zeros(0) for c in range(rows.shape[1])]
-    X = rows[np.random.default_rng(1).choice(len(rows), 12, replace=False)]
-    want = nearest_corners(geo, X, vocab, 40)
-    monkeypatch.setattr(corners, "OPTIONS_PER_FEATURE", limit)
-    got = nearest_corners(geo, X, vocab, 40)
-    np.testing.assert_array_equal(got[1], want[1])
-    np.testing.assert_array_equal(got[0], want[0])
+@settings(max_examples=80, deadline=None)
+@given(shape=st.lists(st.integers(0, 4), min_size=1, max_size=4), width=st.integers(1, 40),
+       seed=st.integers(0, 10**6))
+def test_best_first_lists_corners_in_order_of_distance_then_option_vector(shape, width, seed):
+    """``corner_kernels.best_first`` against every option vector of a few features (options with many ties):
+    the first ``width`` of them by (distance summed in feature order, the vector), the agent itself first."""
+    import itertools
+
+    from learners.tabular.corner_kernels import best_first
+
+    rng = np.random.default_rng(seed)
+    n = max(shape)
+    dist = np.full((len(shape), max(n, 1)), np.inf)
+    for f, c in enumerate(shape):
+        dist[f, :c] = np.sort(rng.integers(1, 4, c) / 8.0)  # few distinct values: ties across features
+    every = []
+    for vec in itertools.product(*[range(c + 1) for c in shape]):
+        s = 0.0
+        for f, v in enumerate(vec):
+            if v:
+                s += dist[f, v - 1]
+        every.append((s, vec))
+    every.sort()
+    sums, choice = best_first(dist, np.asarray(shape, np.int64), width)
+    m = min(width, len(every))
+    np.testing.assert_array_equal(sums[:m], [s for s, _ in every[:m]])
+    np.testing.assert_array_equal(choice[:m], np.asarray([v for _, v in every[:m]]) - 1)
+    assert np.isinf(sums[m:]).all() and (choice[m:] == -1).all()  # fewer corners than width: padded
 
 
 @pytest.mark.parametrize("cuts", [False, True])

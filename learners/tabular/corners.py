@@ -8,9 +8,9 @@ a vocabulary value, each discrete one to another allowed level. Under a separabl
 norm, with or without per-direction cost weights) the corners in increasing distance can be listed
 without building all of them: the k smallest sums of one sorted option list per feature.
 
-Scored in that order, the first accepted corner is the nearest accepted one of the set. Each feature's nearest
-``OPTIONS_PER_FEATURE`` options are listed first, and an agent whose k nearest corners an option left out could
-still reach (its own distance no more than the k-th's) is listed again with every option, so the list is exact. On the
+Scored in that order, the first accepted corner is the nearest accepted one of the set. They are listed best first
+(``corner_kernels.best_first``: a heap of frontier corners, exact, ties in the order of the corner's option vector),
+about k x features heap steps for k corners. On the
 held-out agents of the four forests MACE's optimum was a corner for .78 (German: its optima also move
 features the vocabulary lacks) to .96 of them, but many nearer corners are refused first: among the
 corners that change exactly the optimum's columns, a median of 4 (German) to 28 (Credit) and a 90th
@@ -31,25 +31,21 @@ from typing import Any
 
 import numpy as np
 
+from learners.tabular.corner_kernels import best_first_many
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import take_rows
 from learners.tabular.vocab_table import vocab_sides
 
-__all__ = ["OPTIONS_PER_FEATURE", "distinct_values", "nearest_corners", "split_cuts"]
+__all__ = ["distinct_values", "nearest_corners", "split_cuts"]
 
-OPTIONS_PER_FEATURE = 32  # each feature's nearest options listed first (an agent whose k nearest corners a farther
-# option could reach is listed again with every option: German forest, 16 of 36 agents' 1,000 nearest; Credit 82 of 100 at 10,000)
 CORNER_BLOCK = 64  # agents enumerated at a time (memory: block x k x options)
-FULL_BLOCK = 8  # agents listed at a time with every option (a vocabulary of up to 256 values a column: 8x the options)
 
 
 def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int, lo: np.ndarray, hi: np.ndarray,
-             cuts: list[np.ndarray] | None = None, limit: int | None = OPTIONS_PER_FEATURE
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+             cuts: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Raw feature ``j``'s options per agent: (N, n, w) values of its columns and (N, n) distances of the
-    agent with only that change (inf where an agent has fewer), nearest first, at most ``limit`` (None: all);
-    with ``cuts``, only the values ``distinct_values`` keeps. And (N,) the distance of the nearest option left
-    out by ``limit`` (inf where none is): no corner that takes it is nearer."""
+    agent with only that change (inf where an agent has fewer), nearest first (ties in the options' order); with
+    ``cuts``, only the values ``distinct_values`` keeps."""
     cols = geo.raw_columns()[j]
     cols = cols[cols >= 0]
     N = len(X)
@@ -76,16 +72,13 @@ def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int,
         ok = (V >= lo[:, c:c + 1] - 1e-12) & (V <= hi[:, c:c + 1] + 1e-12) & (np.abs(V - X[:, c:c + 1]) > 1e-12)
         vals = V[:, :, None]
     if not ok.any():
-        return np.zeros((N, 0, len(cols))), np.zeros((N, 0)), np.full(N, np.inf)
+        return np.zeros((N, 0, len(cols))), np.zeros((N, 0))
     R = np.repeat(X[:, None, :], vals.shape[1], axis=1)
     R[:, :, cols] = vals
     d = np.where(ok, geo.distance(X[:, None, :], R), np.inf)
     order = np.argsort(d, axis=1, kind="stable")
-    n = d.shape[1] if limit is None else min(int(limit), d.shape[1])
-    beyond = np.take_along_axis(d, order[:, n:n + 1], 1)[:, 0] if n < d.shape[1] else np.full(N, np.inf)
-    order = order[:, :n]
     return np.take_along_axis(np.broadcast_to(vals, (N,) + vals.shape[1:]), order[:, :, None], 1), \
-        np.take_along_axis(d, order, 1), beyond
+        np.take_along_axis(d, order, 1)
 
 
 def distinct_values(v: np.ndarray, x: np.ndarray, ok: np.ndarray, cuts: np.ndarray) -> np.ndarray:
@@ -122,20 +115,6 @@ def split_cuts(model: Any, columns: int) -> list[np.ndarray]:
     return [np.unique(np.concatenate(a)) if a else np.zeros(0) for a in at]
 
 
-def _smallest_in_order(flat: np.ndarray, k: int) -> np.ndarray:
-    """(N, min(k, Q)) per row of ``flat`` (N, Q) the indices of its ``k`` smallest entries, ties (the
-    infinite ones included) to the lower index, in index order. A plain partition breaks ties by the row's
-    layout, and a block of agents lays out an option list (all infinite for an agent) that the agent alone
-    skips: its corners then depended on the batch (Adult forest, 1 answer of 100)."""
-    N, Q = flat.shape
-    if Q <= k:
-        return np.broadcast_to(np.arange(Q), (N, Q)).copy()
-    kth = np.partition(flat, k - 1, axis=1)[:, k - 1:k]
-    below, tie = flat < kth, flat == kth
-    take = below | (tie & (np.cumsum(tie, axis=1) <= (k - below.sum(1))[:, None]))
-    return np.argsort(~take, axis=1, kind="stable")[:, :k]  # the taken ones, in index order
-
-
 def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
                     cuts: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(N, k, D) each agent's ``k`` nearest corners (the agent itself left out) in increasing distance, and
@@ -151,45 +130,24 @@ def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], 
     return rows, dist
 
 
-def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, cuts: list[np.ndarray] | None,
-           limit: int | None = OPTIONS_PER_FEATURE) -> tuple[np.ndarray, np.ndarray]:
-    """``nearest_corners`` of a block of agents from each feature's nearest ``limit`` options, listed again with
-    every option for the agents whose list a left-out option could reach."""
-    N, D = X.shape
+def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, cuts: list[np.ndarray] | None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """``nearest_corners`` of a block of agents: each feature's options, nearest first, then the first k + 1
+    corners in increasing (distance, option vector) listed best first (``corner_kernels.best_first``; the
+    agent itself is the first, every feature kept)."""
     lo, hi = geo.box(X)
-    width = k + 1  # the agent itself is the first "corner" (every feature kept)
-    sums = np.full((N, width), np.inf)
-    sums[:, 0] = 0.0
     features = [j for j in range(geo.n_raw) if not geo.fixed[geo.raw_columns()[j][0]]]
-    choice = np.full((N, width, len(features)), -1, np.int64)  # per corner, each feature's option (-1: kept)
-    options = []
-    beyond = np.full(N, np.inf)  # per agent, the nearest option any feature left out
-    for f, j in enumerate(features):
-        vals, d, out = _options(geo, X, vocab, j, lo, hi, cuts, limit)
+    options, dists = [], []
+    for j in features:
+        vals, d = _options(geo, X, vocab, j, lo, hi, cuts)
         options.append(vals)
-        beyond = np.minimum(beyond, out)
-        if not d.shape[1]:
-            continue
-        # every kept corner with this feature kept (cost 0) or moved to one of its options: the k + 1 smallest
-        cand = np.concatenate([sums[:, :, None], sums[:, :, None] + d[:, None, :]], axis=2)  # (N, width, 1 + n)
-        flat = cand.reshape(N, -1)
-        top = _smallest_in_order(flat, width)
-        parent, pick = np.divmod(top, cand.shape[2])
-        sums = np.take_along_axis(flat, top, 1)
-        choice = take_rows(choice, parent)
-        choice[:, :, f] = pick - 1
-    order = np.argsort(sums, axis=1, kind="stable")
-    sums, choice = np.take_along_axis(sums, order, 1), take_rows(choice, order)
-    redo = np.flatnonzero(np.isfinite(beyond) & (beyond <= sums[:, -1]))  # a left-out option could be among the k + 1
-    if len(redo):  # those agents again with every option, in blocks that fit (memory: block x k x options)
-        R, d = np.full((N, k, D), np.nan), np.full((N, k), np.inf)
-        kept = np.setdiff1d(np.arange(N), redo)  # the rest listed once, from their first options
-        if len(kept):
-            R[kept], d[kept] = _listed(geo, X[kept], sums[kept], choice[kept], [o[kept] for o in options], features)
-        for s in range(0, len(redo), FULL_BLOCK):
-            a = redo[s:s + FULL_BLOCK]
-            R[a], d[a] = _block(geo, X[a], vocab, k, cuts, None)
-        return R, d
+        dists.append(d)
+    n = max([d.shape[1] for d in dists], default=0)
+    dist = np.full((len(X), len(features), max(n, 1)), np.inf)
+    for f, d in enumerate(dists):
+        dist[:, f, :d.shape[1]] = d
+    counts = np.isfinite(dist).sum(-1)  # options are nearest first: the finite ones lead
+    sums, choice = best_first_many(dist, counts, k + 1)
     return _listed(geo, X, sums, choice, options, features)
 
 

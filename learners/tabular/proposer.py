@@ -48,7 +48,7 @@ import numpy as np
 from envs.black_box import BlackBoxModel, Budget
 from envs.tabular import TabularWorld
 from learners.tabular.base import Recommendations, TabularGenerator, TabularLabels
-from learners.tabular.budget_search import budget_search, value_vocabulary
+from learners.tabular.budget_search import AHEAD_AGENTS, budget_search, value_vocabulary
 from learners.tabular.change_net import forward_layers, sequential_layers
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.self_labels import answer_unlabelled
@@ -428,24 +428,27 @@ class ProposerGenerator(TabularGenerator):
         """Whether the fit-time probe found the model answering in steps (``steps.step_share``)."""
         return getattr(self, "step_share_", 0.0) >= STEP_SHARE_MIN
 
-    def _picks(self, geo: WorldGeometry, X: np.ndarray) -> np.ndarray | None:
-        """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student)."""
+    def _picks(self, geo: WorldGeometry, X: np.ndarray, scan: dict | None = None) -> np.ndarray | None:
+        """(N, student_rows, D) the student's likeliest accepted corners per agent (None without a student); ``scan``:
+        where the corners listed and scored are kept for ``_next_picks`` (``CornerStudent.picks``)."""
         if getattr(self, "student_", None) is None or self.params.student_use == "round_two":  # none in round one
             return None
-        return self._student_picks(geo, X, int(self.params.student_rows))
+        return self._student_picks(geo, X, int(self.params.student_rows), scan)
 
-    def _next_picks(self, geo: WorldGeometry, X: np.ndarray) -> Callable[[np.ndarray, int], np.ndarray] | None:
+    def _next_picks(self, geo: WorldGeometry, X: np.ndarray, scan: dict | None = None
+                    ) -> Callable[[np.ndarray, int], np.ndarray] | None:
         """``budget_search``'s ``next_picks``: for agents ``a`` of ``X``, the student's ``k`` likeliest accepted
-        corners, nearest first (``student_use`` "round_two" or "both"; None without a student)."""
+        corners, nearest first (``student_use`` "round_two" or "both"; None without a student), from where
+        round one's picks left each agent's corners in ``scan``."""
         if getattr(self, "student_", None) is None or self.params.student_use == "round_one":
             return None
-        return lambda a, k: self._student_picks(geo, X[a], k)
+        return lambda a, k: self._student_picks(geo, X[a], k, scan)
 
-    def _student_picks(self, geo: WorldGeometry, X: np.ndarray, k: int) -> np.ndarray:
+    def _student_picks(self, geo: WorldGeometry, X: np.ndarray, k: int, scan: dict | None = None) -> np.ndarray:
         """(N, k, D) the student's picks at the proposer's answering settings (pool, distinct, threshold)."""
         p = self.params
         return self.student_.picks(geo, X, self.vocab_, k, pool=int(p.student_pool), distinct=bool(p.student_distinct),
-                                   threshold=float(p.student_threshold))
+                                   threshold=float(p.student_threshold), scan=scan)
 
     def _grid_share(self) -> float:
         """Round one's share for the vocabulary's corner grid: ``corner_grid`` where the model answers in steps."""
@@ -501,13 +504,15 @@ class ProposerGenerator(TabularGenerator):
         if not len(X):
             return Recommendations.none(self.n_columns_, n_alternatives, calls=0)
         geo = WorldGeometry.of(world, norm)
+        # round two's picks continue from round one's corners where both are asked of a batch small enough to keep them
+        scan = {} if self.params.student_use == "both" and len(X) <= AHEAD_AGENTS else None
         res = budget_search(world.model, geo, X, self.candidates(world, X), budget, vocab=self.vocab_,
                             first_share=float(self.params.first_share), fallback=self._transplants(X, FALLBACK_DONORS),
                             surrogate=self.surrogate_,
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
-                            grid_share=self._grid_share(), steps=self._in_steps(), picks=self._picks(geo, X),
+                            grid_share=self._grid_share(), steps=self._in_steps(), picks=self._picks(geo, X, scan),
                             donors=lambda a, start, k: self._donor_rows(X[a], start, k),
-                            next_picks=self._next_picks(geo, X), near_picks=int(self.params.student_near_picks))
+                            next_picks=self._next_picks(geo, X, scan), near_picks=int(self.params.student_near_picks))
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)

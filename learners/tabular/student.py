@@ -133,11 +133,14 @@ class CornerStudent:
                                   "rows_remembered": kept}
 
     def picks(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
-              pool: int | None = None, distinct: bool | None = None, threshold: float | None = None) -> np.ndarray:
+              pool: int | None = None, distinct: bool | None = None, threshold: float | None = None,
+              scan: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
         """(N, k, D) per agent the first ``k`` of its ``pool`` (default: the student's own) nearest corners whose
         P(accept) by the student is above ``threshold`` (default: the student's own), nearest first; NaN padded
         where fewer are. ``distinct`` (default: the student's own): only corners the student tells apart
-        (``corners.distinct_values``)."""
+        (``corners.distinct_values``). ``scan``: a dict kept between calls on the same agents at the same
+        settings (by the agent's bytes: the corners listed so far, their distances and margins), so a call for
+        more picks starts where an earlier one stopped (round one's picks, then round two's more of them)."""
         X = np.atleast_2d(np.asarray(X, float))
         pool = int(self.pool if pool is None else pool)
         if pool < 1:
@@ -148,28 +151,72 @@ class CornerStudent:
         block = max(1, PICK_ROWS // pool)
         if len(X) > block:  # memory: N x pool x D corners at once
             return np.concatenate([self.picks(geo, X[i:i + block], vocab, k, pool=pool, distinct=distinct,
-                                              threshold=threshold) for i in range(0, len(X), block)])
+                                              threshold=threshold, scan=scan) for i in range(0, len(X), block)])
         distinct = self.distinct if distinct is None else bool(distinct)
         cuts = self.cuts(X.shape[1]) if distinct else None
         out = np.full((len(X), int(k), X.shape[1]), np.nan)
-        todo, size, margin = np.arange(len(X)), min(pool, STAGE_FIRST), np.zeros((len(X), 0))
+        keys = [row.tobytes() for row in X] if scan is not None else None
+        listed = np.array([len(scan[key][2]) if key in scan else 0 for key in keys]) if keys else np.zeros(len(X), int)
+        for length in np.unique(listed):  # agents scanned as far, together (none scanned: 0)
+            a = np.flatnonzero(listed == length)
+            start = [np.stack([scan[keys[i]][part] for i in a]) for part in range(3)] if length else None
+            out[a] = self._staged(geo, X[a], vocab, int(k), pool, threshold, cuts, start,
+                                  None if keys is None else [keys[i] for i in a], scan)
+        return out
+
+    def _staged(self, geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, pool: int, threshold: float,
+                cuts: list[np.ndarray] | None, start: list[np.ndarray] | None, keys: list[bytes] | None,
+                scan: dict | None) -> np.ndarray:
+        """``picks`` of agents listed and scored alike so far (``start``: their corners, distances and margins,
+        or None), in stages from there; each agent's last stage is kept in ``scan`` where one is given."""
+        out = np.full((len(X), k, X.shape[1]), np.nan)
+        todo = np.arange(len(X))
+        R, d, margin = start if start is not None else (None, None, np.zeros((len(X), 0)))
+        size = margin.shape[1] or min(pool, STAGE_FIRST)
         while len(todo):  # nearest first in stages: most agents have their k picks among their first corners
-            R, d = nearest_corners(geo, X[todo], vocab, size, cuts=cuts)
-            # a shorter list is the head of a longer one (tests/test_corners.py): only the new corners are scored
-            margin = np.concatenate([margin, self._margins(R[:, margin.shape[1]:], d[:, margin.shape[1]:])], axis=1)
-            got, enough = self._first_accepted(R, margin, int(k), threshold)
+            if margin.shape[1] < size:
+                R, d = nearest_corners(geo, X[todo], vocab, size, cuts=cuts)
+                # a shorter list is the head of a longer one (tests/test_corners.py): only the new corners are scored
+                margin = np.concatenate([margin, self._margins(R[:, margin.shape[1]:], d[:, margin.shape[1]:])], axis=1)
+            got, enough = self._first_accepted(R, margin, k, threshold)
             done = enough | (size >= pool)  # k picks among its nearest corners, or its whole pool
             out[todo[done]] = got[done]
-            todo, margin, size = todo[~done], margin[~done], min(pool, size * STAGE_GROWTH)
+            if scan is not None:
+                for i in np.flatnonzero(done):
+                    scan[keys[todo[i]]] = (R[i], d[i], margin[i])
+            keep = ~done
+            todo, R, d, margin = todo[keep], R[keep], d[keep], margin[keep]
+            size = min(pool, size * STAGE_GROWTH)
         return out
 
     def _margins(self, R: np.ndarray, d: np.ndarray) -> np.ndarray:
-        """(N, m) the student's margin for each corner of ``R`` (N, m, D) at a finite distance ``d``, else -inf."""
+        """(N, m) the student's margin for each corner of ``R`` (N, m, D) at a finite distance ``d``, else -inf. Each
+        corner the student's splits do not tell apart from an earlier one (the same side of every split) takes its
+        margin, computed once: the same trees' leaves, the same sums, bit for bit."""
         live = np.isfinite(d)
         margin = np.full(d.shape, -np.inf)
         if live.any():
-            margin[live] = self.margin(R[live])
+            rows = R[live]
+            first, inverse = self._alike(rows)
+            margin[live] = self.margin(rows[first])[inverse]
         return margin
+
+    def _alike(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first, inverse): one row of each class of ``rows`` (M, D) that every split of the student sends alike
+        (per column, how many of its split points ``cuts`` the value lies above), and each row's class."""
+        cuts = self.cuts(rows.shape[1])
+        sides = [np.searchsorted(c, rows[:, j], side="left") for j, c in enumerate(cuts) if len(c)]
+        if not sides:
+            return np.zeros(1, np.int64), np.zeros(len(rows), np.int64)
+        radix = [len(c) + 1 for c in cuts if len(c)]
+        if float(np.prod(np.asarray(radix, float))) < 2.0 ** 62:  # one int64 key a row: a fast unique
+            key = np.zeros(len(rows), np.int64)
+            for side, r in zip(sides, radix, strict=True):
+                key = key * r + side
+        else:
+            key = np.ascontiguousarray(np.stack(sides, 1)).view(np.dtype((np.void, 8 * len(sides)))).ravel()
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
 
     def margin(self, R: np.ndarray) -> np.ndarray:
         """(M,) the student's logit of acceptance for rows ``R`` (M, D): the largest of its members' (a corner any
