@@ -118,15 +118,39 @@ def _complete_sums(x, nodes, feature, threshold, depth, q0, q1):
     return a, b
 
 
+ROWS_BLOCK = 256  # rows descended together through a chunk of trees (``complete_sums``)
+TREES_BLOCK = 8  # and trees a chunk: its top levels stay in cache for the block's rows
+
+
 @nb.njit(cache=True)
 def complete_sums(X, n_trees, feature, threshold, depth, q0, q1):
-    """``forest_sums`` on the complete layout: the same sums, bit for bit."""
-    s0 = np.zeros(X.shape[0])
-    s1 = np.zeros(X.shape[0])
-    nodes = np.empty(n_trees, np.int64)
-    for i in range(X.shape[0]):
-        s0[i], s1[i] = _complete_sums(X[i], nodes, feature, threshold, depth, q0, q1)
-    return s0, s1
+    """``forest_sums`` on the complete layout: the same sums, bit for bit. A block of rows goes through a chunk of
+    trees at a time, each row's sums added tree by tree in estimator order as one row alone would (a deep
+    ensemble's nodes do not fit a core's cache: 400 trees of depth 10, 12.5 -> 9-10 us a row)."""
+    inner = (1 << depth) - 1
+    N = X.shape[0]
+    s0 = np.zeros(N, q0.dtype)
+    s1 = np.zeros(N, q1.dtype)
+    nodes = np.empty(TREES_BLOCK, np.int64)
+    for r0 in range(0, N, ROWS_BLOCK):
+        for t0 in range(0, n_trees, TREES_BLOCK):
+            nt = min(n_trees, t0 + TREES_BLOCK) - t0
+            for i in range(r0, min(N, r0 + ROWS_BLOCK)):
+                for t in range(nt):
+                    nodes[t] = 0
+                for _ in range(depth):
+                    for t in range(nt):
+                        k = nodes[t]
+                        g = (t0 + t) * inner + k
+                        go_left = np.float64(X[i, feature[g]]) <= threshold[g]
+                        nodes[t] = 2 * k + 2 - go_left
+                a, b = s0[i], s1[i]
+                for t in range(nt):
+                    leaf = (t0 + t) * (inner + 1) + nodes[t] - inner
+                    a += q0[leaf]
+                    b += q1[leaf]
+                s0[i], s1[i] = a, b
+    return s0.astype(np.float64), s1.astype(np.float64)
 
 
 @nb.njit(cache=True)

@@ -27,6 +27,7 @@ from .715 to .770 (``benchmarks/corner_pool_cap.py --distinct``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import take_rows
 from learners.tabular.vocab_table import vocab_sides
 
-__all__ = ["distinct_values", "nearest_corners", "split_cuts"]
+__all__ = ["CornerOptions", "corner_options", "distinct_values", "nearest_corners", "split_cuts"]
 
 CORNER_BLOCK = 64  # agents enumerated at a time (memory: block x k x options)
 
@@ -115,40 +116,58 @@ def split_cuts(model: Any, columns: int) -> list[np.ndarray]:
     return [np.unique(np.concatenate(a)) if a else np.zeros(0) for a in at]
 
 
-def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
-                    cuts: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(N, k, D) each agent's ``k`` nearest corners (the agent itself left out) in increasing distance, and
-    (N, k) their distances; NaN rows and inf where an agent has fewer, or where a row breaks the world's
-    rules. The order is exact for a separable distance (MACE's l1, weighted or not). ``cuts``: per encoded
-    column the sorted split points of a model in steps; then only corners it tells apart (``distinct_values``)."""
+@dataclass
+class CornerOptions:
+    """Each feature's options for a batch of agents, nearest first (``corner_options``): what a longer list of the
+    same agents' corners needs again, so a search in stages builds them once."""
+
+    features: list[int]  # the raw features that may change
+    values: list[np.ndarray]  # per feature (N, n, w) its options' values of its columns
+    dist: np.ndarray  # (N, features, n) their distances (inf past an agent's own)
+    counts: np.ndarray  # (N, features) how many each agent has
+
+    def take(self, a: np.ndarray) -> CornerOptions:
+        """The options of agents ``a`` of the batch."""
+        return CornerOptions(self.features, [v[a] for v in self.values], self.dist[a], self.counts[a])
+
+
+def corner_options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], *,
+                   cuts: list[np.ndarray] | None = None) -> CornerOptions:
+    """The options of ``nearest_corners`` for agents ``X`` (N, D): each changeable raw feature's values in the
+    agent's box, nearest first (``cuts``: only those ``distinct_values`` keeps)."""
     X = np.atleast_2d(np.asarray(X, float))
-    N, D = X.shape
-    rows, dist = np.full((N, k, D), np.nan), np.full((N, k), np.inf)
-    for s in range(0, N, CORNER_BLOCK):
-        sl = slice(s, s + CORNER_BLOCK)
-        rows[sl], dist[sl] = _block(geo, X[sl], vocab, k, cuts)
-    return rows, dist
-
-
-def _block(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, cuts: list[np.ndarray] | None
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """``nearest_corners`` of a block of agents: each feature's options, nearest first, then the first k + 1
-    corners in increasing (distance, option vector) listed best first (``corner_kernels.best_first``; the
-    agent itself is the first, every feature kept)."""
     lo, hi = geo.box(X)
     features = [j for j in range(geo.n_raw) if not geo.fixed[geo.raw_columns()[j][0]]]
-    options, dists = [], []
+    values, dists = [], []
     for j in features:
         vals, d = _options(geo, X, vocab, j, lo, hi, cuts)
-        options.append(vals)
+        values.append(vals)
         dists.append(d)
     n = max([d.shape[1] for d in dists], default=0)
     dist = np.full((len(X), len(features), max(n, 1)), np.inf)
     for f, d in enumerate(dists):
         dist[:, f, :d.shape[1]] = d
-    counts = np.isfinite(dist).sum(-1)  # options are nearest first: the finite ones lead
-    sums, choice = best_first_many(dist, counts, k + 1)
-    return _listed(geo, X, sums, choice, options, features)
+    return CornerOptions(features, values, dist, np.isfinite(dist).sum(-1))  # nearest first: the finite ones lead
+
+
+def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,
+                    cuts: list[np.ndarray] | None = None, options: CornerOptions | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(N, k, D) each agent's ``k`` nearest corners (the agent itself left out) in increasing distance, and
+    (N, k) their distances; NaN rows and inf where an agent has fewer, or where a row breaks the world's
+    rules. The order is exact for a separable distance (MACE's l1, weighted or not), ties in the order of the
+    corners' option vectors (``corner_kernels.best_first``). ``cuts``: per encoded column the sorted split points
+    of a model in steps; then only corners it tells apart (``distinct_values``). ``options``: ``corner_options``
+    of these agents (with the same ``cuts``), built once for several lists."""
+    X = np.atleast_2d(np.asarray(X, float))
+    N, D = X.shape
+    rows, dist = np.full((N, k, D), np.nan), np.full((N, k), np.inf)
+    for s in range(0, N, CORNER_BLOCK):
+        sl = np.arange(s, min(N, s + CORNER_BLOCK))
+        o = corner_options(geo, X[sl], vocab, cuts=cuts) if options is None else options.take(sl)
+        sums, choice = best_first_many(o.dist, o.counts, k + 1)  # the agent itself first, every feature kept
+        rows[sl], dist[sl] = _listed(geo, X[sl], sums, choice, o.values, o.features)
+    return rows, dist
 
 
 def _listed(geo: WorldGeometry, X: np.ndarray, sums: np.ndarray, choice: np.ndarray, options: list[np.ndarray],

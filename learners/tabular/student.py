@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from data_gen.compute import chunk_path, finished_chunks, load_chunk, run_chunks
-from learners.tabular.corners import nearest_corners, split_cuts
+from learners.tabular.corners import corner_options, nearest_corners, split_cuts
 from learners.tabular.geometry import WorldGeometry
 
 NEAREST = 1000  # corners listed per drawn agent at fit time
@@ -55,8 +55,8 @@ NEAREST_KEPT = 60  # of them, the nearest this many are always asked (the rest d
 CALL_ROWS = 1 << 17  # rows per model call at fit time (a remote API is not handed millions of rows at once)
 AGENT_BLOCK = 500  # drawn agents whose corners are listed at a time (memory: block x NEAREST x D)
 PICK_ROWS = 1 << 18  # corners scored at a time when answering (memory: agents x pool x D); at least one agent's pool
-STAGE_FIRST = 256  # corners an agent's picks are looked for among first (its pool's nearest)
-STAGE_GROWTH = 8  # then this many times more, up to the pool, only for agents with fewer than k picks so far
+STAGE_FIRST = 128  # corners an agent's picks are looked for among first (its pool's nearest)
+STAGE_GROWTH = 2  # then this many times more, up to the pool, only for agents with fewer than k picks so far
 CHECK_ROWS = 256  # rows of the first call asked again on a resumed fit: the answers kept must be this model's
 
 
@@ -172,10 +172,11 @@ class CornerStudent:
         out = np.full((len(X), k, X.shape[1]), np.nan)
         todo = np.arange(len(X))
         R, d, margin = start if start is not None else (None, None, np.zeros((len(X), 0)))
+        options = corner_options(geo, X, vocab, cuts=cuts)  # built once for every stage
         size = margin.shape[1] or min(pool, STAGE_FIRST)
         while len(todo):  # nearest first in stages: most agents have their k picks among their first corners
             if margin.shape[1] < size:
-                R, d = nearest_corners(geo, X[todo], vocab, size, cuts=cuts)
+                R, d = nearest_corners(geo, X[todo], vocab, size, cuts=cuts, options=options.take(todo))
                 # a shorter list is the head of a longer one (tests/test_corners.py): only the new corners are scored
                 margin = np.concatenate([margin, self._margins(R[:, margin.shape[1]:], d[:, margin.shape[1]:])], axis=1)
             got, enough = self._first_accepted(R, margin, k, threshold)
