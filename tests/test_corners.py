@@ -138,3 +138,22 @@ def test_nearest_corners_with_cuts_are_the_nearest_distinct_reachable_rows(k):
         assert live.sum() == min(k, keep.sum())
         np.testing.assert_allclose(d[i][live], want, atol=1e-12)
         np.testing.assert_allclose(geo.distance(X[i][None], R[i][live]), d[i][live], atol=1e-12)
+
+
+def test_options_built_once_give_the_same_corners():
+    """``corner_options`` of a batch, taken for some of its agents, lists the corners ``nearest_corners`` lists
+    from nothing (a search in stages builds them once)."""
+    from learners.tabular.corners import corner_options
+
+    world = toy_world("forest")
+    geo = WorldGeometry.of(world)
+    rows = toy_data()
+    vocab = [np.arange(geo.lower[c], geo.upper[c] + 1) if geo.numeric[c] else np.zeros(0) for c in range(rows.shape[1])]
+    X = rows[np.random.default_rng(2).choice(len(rows), 9, replace=False)]
+    options = corner_options(geo, X, vocab)
+    a = np.array([7, 1, 4])
+    for k in (1, 13, 60):
+        got = nearest_corners(geo, X[a], vocab, k, options=options.take(a))
+        want = nearest_corners(geo, X[a], vocab, k)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])

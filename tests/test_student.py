@@ -332,3 +332,39 @@ def test_a_threshold_when_answering_is_the_student_fitted_with_it(either, studen
             s.picks(geo, X, VOCAB, 3, threshold=bad)
         with pytest.raises(ValueError, match="student_threshold: a probability in"):
             build_tabular_generator("proposer", {"student_threshold": bad})
+
+
+def test_margins_are_computed_once_for_corners_the_student_sends_alike(either, student, pair):
+    """``_margins`` scores one corner of each class the student's splits send alike (values on a split point, just
+    past it, and between two) and gives it to the others: the margins of every row, bit for bit, fewer scored."""
+    geo = WorldGeometry.of(either)
+    for s in (student[0], pair):
+        cuts = s.cuts(D)
+        R, d = nearest_corners(geo, _agents(30, seed=4), VOCAB, 40)
+        on = np.array([[c[len(c) // 2] if len(c) else 1.0 for c in cuts]])  # a row right on split points
+        R[0, :3] = np.concatenate([on, np.nextafter(on, np.inf), np.nextafter(on, -np.inf)])
+        d[0, :3] = 1.0
+        live = np.isfinite(d)
+        got = s._margins(R, d)
+        np.testing.assert_array_equal(got[live], s.margin(R[live]))
+        assert (got[~live] == -np.inf).all()
+        first, inverse = s._alike(R[live])
+        assert len(first) < live.sum() and np.array_equal(inverse[first], np.arange(len(first)))
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_a_scan_continues_picks_where_earlier_ones_stopped(either, student, pair, members, monkeypatch):
+    """Round one's picks keep each agent's corners in ``scan``; round two's more picks start from there (agents
+    stopped at different stages, new agents beside them): the same picks as from nothing."""
+    s = student[0] if members == 1 else pair
+    geo = WorldGeometry.of(either)
+    X = _agents(10, seed=5)
+    monkeypatch.setattr("learners.tabular.student.STAGE_FIRST", 2)
+    monkeypatch.setattr("learners.tabular.student.STAGE_GROWTH", 3)
+    scan: dict = {}
+    first = s.picks(geo, X[:7], VOCAB, 2, scan=scan)
+    assert len(scan) == 7 and len({len(v[2]) for v in scan.values()}) > 1  # stopped at different stages
+    np.testing.assert_array_equal(first, s.picks(geo, X[:7], VOCAB, 2))
+    more = s.picks(geo, X[::-1], VOCAB, 30, scan=scan)  # seven scanned, three new, in another order
+    np.testing.assert_array_equal(more, s.picks(geo, X[::-1], VOCAB, 30))
+    assert len(scan) == 10

@@ -43,11 +43,13 @@ def test_forest_probabilities_are_sklearns_bit_for_bit():
     np.testing.assert_array_equal(model.leaves(Z), np.stack([e.apply(Z.astype(np.float32)) for e in est.estimators_], 1))
 
 
+@pytest.mark.parametrize("trees", [6, 19])
 @pytest.mark.parametrize("max_depth", [3, 7, None])
-def test_complete_tree_sums_are_the_linked_ones_and_sklearns(max_depth):
+def test_complete_tree_sums_are_the_linked_ones_and_sklearns(max_depth, trees):
     """A forest descended as complete trees (padded leaves, implied children) sums the same leaves
     as the linked layout, bit for bit, on rows and on variants, and agrees with sklearn; a forest
-    deeper than ``COMPLETE_DEPTH`` keeps the linked layout."""
+    deeper than ``COMPLETE_DEPTH`` keeps the linked layout. 19 trees and 750 rows: blocks of rows through chunks of
+    trees (``TREES_BLOCK``, ``ROWS_BLOCK``) that do not divide them."""
     from sklearn.ensemble import RandomForestClassifier
 
     from envs.models import COMPLETE_DEPTH, COMPLETE_NODES, Tree, TreeEnsemble
@@ -57,10 +59,10 @@ def test_complete_tree_sums_are_the_linked_ones_and_sklearns(max_depth):
     X = rng.normal(size=(400, 5))
     X[:, 3] = np.round(X[:, 3])  # ties at the thresholds too
     y = (X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(0, 0.5, 400) > 0).astype(int)
-    sk = RandomForestClassifier(n_estimators=6, max_depth=max_depth, random_state=0).fit(X, y)
+    sk = RandomForestClassifier(n_estimators=trees, max_depth=max_depth, random_state=0).fit(X, y)
     model = TreeEnsemble([Tree.from_sklearn(t) for t in sk.estimators_], 5)
     linked = model._stacked()
-    assert (model._complete() is None) == (int(linked[5]) > COMPLETE_DEPTH or 6 << int(linked[5]) > COMPLETE_NODES)
+    assert (model._complete() is None) == (int(linked[5]) > COMPLETE_DEPTH or trees << int(linked[5]) > COMPLETE_NODES)
     from envs.tree_kernels import complete_layout
 
     complete = complete_layout(*linked)

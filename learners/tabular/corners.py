@@ -27,6 +27,7 @@ from .715 to .770 (``benchmarks/corner_pool_cap.py --distinct``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,16 @@ __all__ = ["CornerOptions", "corner_options", "distinct_values", "nearest_corner
 CORNER_BLOCK = 64  # agents enumerated at a time (memory: block x k x options)
 
 
+@functools.lru_cache(maxsize=1024)
+def _sided(column: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A numeric column's vocabulary (its float64 bytes) as its values going either way (``vocab_sides``: above the
+    agent each edge's upward copy, below its downward one), sorted, and which of them a move up and a move down
+    takes; computed once per vocabulary (an answer lists its corners in stages, each stage every column)."""
+    vu, vd = vocab_sides(np.frombuffer(column, float))
+    v = np.union1d(vu, vd)
+    return v, np.isin(v, vu), np.isin(v, vd)
+
+
 def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int, lo: np.ndarray, hi: np.ndarray,
              cuts: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Raw feature ``j``'s options per agent: (N, n, w) values of its columns and (N, n) distances of the
@@ -53,10 +64,9 @@ def _options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], j: int,
     kind = geo.raw_kinds[j]
     if kind == "numeric":
         c = cols[0]
-        vu, vd = vocab_sides(vocab[c])  # above the agent each edge's upward copy, below its downward one
-        v = np.union1d(vu, vd)
+        v, up, down = _sided(np.asarray(vocab[c], float).tobytes())
         V = np.broadcast_to(v, (N, len(v)))
-        side = np.where(V > X[:, c:c + 1], np.isin(v, vu)[None, :], np.isin(v, vd)[None, :])
+        side = np.where(V > X[:, c:c + 1], up[None, :], down[None, :])
         ok = (V >= lo[:, c:c + 1] - 1e-12) & (V <= hi[:, c:c + 1] + 1e-12) & (np.abs(V - X[:, c:c + 1]) > 1e-12) & side
         if cuts is not None:
             ok = distinct_values(v, X[:, c], ok, cuts[c])
