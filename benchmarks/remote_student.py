@@ -1,0 +1,129 @@
+"""The forests' learned generators with the student of their corners against a remote model (issue 56): end-to-end
+p50 / p99 ms per answer, one agent a request, the model behind a fixed latency per call (20 ms), 2 x 256; beside
+them in the same run the proposer without the student, the same search without the network and GeCo.
+
+    python benchmarks/self_labels.py --cells credit/forest --student-use both --student-threshold 0.1 \\
+        --student-near-picks 128                      # the saved fits this script times (and Adult's, German's)
+    python benchmarks/remote_student.py               # Credit, Adult and German forest, fit seed 0
+    python benchmarks/remote_student.py --cells credit/forest --agents 50
+
+The generators are the saved spread fits (``data_cache/blackbox_generators/<cell>/spread/seed<fit>``, written by
+``benchmarks/blackbox_generators.py --spread-seeds`` and ``benchmarks/self_labels.py``) answering at each cell's
+documented setting (``SETTINGS``: Credit's from ``configs/self_labels_credit_forest.yaml``). Every generator is
+warmed on one agent first (compiling is paid once, not timed), and the generators are timed in turn, twice
+over (``--repeats``), the median of the repeats' p50 reported: the machine's noise shows as their spread. Writes
+``benchmarks/results/remote_student.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.blackbox_generators import (  # noqa: E402
+    add_label_arguments,
+    cell_labels,
+    geco_ms,
+    request_ms,
+    with_cell_defaults,
+)
+from envs.black_box import Budget  # noqa: E402
+from learners.tabular.base import TabularGenerator  # noqa: E402
+
+OUT = Path("benchmarks/results")
+# per cell: the saved fit with the student and the setting it answers at (the proposer's parameters)
+SETTINGS = {
+    "credit/forest": ("proposer_student_self", {"student_use": "both", "student_threshold": 0.1, "student_near_picks": 128}),
+    "adult/forest": ("proposer_student_self", {"student_use": "both"}),
+    "german/forest": ("proposer_student", {"student_use": "round_two"}),
+}
+BASELINES = ("proposer", "search_no_net")  # beside it: the proposer alone, and the search without the network
+
+
+def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    c, _, _ = cell_labels(cell, args)
+    world, X = c.build.world, c.test[: args.agents]
+    root = Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{args.fit}"
+    name, setting = SETTINGS[cell]
+    gens = {}
+    for saved in (name, *BASELINES):
+        if not (root / saved).exists():
+            raise SystemExit(f"{root / saved} is missing: fit it first (the commands in this script's docstring)")
+        gens[saved] = TabularGenerator.load(root / saved)
+    gens[name].params = dataclasses.replace(gens[name].params, **setting)
+    budget, latency = Budget(2, 256), args.latency_ms / 1e3
+    t0 = time.perf_counter()
+    for gen in gens.values():
+        gen.recommend_within(world, X[:1], budget)  # warm: compiling is paid here, once
+    warm_s = time.perf_counter() - t0
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in (*gens, "geco")}
+    for _ in range(int(args.repeats)):
+        for k, gen in gens.items():
+            ms = request_ms(gen, world, X, budget, latency)
+            runs[k].append({"p50_ms": float(np.median(ms)), "p99_ms": float(np.quantile(ms, 0.99))})
+    ms = geco_ms(world, c.build.data.X_train, X, latency)
+    runs["geco"].append({"p50_ms": float(np.median(ms)), "p99_ms": float(np.quantile(ms, 0.99))})
+    out = {"cell": cell, "fit": args.fit, "agents": len(X), "latency_ms": args.latency_ms, "warm_s": warm_s,
+           "student": {"name": name, **setting}, "load_average": os.getloadavg()[0], "methods": {}}
+    for k, reps in runs.items():
+        p50 = [r["p50_ms"] for r in reps]
+        out["methods"][k] = {"p50_ms": float(np.median(p50)), "p50_runs": p50,
+                             "p99_ms": float(np.median([r["p99_ms"] for r in reps]))}
+        print(f"[{cell}] {k}: p50 {out['methods'][k]['p50_ms']:.1f} ms (runs {', '.join(f'{v:.1f}' for v in p50)}), "
+              f"p99 {out['methods'][k]['p99_ms']:.1f} ms", flush=True)
+    return out
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    lines = ["# The student's generators against a remote model (issue 56)", "",
+             "`python benchmarks/remote_student.py`: one agent a request, 2 x 256, the model behind a fixed latency "
+             "per call; p50 the median of the repeats' p50 (each repeat's in brackets), p99 the median of theirs. "
+             "Compiling and warm-up paid first, not timed.", "",
+             "| cell | generator | setting | p50 ms | p99 ms |", "|---|---|---|---|---|"]
+    for r in results:
+        setting = ", ".join(f"{k} {v}" for k, v in r["student"].items() if k != "name")
+        for k, m in r["methods"].items():
+            runs = ", ".join(f"{v:.1f}" for v in m["p50_runs"])
+            label = f"{k} (+ student)" if k == r["student"]["name"] else k
+            lines.append(f"| {r['cell']} | {label} | {setting if k == r['student']['name'] else ''} | "
+                         f"{m['p50_ms']:.1f} ({runs}) | {m['p99_ms']:.1f} |")
+    lines += ["", f"{results[0]['agents']} held-out agents a cell, fit seed {results[0]['fit']}, "
+              f"{results[0]['latency_ms']:.0f} ms a call; load average at the end "
+              + ", ".join(f"{r['load_average']:.2f}" for r in results) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_label_arguments(p)
+    p.add_argument("--cells", default="credit/forest,adult/forest,german/forest", help="comma-separated forest cells")
+    p.add_argument("--fit", type=int, default=0, help="the spread fit seed whose saved generators are timed")
+    p.add_argument("--agents", type=int, default=100, help="held-out agents timed per cell")
+    p.add_argument("--latency-ms", type=float, default=20.0, help="the remote model's fixed latency per call")
+    p.add_argument("--repeats", type=int, default=2, help="times each generator answers every agent")
+    p.add_argument("--generators", default="data_cache/blackbox_generators", help="where the saved fits are")
+    p.add_argument("--out", default=str(OUT / "remote_student"), help="results path without its suffix")
+    p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
+    args = with_cell_defaults(p.parse_args(argv))
+    for cell in args.cells.split(","):
+        if cell not in SETTINGS:
+            raise SystemExit(f"--cells: {cell!r} has no student setting here; one of {', '.join(SETTINGS)}")
+    results = [run_cell(cell, args) for cell in args.cells.split(",")]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out + ".json").write_text(json.dumps(results, indent=1))
+    Path(args.out + ".md").write_text(report(results))
+    print(report(results))
+
+
+if __name__ == "__main__":
+    main()
