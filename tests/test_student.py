@@ -368,3 +368,18 @@ def test_a_scan_continues_picks_where_earlier_ones_stopped(either, student, pair
     more = s.picks(geo, X[::-1], VOCAB, 30, scan=scan)  # seven scanned, three new, in another order
     np.testing.assert_array_equal(more, s.picks(geo, X[::-1], VOCAB, 30))
     assert len(scan) == 10
+
+
+def test_classes_of_corners_alike_hold_past_one_int64_key(student, monkeypatch):
+    """Splits too many for one int64 key a row (the product of each column's cut count past 2**62): the classes
+    come from the rows' per-column sides compared whole, the same classes."""
+    s = student[0]
+    cuts = [np.arange(float(1 << 21)) for _ in range(D)]  # (2**21 + 1)**3 > 2**62
+    monkeypatch.setattr(s, "cuts", lambda columns: cuts)
+    rows = np.random.default_rng(6).integers(0, 4, (200, D)) * 1000.5
+    first, inverse = s._alike(rows)
+    sides = np.stack([np.searchsorted(cuts[j], rows[:, j], side="left") for j in range(D)], 1)
+    _, want = np.unique(sides, axis=0, return_inverse=True)
+    assert len(first) == len(np.unique(sides, axis=0))
+    assert np.array_equal(sides[first][inverse], sides)  # each row's class holds rows alike
+    assert len(set(zip(inverse.tolist(), want.reshape(-1).tolist(), strict=True))) == len(first)  # one to one
