@@ -137,3 +137,30 @@ def test_near_picks_is_how_many_are_asked_for(geo, near):
     else:
         assert picks.asked == [([0], near + 2)]
         assert res.distance[0] == pytest.approx(geo.distance(x, OPTIMUM[None])[0])
+
+
+def test_a_lost_agent_whose_picks_were_refused_gets_the_next_spread_over_their_sets(geo):
+    """Round one asked the student's picks (x0 alone, refused) and nothing was accepted: round two lists
+    ``LOST_SPREAD`` times more picks than it has rows for and takes every other one round robin over their changed
+    sets, the sets round one refused last, so the one pick of another set, far down a list of x0-alone corners, is
+    asked and is the answer (nearest first it would be past the rows round two has)."""
+    from learners.tabular.set_spread import LOST_SPREAD
+
+    class Crowded(Picks):
+        def __call__(self, agents, k):
+            self.asked.append((np.asarray(agents).tolist(), int(k)))
+            out = np.zeros((len(agents), k, 4))
+            out[:, :, 0] = np.linspace(21.0, 99.0, k)[None, :]  # x0 alone: refused
+            if k > 20:
+                out[:, k - 1] = OPTIMUM
+            return out
+
+    model = Sets()
+    picks = Crowded()
+    first = np.zeros((1, 2, 4))
+    first[:, :, 0] = [30.0, 60.0]  # round one's picks: x0 alone, refused
+    res = budget_search(BlackBoxModel(model), geo, X[:1], P[:1], BUDGET, vocab=VOCAB, steps=True, next_picks=picks,
+                        picks=first, grid_share=0.25)
+    lost_k = picks.asked[-1][1]
+    assert (lost_k - 2) % LOST_SPREAD == 0 and lost_k > 20  # round one's picks, then LOST_SPREAD per row kept
+    assert res.found[0] and res.distance[0] == pytest.approx(geo.distance(X[:1], OPTIMUM[None])[0])

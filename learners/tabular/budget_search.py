@@ -85,6 +85,7 @@ from learners.tabular.moves import (  # noqa: F401 (the constants and builders: 
 from learners.tabular.reach import reach_rows
 from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.rows import projected as _projected
+from learners.tabular.set_spread import LOST_SPREAD, alternate_spread
 from learners.tabular.speculation import MoveCache, cached_moves, speculate
 from learners.tabular.steps import corner_grid, float32_nudges
 
@@ -331,7 +332,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     ``picks`` (N, k, D): rows that lead that share (a student's likeliest accepted corners: ``student.picks``);
     ``next_picks(agents, k)`` (len(agents), k, D): more of a student's picks, nearest first, for round two: an agent
     round one left with nothing accepted asks them first (a share ``LOST_PICK_SHARE`` of its rows at most: a set no
-    proposal named, among corners too many for the round to list nearest first), and every other agent its first
+    proposal named, among corners too many for the round to list nearest first; where round one asked ``picks``,
+    every other one taken round robin over their changed sets: ``set_spread``), and every other agent its first
     ``near_picks`` past ``picks`` that are nearer than its answer, ahead of its moves (built while round one's call
     waits, for a batch of ``AHEAD_AGENTS`` or fewer).
     A refinement round that a later round follows gives a share ``ADD_SHARE`` of its rows to ``_additions``:
@@ -480,7 +482,12 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                 Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
                 lead_rows = []
                 if next_picks is not None and not tried_far and LOST_PICK_SHARE > 0:
-                    Lp = np.asarray(next_picks(a, max(1, int(LOST_PICK_SHARE * per))), float)
+                    n_lost = max(1, int(LOST_PICK_SHARE * per))
+                    if picks is None:  # the student's first picks, nearest first
+                        Lp = np.asarray(next_picks(a, n_lost), float)
+                    else:  # round one refused its picks: the next ones, every other spread over their sets
+                        Lp = fresh(np.asarray(next_picks(a, k_near - near_picks + LOST_SPREAD * n_lost), float), asked[a])
+                        Lp = alternate_spread(geo, X[a], Lp, C[a])[:, :n_lost]
                     Lp[np.arange(Lp.shape[1])[None, :] >= (LOST_PICK_SHARE * cap[a]).astype(np.int64)[:, None]] = np.nan
                     lead_rows = [Lp]
                 head = fresh(np.concatenate(lead_rows + [F[a]] + ([] if tried_far else [Sc]), axis=1),
