@@ -183,16 +183,23 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
                 lines.append(f"| {c['cell']} | {names[where]} ({c['agents'][where]}) | "
                              + " | ".join(col(c, s, where) for s in ("no_net", "without", "without_self", "with", "with_self"))
                              + " |")
-    lines += ["", "| cell | variant | unlabelled agents | answered (mean) | calls, rows per fit (mean) | s per fit (mean) | "
+    lines += ["", "| cell | variant | unlabelled agents | answered (mean) | calls, rows per fit (mean of the fits that asked) | s per fit (mean) | "
               "within 1% of MACE (seed 0; agents with MACE's answer) |", "|---|---|---:|---:|---|---:|---|"]
     for c in cells:
         for v, name in (("without", "proposer"), ("with", "proposer + student")):
             infos = [f[f"{v}_self_info"] for f in c["fits"]]
             q = c["fits"][0].get(f"{v}_self_quality", {})
             qs = f"{q['within_1pct']:.3f} of {q['agents']}" if q.get("agents") else "-"
+            asked = [i for i in infos if not i.get("kept_blocks")]  # a fit answered from memory asked nothing
+            if asked:
+                cost = (f"{np.mean([i['calls'] for i in asked]):.0f}, {np.mean([i['rows'] for i in asked]):,.0f} | "
+                        f"{np.mean([i['seconds'] for i in asked]):.0f}")
+                if len(asked) < len(infos):
+                    cost += f" ({len(asked)} of {len(infos)} fits; the others' self-labels kept from an earlier run)"
+            else:
+                cost = "kept from an earlier run | -"
             lines.append(f"| {c['cell']} | {name} | {c['unlabelled']:,} | {np.mean([i['answered'] for i in infos]):.0f} | "
-                         f"{np.mean([i['calls'] for i in infos]):.0f}, {np.mean([i['rows'] for i in infos]):,.0f} | "
-                         f"{np.mean([i['seconds'] for i in infos]):.0f} | {qs} |")
+                         f"{cost} | {qs} |")
     return "\n".join(lines) + "\n"
 
 

@@ -36,6 +36,21 @@ def test_the_shares_are_min_max_mean_over_fits_and_the_costs_means():
     assert "validation" not in text.split("| cell | variant")[0].split("|---|")[-1]  # no agents of that set: no row
 
 
+def test_a_fit_whose_self_labels_were_kept_is_left_out_of_the_costs():
+    """Self-labels answered from an earlier run's memory asked nothing: the costs are the means of the fits that
+    asked, and the row says how many those were."""
+    fits = [_fit(0, 0.79), _fit(1, 0.81)]
+    fits[0]["without_self_info"] = {**_info(1500, 0.0), "calls": 0, "rows": 0, "kept_blocks": 12}
+    for f in fits:
+        f["with_self_info"] = {**_info(1498, 0.0), "calls": 0, "rows": 0, "kept_blocks": 12}
+    cell = {"cell": "credit/forest", "budget": "2x256", "labels": 500, "unlabelled": 1500,
+            "agents": {"test": 100, "fresh": 400}, "fits": fits}
+    text = report([cell], "python benchmarks/self_labels.py")
+    assert ("| credit/forest | proposer | 1,500 | 1500 | 96, 1,500,000 | 96 (1 of 2 fits; the others' self-labels kept "
+            "from an earlier run) | 0.951 of 1000 |") in text
+    assert "| credit/forest | proposer + student | 1,500 | 1498 | kept from an earlier run | - | - |" in text
+
+
 def test_unlabelled_agents_are_real_rejected_rows_past_the_labels():
     from tests.tabular_worlds import german_rejected
 
