@@ -486,8 +486,10 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                     if picks is None:  # the student's first picks, nearest first
                         Lp = np.asarray(next_picks(a, n_lost), float)
                     else:  # round one refused its picks: the next ones, every other spread over their sets
-                        Lp = fresh(np.asarray(next_picks(a, k_near - near_picks + LOST_SPREAD * n_lost), float), asked[a])
-                        Lp = alternate_spread(geo, X[a], Lp, C[a])[:, :n_lost]
+                        own = k_near - near_picks + LOST_SPREAD * (LOST_PICK_SHARE * cap[a]).astype(np.int64)
+                        Lp = np.asarray(next_picks(a, int(own.max())), float)
+                        Lp[np.arange(Lp.shape[1])[None, :] >= own[:, None]] = np.nan  # each agent's own list
+                        Lp = alternate_spread(geo, X[a], fresh(Lp, asked[a]), C[a])[:, :n_lost]
                     Lp[np.arange(Lp.shape[1])[None, :] >= (LOST_PICK_SHARE * cap[a]).astype(np.int64)[:, None]] = np.nan
                     lead_rows = [Lp]
                 head = fresh(np.concatenate(lead_rows + [F[a]] + ([] if tried_far else [Sc]), axis=1),
