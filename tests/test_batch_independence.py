@@ -1,7 +1,8 @@
 """An agent's answer must not depend on which other agents share its batch (issue 56): the pieces that once
 let it (BLAS's one-row kernel, a partition's tie-breaking (the corners now listed best first), the far round's and the donors' rows cut at the
 batch's widest cap) each against a second route, and ``budget_search`` on a forest in steps with agents
-that round one leaves without an answer, each alone against the batch, bit for bit (one machine)."""
+that round one leaves without an answer (with and without the student's picks spread over their sets), each alone
+against the batch, bit for bit (one machine)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,58 @@ def test_an_agent_s_training_distances_neighbours_and_named_sets_do_not_depend_o
     scores, ranks = namer.scores(Xs[:50]), namer.rank(Xs[:50], 6)
     assert all(np.array_equal(namer.scores(Xs[i:i + 1])[0], scores[i]) for i in range(50))
     assert all(np.array_equal(namer.rank(Xs[i:i + 1], 6)[0], ranks[i]) for i in range(50))
+
+
+def test_lost_agents_next_picks_spread_over_sets_do_not_depend_on_the_batch(german):
+    """Agents round one leaves without an answer after refusing the student's picks (each its own number of them,
+    so their caps in round two differ) take their next picks spread over their sets (``set_spread``) from a list
+    of their own length (their own cap, not the batch's widest): alone or in the batch, each agent's answer, rows
+    scored and round two's rows are the same. The next picks here: each agent's nearest corners (a list whose head
+    does not depend on its length, as a student's)."""
+    world, labels, test = german
+    geo = WorldGeometry.of(world)
+    vocab = value_vocabulary(geo, labels.X, labels.CF)
+    rng = np.random.default_rng(11)
+    X = test
+    N, D = X.shape
+    P = np.repeat(X[:, None, :], 4, axis=1)
+    num = np.flatnonzero(geo.numeric & ~geo.fixed)
+    fallback = np.repeat(X[:, None, :], 64, axis=1)
+    fallback[:, :, num] += rng.uniform(-0.01, 0.01, (N, 64, len(num))) * geo.span[num]
+    for i in range(N):  # each agent its own number of fallback rows: its own cap in round two
+        fallback[i, 1 + (3 * i) % 9:] = np.nan
+    picks = np.repeat(X[:, None, :], 24, axis=1)  # round one's picks: one column a step or more up, mostly refused
+    c0 = num[0]
+    picks[:, :, c0] = np.clip(X[:, None, c0] + np.arange(1, 25)[None, :], geo.lower[c0], geo.upper[c0])
+    for i in range(N):  # each agent its own number of them: round two's caps differ by up to 22 rows
+        picks[i, 1 + (5 * i) % 23:] = np.nan
+
+    def next_picks(a, k):
+        return nearest_corners(geo, X[a], vocab, k)[0]
+
+    class Recorded:  # the rows of each call, kept
+        def __init__(self):
+            self.calls = []
+
+        def predict_proba(self, R):
+            self.calls.append(np.asarray(R, float).copy())
+            return world.model.predict_proba(R)
+
+    budget = Budget(2, 140)
+    kw = dict(vocab=vocab, steps=True, grid_share=0.25)
+    seen = Recorded()
+    batch = budget_search(BlackBoxModel(seen), geo, X, P, budget, fallback=fallback, picks=picks,
+                          next_picks=lambda a, k: next_picks(a, k), **kw)
+    asked_in_batch = {r.tobytes() for r in seen.calls[1]}
+    one_round = budget_search(BlackBoxModel(world.model), geo, X, P, Budget(1, 70), fallback=fallback, picks=picks, **kw)
+    lost = np.flatnonzero(~one_round.found)
+    assert len(lost) > 1 and len(np.unique(one_round.rows[lost])) > 1  # lost agents with different caps
+    for i in lost:
+        alone = Recorded()
+        one = budget_search(BlackBoxModel(alone), geo, X[i:i + 1], P[i:i + 1], budget,
+                            fallback=fallback[i:i + 1], picks=picks[i:i + 1],
+                            next_picks=lambda a, k, i=i: next_picks(np.array([i])[a], k), **kw)
+        assert all(r.tobytes() in asked_in_batch for r in alone.calls[1])  # round two: the same rows asked
+        assert one.found[0] == batch.found[i]
+        np.testing.assert_array_equal(one.CF[0], batch.CF[i])
+        assert one.rows[0] == batch.rows[i]
