@@ -171,15 +171,12 @@ def test_lost_agents_next_picks_spread_over_sets_do_not_depend_on_the_batch(germ
     of their own length (their own cap, not the batch's widest): alone or in the batch, each agent's answer, rows
     scored and round two's rows are the same. The next picks here: each agent's nearest corners (a list whose head
     does not depend on its length, as a student's)."""
-    world, labels, test = german
+    world, labels, X = german
     geo = WorldGeometry.of(world)
-    vocab = value_vocabulary(geo, labels.X, labels.CF)
-    rng = np.random.default_rng(11)
-    X = test
-    N, D = X.shape
-    P = np.repeat(X[:, None, :], 4, axis=1)
+    vocab, rng, N = value_vocabulary(geo, labels.X, labels.CF), np.random.default_rng(11), len(X)
+    P = np.repeat(X[:, None, :], 4, axis=1)  # no proposal moves anything
     num = np.flatnonzero(geo.numeric & ~geo.fixed)
-    fallback = np.repeat(X[:, None, :], 64, axis=1)
+    fallback = np.repeat(X[:, None, :], 64, axis=1) + 0.0  # tiny distinct numeric moves (rule-breaking: dropped)
     fallback[:, :, num] += rng.uniform(-0.01, 0.01, (N, 64, len(num))) * geo.span[num]
     for i in range(N):  # each agent its own number of fallback rows: its own cap in round two
         fallback[i, 1 + (3 * i) % 9:] = np.nan
