@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.rows import fresh
 
-__all__ = ["LOST_SPREAD", "set_keys", "spread_over_sets"]
+__all__ = ["LOST_SPREAD", "alternate_spread", "set_keys", "spread_over_sets"]
 
 LOST_SPREAD = 4  # picks listed per pick kept, for an agent with nothing accepted (the sets to spread over)
 
@@ -61,13 +62,11 @@ def spread_over_sets(geo: WorldGeometry, X: np.ndarray, R: np.ndarray, tried: np
     turn, first = np.empty(N * Q, np.int64), np.empty(N * Q, np.int64)
     turn[o] = np.arange(N * Q) - first_at[group]
     first[o] = pos.ravel()[o][first_at[group]]
-    # how many tried rows share each row's set (each agent's tried keys sorted, counted by two searches)
+    # how many tried rows share each row's set (N x Q x T: a few agents, hundreds of rows each)
     count = np.zeros((N, Q), np.int64)
     if tried.ndim == 3 and tried.shape[1]:
-        tk = set_keys(geo, X, tried)
-        tk = np.sort(np.where(np.isnan(tried).any(-1), np.uint64(2**64 - 1), tk), axis=1)  # (NaN: never a set's)
-        for n in range(N):  # (N: the agents with nothing accepted, a handful a batch)
-            count[n] = np.searchsorted(tk[n], keys[n], side="right") - np.searchsorted(tk[n], keys[n], side="left")
+        live = ~np.isnan(tried).any(-1)  # (a NaN tried row names no set)
+        count = ((keys[:, :, None] == set_keys(geo, X, tried)[:, None, :]) & live[:, None, :]).sum(-1)
     turn = turn.reshape(N, Q)
     order = np.lexsort((pos.ravel(), first, count.ravel(), turn.ravel(), nan.ravel(), agent.ravel())).reshape(N, Q) % Q
     return np.take_along_axis(R, order[:, :, None], 1)
@@ -76,8 +75,6 @@ def spread_over_sets(geo: WorldGeometry, X: np.ndarray, R: np.ndarray, tried: np
 def alternate_spread(geo: WorldGeometry, X: np.ndarray, R: np.ndarray, tried: np.ndarray) -> np.ndarray:
     """``R`` (N, Q, D) taken alternately in its own order and in ``spread_over_sets``' order, each row once (the
     first of its two places): the nearest picks keep half the rows, the spread the other half."""
-    from learners.tabular.rows import fresh
-
     S = spread_over_sets(geo, X, R, tried)
     both = np.stack([R, S], axis=2).reshape(R.shape[0], 2 * R.shape[1], R.shape[2])
     return fresh(both)[:, :R.shape[1]]
