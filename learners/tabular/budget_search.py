@@ -64,6 +64,7 @@ from learners.tabular.geometry import WorldGeometry
 from learners.tabular.lifts import LIFT_SHARE, lifted, near_misses
 from learners.tabular.moves import (  # noqa: F401 (the constants and builders: read by the tests)
     ADD_SHRINK,
+    ANSWER_SHRINKS,
     FRACTIONS,
     PAIR_FRACTIONS,
     RAY,
@@ -80,10 +81,11 @@ from learners.tabular.moves import (  # noqa: F401 (the constants and builders: 
     _starts,
     _trades,
     answer_edges,
+    answer_shrinks,
     edge_twins,
 )
 from learners.tabular.reach import reach_rows
-from learners.tabular.rows import compact, fresh, nan_as_zero, nearest_first, row_keys
+from learners.tabular.rows import ahead_of_nearest, compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.rows import projected as _projected
 from learners.tabular.set_spread import LOST_SPREAD, alternate_spread
 from learners.tabular.speculation import MoveCache, cached_moves, speculate
@@ -197,6 +199,9 @@ def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: li
         else:
             moves = _moves(geo, X[sl], S[sl], vocab, steps, lo, trades)
         M = nearest_first(geo, X[sl], moves, rows, below[sl], None if caps is None else caps[sl])
+        if steps and vocab is not None and ANSWER_SHRINKS:  # the best answer's one-move shrinks, all kept
+            P = answer_shrinks(geo, X[sl], S[sl, 0], vocab)
+            M = ahead_of_nearest(nearest_first(geo, X[sl], P, rows, below[sl], None if caps is None else caps[sl]), M, rows)
         out[sl, : M.shape[1]] = M
     return out
 

@@ -159,3 +159,13 @@ def projected(geo: WorldGeometry, X: np.ndarray, parts: list[np.ndarray], packed
     if K:  # only the real rows projected (most moves of a step model are NaN): packed to the front, in order
         out[live] = geo.project(X, compact(C, K))[np.arange(K)[None, :] < n_live[:, None]]
     return out
+
+
+def ahead_of_nearest(P: np.ndarray, M: np.ndarray, rows: int) -> np.ndarray:
+    """(N, rows, D) each agent's distinct rows of ``P`` (N, Q, D) first, in place of as many of the first rows of
+    ``M`` (N, R, D), a spread nearest first (its nearest rows are the likeliest refused), then the rest of ``M``."""
+    P = fresh(P)
+    n = (~np.isnan(P).any(-1)).sum(1)
+    M = np.array(M, float)
+    M[np.arange(M.shape[1])[None, :] < n[:, None]] = np.nan
+    return compact(fresh(np.concatenate([P, M], axis=1)), rows)
