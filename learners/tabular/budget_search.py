@@ -22,7 +22,8 @@ idea), ``budget_search`` spends its budget in rounds, every agent of the batch i
    the answer. On a model in steps, with a round to follow, the moves also include ``step_trades``: one changed
    column back a few of the vocabulary's values while another moves on a few (an answer one feature short
    of the optimum's set); in steps the best answer's split edges just inside it (its changed columns alone
-   and in pairs at the vocabulary's values nearest it) go ahead of the spread, and in the last round the rows
+   and in pairs at the vocabulary's values nearest it) go ahead of the spread, its one-move shrinks (``answer_shrinks``)
+   take the places of the spread's nearest rows, and in the last round the rows
    every other piece leaves unused go to the best answer on a fine grid toward the agent (``fine_grid``). In steps,
    a refinement round that a later round follows gives the rows it leaves free to the best answer's columns
    bisected (``FREE_BISECT``) and then to the vocabulary's corners up to ``CORNER_FAR`` times the answer's
