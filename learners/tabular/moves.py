@@ -161,13 +161,7 @@ def _shrinks(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.nd
     steps, two at once onto the vocabulary values just inside the answer: ``inner_grid``), the trades, the
     slides (a smooth model) or the step trades (in steps, with ``trades``)."""
     N, D = X.shape
-    parts = []
-    cols = geo.raw_columns()
-    for j in range(geo.n_raw):  # each raw feature back to the agent's value
-        m = cols[j][cols[j] >= 0]
-        R = B.copy()
-        R[:, m] = X[:, m]
-        parts.append(R[:, None])
+    parts = _features_back(geo, X, B)
     num = np.flatnonzero(geo.numeric)
     f = np.asarray(STEP_FRACTIONS if steps else FRACTIONS)
     V = STEP_VOCAB_STEPS if steps else VOCAB_STEPS
@@ -341,11 +335,7 @@ def answer_edges(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[n
     changed set is mostly such a value a few per cent short of the optimum, which the even spread of a round's
     many moves over their nearness ranks often leaves out."""
     W = inner_values(geo, X, B, vocab, K)
-    parts = []
-    for c in np.flatnonzero(geo.numeric):
-        R = np.repeat(B[:, None], K, axis=1)
-        R[:, :, c] = W[:, c, :]
-        parts.append(R)
+    parts = _columns_alone(geo, B, W)
     parts += inner_grid(geo, X, B, vocab, np.abs(nan_as_zero(B) - X) > 1e-12, K, W)
     out = np.concatenate(parts, axis=1)
     out[np.isnan(B).any(-1)] = np.nan
@@ -359,6 +349,14 @@ def answer_shrinks(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list
     where a column has fewer values, and for agents without an answer. A round's moves are many, and its even
     spread over their nearness ranks can leave out the one move that was needed (Adult forest's agent at hours 44
     whose optimum is hours 43, the answer's next value in)."""
+    out = np.concatenate(_features_back(geo, X, B) + _columns_alone(geo, B, inner_values(geo, X, B, vocab, K)), axis=1)
+    out[np.isnan(out).any(-1)] = np.nan
+    out[np.isnan(B).any(-1)] = np.nan
+    return out
+
+
+def _features_back(geo: WorldGeometry, X: np.ndarray, B: np.ndarray) -> list[np.ndarray]:
+    """(N, 1, D) per raw feature: the answers ``B`` with that feature back to the agent's value."""
     cols = geo.raw_columns()
     parts = []
     for j in range(geo.n_raw):
@@ -366,12 +364,14 @@ def answer_shrinks(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list
         R = B.copy()
         R[:, m] = X[:, m]
         parts.append(R[:, None])
-    W = inner_values(geo, X, B, vocab, K)
+    return parts
+
+
+def _columns_alone(geo: WorldGeometry, B: np.ndarray, W: np.ndarray) -> list[np.ndarray]:
+    """(N, K, D) per numeric column: the answers ``B`` with that column alone at each of its values ``W`` (N, D, K)."""
+    parts = []
     for c in np.flatnonzero(geo.numeric):
-        R = np.repeat(B[:, None], K, axis=1)
+        R = np.repeat(B[:, None], W.shape[2], axis=1)
         R[:, :, c] = W[:, c, :]
         parts.append(R)
-    out = np.concatenate(parts, axis=1)
-    out[np.isnan(out).any(-1)] = np.nan
-    out[np.isnan(B).any(-1)] = np.nan
-    return out
+    return parts
