@@ -135,3 +135,25 @@ def test_the_grid_is_built_for_the_last_round_only(both, monkeypatch):
     calls.clear()
     budget_search(BlackBoxModel(both.model), geo, X, P, Budget(2, 256), vocab=vocab, steps=False)
     assert not calls  # a smooth model: its own brackets and slides
+
+
+def test_the_grid_is_fine_enough_for_the_one_percent_an_answer_is_judged_by(monkeypatch):
+    """Round one answers 40 (the vocabulary's value) for an agent at 30; the edge lies just past half way. The grid's
+    step (1/161 of the change) ends the search within 1% of the edge; the 48 fractions it had before stop 2.6% past."""
+    X0, A = 30.0, 40.0
+    edge_at = X0 + 0.501 * (A - X0)
+    tree = Tree(np.array([1, -1, -1]), np.array([2, -1, -1]), np.array([0, 0, 0]), np.array([edge_at, 0, 0]),
+                np.array([0, 0, 1.0]), splits="float64")
+    world = TabularWorld("toy/half", _schema(), TreeEnsemble([tree], D))
+    geo = WorldGeometry.of(world)
+    X, P = np.array([[X0, 5.0, 2.0]]), np.array([[[A, 5.0, 2.0]]])
+    vocab = [np.array([A]), np.array([]), np.array([])]
+
+    def ratio() -> float:
+        res = budget_search(BlackBoxModel(world.model), geo, X, P, Budget(2, 256), vocab=vocab, steps=True)
+        assert res.found[0] and world.model.predict(res.CF)[0] == 1
+        return float((res.CF[0, 0] - X0) / (edge_at - X0))
+
+    assert POINTS >= 100 and 1.0 < ratio() <= 1.01
+    monkeypatch.setattr(budget_search_module, "fine_grid", lambda g, x, b: fine_grid(g, x, b, points=48))
+    assert ratio() > 1.02
