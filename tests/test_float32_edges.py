@@ -106,5 +106,6 @@ def test_an_agent_on_a_split_is_answered_one_float32_step_away(geo, monkeypatch)
     assert res.found[0] and 580.0 < res.CF[0, 0] <= 580.0 + step  # the nudge, or nearer past the split's reading
     monkeypatch.setattr(budget_search_module, "float32_nudges", lambda g, A: np.full((len(A), 0, 2), np.nan))
     monkeypatch.setattr(budget_search_module, "FREE_BISECT", False)  # (its rows bisect toward the split too)
+    monkeypatch.setattr(budget_search_module, "FINE_ROWS", 0)  # (and the last round's fine grid closes in on it)
     without = budget_search(BlackBoxModel(OnTheSplit()), geo, X, P, Budget(8, 2000), vocab=vocab, steps=True)
     assert without.found[0] and without.CF[0, 0] - 580.0 > 2 * step
