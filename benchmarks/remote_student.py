@@ -2,8 +2,13 @@
 p50 / p99 ms per answer, one agent a request, the model behind a fixed latency per call (20 ms), 2 x 256; beside
 them in the same run the proposer without the student, the same search without the network and GeCo.
 
+    # the saved fits this script times, seed 0 (the fits with the student and self-labels, then the others)
     python benchmarks/self_labels.py --cells credit/forest --student-use both --student-threshold 0.1 \\
-        --student-near-picks 128                      # the saved fits this script times (and Adult's, German's)
+        --student-near-picks 128 --seeds 0
+    python benchmarks/self_labels.py --cells adult/forest --student-use both --seeds 0
+    python benchmarks/blackbox_generators.py --cells credit/forest,adult/forest --spread-seeds 0
+    python benchmarks/blackbox_generators.py --cells german/forest --spread-seeds 0 \\
+        --spread-methods proposer,search_no_net,proposer_student_round_two
     python benchmarks/remote_student.py               # Credit, Adult and German forest, fit seed 0
     python benchmarks/remote_student.py --cells credit/forest --agents 50
 
@@ -43,9 +48,10 @@ from learners.tabular.base import TabularGenerator  # noqa: E402
 OUT = Path("benchmarks/results")
 # per cell: the saved fit with the student and the setting it answers at (the proposer's parameters)
 SETTINGS = {
-    "credit/forest": ("proposer_student_self", {"student_use": "both", "student_threshold": 0.1, "student_near_picks": 128}),
-    "adult/forest": ("proposer_student_self", {"student_use": "both"}),
-    "german/forest": ("proposer_student", {"student_use": "round_two"}),
+    "credit/forest": ("proposer_student_self-both-t0.1-near128",
+                      {"student_use": "both", "student_threshold": 0.1, "student_near_picks": 128}),
+    "adult/forest": ("proposer_student_self-both", {"student_use": "both"}),
+    "german/forest": ("proposer_student_round_two", {"student_use": "round_two"}),
 }
 BASELINES = ("proposer", "search_no_net")  # beside it: the proposer alone, and the search without the network
 

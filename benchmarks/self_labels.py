@@ -16,7 +16,9 @@ first where missing). Each fit's self-labels are kept under ``--cache``/self_lab
 again, and each fit's scores in the cell's JSON as it finishes: a rerun of the same setting runs only the fits
 it lacks (``--seeds 0,1,2,3`` after ``--seeds 0,1`` runs 2 and 3; ``--force``: all). German forest has no real
 rejected training rows past its labels (160 in all), so it is not a cell here.
-Writes ``benchmarks/results/self_labels/<cell>.json`` and the report of every cell run,
+Each fit with its self-labels is saved under ``--generators`` (``<cell>/spread/seed<fit>/proposer_self`` and
+``proposer_student_self``, the student's setting appended where it is not the default: ``saved_name``), which
+``remote_student.py`` times. Writes ``benchmarks/results/self_labels/<cell>.json`` and the report of every cell run,
 ``benchmarks/results/self_labels.md`` (at another ``--budget``, ``<cell>-<budget>.json`` and
 ``self_labels_<budget>.md``; with another student, ``--student-members`` and ``--student-use``, likewise:
 ``<cell>-m2-both.json``, ``<cell>-both-t0.1-near128.json``).
@@ -47,6 +49,7 @@ from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E40
 
 OUT = Path("benchmarks/results")
 VARIANTS = ("without", "with")  # the proposer, and the proposer with the seed-0 student
+SAVED = {"without": "proposer_self", "with": "proposer_student_self"}  # each variant's fit, saved under --generators
 # the student's settings (the proposer's parameters); a run at others writes files of its own, named by SETTING_TAGS
 STUDENT_DEFAULTS = {"student_members": 1, "student_use": "round_one", "student_threshold": 0.3, "student_near_picks": 64}
 SETTING_TAGS = {"student_members": "m", "student_use": "", "student_threshold": "t", "student_near_picks": "near"}
@@ -139,6 +142,8 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
             gen.params.self_label_memory = memory
             gen.add_self_labels(black, U, seed=seed, progress=not args.quiet)
             row[f"{variant}_self"] = shares(gen, world, sets, budget)
+            # the fit with its self-labels, for ``remote_student.py`` and ``spread_validation.py`` to time and score
+            gen.save(Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{seed}" / saved_name(variant, args))
             info = gen.fit_info_["self_labels"]
             row[f"{variant}_self_info"] = info
             if seed == first:
@@ -208,6 +213,12 @@ def student_setting(args: argparse.Namespace) -> dict[str, Any]:
     return {k: type(v)(getattr(args, k)) for k, v in STUDENT_DEFAULTS.items()}
 
 
+def saved_name(variant: str, args: argparse.Namespace) -> str:
+    """The directory name of a variant's saved fit: its ``SAVED`` name, the student's with its setting where it is
+    not the default (its self-labels depend on it): ``proposer_student_self-both-t0.1-near128``."""
+    return SAVED[variant] + (result_names("2x256", student_setting(args))[0] if variant == "with" else "")
+
+
 def result_names(budget: str, setting: dict[str, Any] | None = None) -> tuple[str, str]:
     """(the tail of each cell's JSON stem, the report's file name) at ``budget`` and the student's ``setting``:
     the 2 x 256 files of the default student keep their names, another budget or student carries it
@@ -237,6 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--student-threshold", type=float, default=0.3, help="the student's P(accept) over which it picks")
     p.add_argument("--student-near-picks", type=int, default=64, help="round two's picks nearer than an answer")
     p.add_argument("--out", default=str(OUT), help="results directory")
+    p.add_argument("--generators", default="data_cache/blackbox_generators",
+                   help="where each fit with its self-labels is saved (<cell>/spread/seed<fit>/proposer_self, "
+                        "proposer_student_self, with the student's setting: saved_name)")
     p.add_argument("--force", action="store_true", help="run every fit again (else a cell's fits kept in its JSON stay)")
     args = with_cell_defaults(p.parse_args(argv))
     out = Path(args.out)

@@ -46,7 +46,7 @@ def forest_leaves(X, offsets, left, right, feature, threshold, depth):
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # a helper thread descends while the main thread works
 def forest_sums(X, offsets, left, right, feature, threshold, depth, p0, p1):
     """Per row, the sums over the trees (in estimator order) of the leaf's P(0) and P(1)."""
     s0 = np.zeros(X.shape[0])
@@ -122,7 +122,7 @@ ROWS_BLOCK = 256  # rows descended together through a chunk of trees (``complete
 TREES_BLOCK = 8  # and trees a chunk: its top levels stay in cache for the block's rows
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # a helper thread descends while the main thread works
 def complete_sums(X, n_trees, feature, threshold, depth, q0, q1):
     """``forest_sums`` on the complete layout: the same sums, bit for bit. A block of rows goes through a chunk of
     trees at a time, each row's sums added tree by tree in estimator order as one row alone would (a deep

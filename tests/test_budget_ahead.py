@@ -13,7 +13,7 @@ import pytest
 
 import learners.tabular.budget_search as bs
 from envs.black_box import BlackBoxModel, Budget
-from learners.tabular import WorldGeometry, build_tabular_generator
+from learners.tabular import WorldGeometry, build_tabular_generator, helper_thread
 from tests.tabular_worlds import german_train_split
 
 
@@ -106,10 +106,10 @@ def test_no_helper_thread_while_another_search_runs(german, monkeypatch):
         return own(*args, **kwargs)
 
     monkeypatch.setattr(bs, "_agents_own_rows", recording)
-    assert bs._RUNNING[0] == 0
-    bs._RUNNING[0] += 1  # another search
+    assert helper_thread._RUNNING[0] == 0
+    helper_thread._RUNNING[0] += 1  # another search
     try:
         _search(world, gen, test[:1], Budget(2, 256))
     finally:
-        bs._RUNNING[0] -= 1
-    assert built == [] and bs._RUNNING[0] == 0  # built inline: screens() and nearest_corners() directly
+        helper_thread._RUNNING[0] -= 1
+    assert built == [] and helper_thread._RUNNING[0] == 0  # built inline: screens() and nearest_corners() directly

@@ -17,7 +17,7 @@ def test_each_generator_is_a_row_and_the_student_says_its_setting():
                           "proposer": {"p50_ms": 48.4, "p50_runs": [48.4, 48.4], "p99_ms": 55.3},
                           "geco": {"p50_ms": 1920.2, "p50_runs": [1920.2], "p99_ms": 2360.5}}}
     text = report([result])
-    assert ("| credit/forest | proposer_student_self (+ student) | student_use both, student_threshold 0.1, "
+    assert ("| credit/forest | proposer_student_self-both-t0.1-near128 (+ student) | student_use both, student_threshold 0.1, "
             "student_near_picks 128 | 55.1 (54.6, 55.7) | 156.2 |") in text
     assert "| credit/forest | proposer |  | 48.4 (48.4, 48.4) | 55.3 |" in text
     assert "| credit/forest | geco |  | 1920.2 (1920.2) | 2360.5 |" in text
@@ -27,3 +27,19 @@ def test_each_generator_is_a_row_and_the_student_says_its_setting():
 def test_a_cell_without_a_student_setting_stops_before_any_work():
     with pytest.raises(SystemExit, match="--cells: 'credit/mlp' has no student setting here"):
         main(["--cells", "credit/mlp"])
+
+
+def test_each_cell_times_a_fit_that_a_committed_command_saves():
+    """The saved fits this script loads are written by self_labels.py (its ``saved_name`` at the cell's setting) or
+    by blackbox_generators.py's spread (a method of its ``METHODS``): a fresh clone can make every one."""
+    import argparse
+
+    from benchmarks.blackbox_generators import METHODS
+    from benchmarks.self_labels import STUDENT_DEFAULTS, saved_name
+
+    for cell, (name, setting) in SETTINGS.items():
+        if name.startswith("proposer_student_self"):
+            args = argparse.Namespace(**{**STUDENT_DEFAULTS, **setting})
+            assert saved_name("with", args) == name, cell
+        else:
+            assert name in METHODS, cell

@@ -37,7 +37,6 @@ agent's box, keeping the world's rules. ``rows_per_round`` splits the per-agent 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 import weakref
@@ -62,6 +61,7 @@ from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: r
     screens,
 )
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.helper_thread import counted, helper, when
 from learners.tabular.lifts import LIFT_SHARE, lifted, near_misses
 from learners.tabular.moves import (  # noqa: F401 (the constants and builders: read by the tests)
     ADD_SHRINK,
@@ -237,40 +237,9 @@ def _corners_below(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k
     return R[:, : int(last.max(initial=-1)) + 1]
 
 
-_AHEAD: dict[int, ThreadPoolExecutor] = {}  # per process id: a forked child has none of its parent's threads
-_RUNNING = [0]  # searches in flight in this process (``_counted``)
 _CALL_SECONDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per model, the seconds its last call took
 GUESS_SHARE = 0.6  # of the model's last round trip, the time round two's moves are guessed in while a call waits
 GUESS_MIN_SECONDS = 0.003  # no guess where a call takes less (the helper thread would only slow the search's own)
-_RUNNING_LOCK = threading.Lock()
-
-
-def _counted(search: Callable[..., SearchResult]) -> Callable[..., SearchResult]:
-    """``search`` counting itself in ``_RUNNING`` while it runs."""
-
-    @functools.wraps(search)
-    def run(*args: Any, **kwargs: Any) -> SearchResult:
-        with _RUNNING_LOCK:
-            _RUNNING[0] += 1
-        try:
-            return search(*args, **kwargs)
-        finally:
-            with _RUNNING_LOCK:
-                _RUNNING[0] -= 1
-
-    return run
-
-
-def _helper() -> ThreadPoolExecutor | None:
-    """This process's helper thread for work done while round one's call waits on the model; None while
-    another search runs in the process: then the waits are not idle, and a helper thread only adds switches
-    between threads (4 clients at once against a served forest: 32 -> 24-29 answers a second with it)."""
-    if _RUNNING[0] > 1:
-        return None
-    pool = _AHEAD.get(os.getpid())
-    if pool is None:
-        pool = _AHEAD[os.getpid()] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-search-ahead")
-    return pool
 
 
 def _corner_count(rows: int) -> int:
@@ -284,13 +253,7 @@ def _ahead(pool: ThreadPoolExecutor, geo: WorldGeometry, X: np.ndarray, vocab: l
     the model (a remote model's round trip: a request's latency is the waits plus what is computed between
     them); None for a batch larger than ``AHEAD_AGENTS`` (memory: they are built a block at a time where
     needed)."""
-    return pool.submit(_when, go, _agents_own_rows, geo, X, vocab, corners) if len(X) <= AHEAD_AGENTS else None
-
-
-def _when(go: threading.Event, job: Callable[..., Any], *args: Any) -> Any:
-    """``job(*args)`` once ``go`` is set (the model call has started)."""
-    go.wait()
-    return job(*args)
+    return pool.submit(when, go, _agents_own_rows, geo, X, vocab, corners) if len(X) <= AHEAD_AGENTS else None
 
 
 def _guess(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: Any, threshold: float,
@@ -314,7 +277,7 @@ def _guess(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: A
                                     rounds_left > 1, GUESS_SHARE * wait)
 
 
-@_counted
+@counted
 def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budget: Budget, *,
                   vocab: list[np.ndarray] | None = None, threshold: float = 0.5,
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
@@ -386,16 +349,16 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     C = fresh(C)  # rays, snaps and grids meet: each row once
     n_corners = _corner_count(int(budget.rows)) if steps and vocab is not None else 0
     go = threading.Event()  # the helper's jobs wait for the call
-    pool = _helper() if int(budget.calls) > 1 else None  # one pool for both jobs (None: none of them)
+    pool = helper() if int(budget.calls) > 1 else None  # one pool for both jobs (None: none of them)
     ahead_ok = pool is not None and len(X) * n_corners <= AHEAD_AGENTS * CORNERS  # memory: agents x corners x D
     ahead = _ahead(pool, geo, X, vocab, n_corners, go) if ahead_ok else None
     near_picks = int(near_picks)
     k_near = near_picks + (0 if picks is None else int(np.asarray(picks).shape[1]))  # past the ones round one asks
     near_todo = next_picks is not None and near_picks > 0 and int(budget.calls) > 1
-    near_job = (pool.submit(_when, go, next_picks, np.arange(N), k_near)
+    near_job = (pool.submit(when, go, next_picks, np.arange(N), k_near)
                 if near_todo and pool is not None and len(X) <= AHEAD_AGENTS else None)
     guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab) if ahead is not None and not steps else None
-    guess = (guess[0], pool.submit(_when, go, guess[1])) if guess is not None else None
+    guess = (guess[0], pool.submit(when, go, guess[1])) if guess is not None else None
     ok, used, proba = _accept(model, geo, X, C, threshold, go)
     own_Sc, own_corners = ahead.result() if ahead is not None else (None, None)
     cache = None

@@ -109,7 +109,7 @@ def best_first(dist, counts, width):
     return sums, choice
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def best_first_many(dist, counts, width):
     """``best_first`` of each agent: ``dist`` (N, F, n), ``counts`` (N, F); (N, width) sums, (N, width, F) choice."""
     N, F = counts.shape
