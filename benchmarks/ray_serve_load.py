@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.server_harness import ROOT, free_port, start_server, stop_server  # noqa: E402
+from benchmarks.server_harness import ROOT, free_port, start_on_free_port, start_server, stop_server  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 RESENT = "sending it again"  # serving/ray_serve.py's line for a request sent again after its replica died
@@ -243,13 +243,12 @@ def run(run_dir: Path, n_records: int, threads: int, baseline_s: float, load_s: 
             out["single_load"] = summarize(rows)
         finally:
             stop_server(proc)
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
         log = tmp_path / "ray.log"
         t = time.monotonic()
-        proc = start_server(run_dir, None, port, 10_000, log, timeout=900,
-                            extra=["--ray-serve", "--replicas", "2", "--address", "local",
-                                   "--jobs-dir", str(tmp_path / "jobs2")])
+        proc, port = start_on_free_port(run_dir, None, 10_000, log, timeout=900,
+                                        extra=["--ray-serve", "--replicas", "2", "--address", "local",
+                                               "--jobs-dir", str(tmp_path / "jobs2")])
+        base = f"http://127.0.0.1:{port}"
         out["ray_ready_s"] = round(time.monotonic() - t, 1)
         try:
             answers(base, every[:20])

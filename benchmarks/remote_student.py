@@ -6,8 +6,8 @@ them in the same run the proposer without the student, the same search without t
     python benchmarks/self_labels.py --cells credit/forest --student-use both --student-threshold 0.1 \\
         --student-near-picks 128 --seeds 0
     python benchmarks/self_labels.py --cells adult/forest --student-use both --seeds 0
-    python benchmarks/blackbox_generators.py --cells credit/forest,adult/forest --spread-seeds 0
-    python benchmarks/blackbox_generators.py --cells german/forest --spread-seeds 0 \\
+    python benchmarks/blackbox_generators.py --cells credit/forest,adult/forest --spread-seeds 0,1,2,3
+    python benchmarks/blackbox_generators.py --cells german/forest --spread-seeds 0,1,2,3 \\
         --spread-methods proposer,search_no_net,proposer_student_round_two
     python benchmarks/remote_student.py               # Credit, Adult and German forest, fit seed 0
     python benchmarks/remote_student.py --cells credit/forest --agents 50
@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.blackbox_generators import (  # noqa: E402
+    SPREAD,
     add_label_arguments,
     cell_labels,
     geco_ms,
@@ -54,18 +55,31 @@ SETTINGS = {
     "german/forest": ("proposer_student_round_two", {"student_use": "round_two"}),
 }
 BASELINES = ("proposer", "search_no_net")  # beside it: the proposer alone, and the search without the network
+SPREAD_SEEDS = "0,1,2,3"  # the fit seeds of the committed tables' spread
+
+
+def fit_command(cell: str, saved: str, fit: int, generators: str) -> str:
+    """The committed command that writes ``cell``'s saved fit ``saved`` with fit seed ``fit`` under ``generators``:
+    ``self_labels.py`` at the cell's setting for the student with self-labels, else the spread of
+    ``blackbox_generators.py`` (the committed tables' seeds, so their spread stays whole)."""
+    if saved.startswith("proposer_student_self"):
+        flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in SETTINGS[cell][1].items())
+        return f"python benchmarks/self_labels.py --cells {cell}{flags} --seeds {fit} --generators {generators}"
+    seeds = SPREAD_SEEDS if str(fit) in SPREAD_SEEDS.split(",") else str(fit)
+    methods = "" if saved in SPREAD else f" --spread-methods {','.join((*SPREAD, saved))}"
+    return f"python benchmarks/blackbox_generators.py --cells {cell} --spread-seeds {seeds}{methods} --generators {generators}"
 
 
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
-    c, _, _ = cell_labels(cell, args)
-    world, X = c.build.world, c.test[: args.agents]
     root = Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{args.fit}"
     name, setting = SETTINGS[cell]
-    gens = {}
-    for saved in (name, *BASELINES):
+    for saved in (name, *BASELINES):  # before any labelling: a missing fit stops the run at once
         if not (root / saved).exists():
-            raise SystemExit(f"{root / saved} is missing: fit it first (the commands in this script's docstring)")
-        gens[saved] = TabularGenerator.load(root / saved)
+            raise SystemExit(f"{root / saved} is missing: fit it first with\n    "
+                             + fit_command(cell, saved, args.fit, args.generators))
+    c, _, _ = cell_labels(cell, args)
+    world, X = c.build.world, c.test[: args.agents]
+    gens = {saved: TabularGenerator.load(root / saved) for saved in (name, *BASELINES)}
     gens[name].params = dataclasses.replace(gens[name].params, **setting)
     budget, latency = Budget(2, 256), args.latency_ms / 1e3
     t0 = time.perf_counter()

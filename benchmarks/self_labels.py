@@ -14,7 +14,7 @@ again. The self-labels' cost (calls, rows, seconds on ``--workers`` processes) i
 the share within 1% of MACE on the unlabelled agents the cell's 2,000-label cache has MACE's answer for (labelled
 first where missing). Each fit's self-labels are kept under ``--cache``/self_label_memory, so a rerun answers none
 again, and each fit's scores in the cell's JSON as it finishes: a rerun of the same setting runs only the fits
-it lacks (``--seeds 0,1,2,3`` after ``--seeds 0,1`` runs 2 and 3; ``--force``: all). German forest has no real
+it lacks, in the JSON or saved (``--seeds 0,1,2,3`` after ``--seeds 0,1`` runs 2 and 3; ``--force``: all). German forest has no real
 rejected training rows past its labels (160 in all), so it is not a cell here.
 Each fit with its self-labels is saved under ``--generators`` (``<cell>/spread/seed<fit>/proposer_self`` and
 ``proposer_student_self``, the student's setting appended where it is not the default: ``saved_name``), which
@@ -100,8 +100,8 @@ def kept_fits(path: Path | None, out: dict[str, Any], *, force: bool = False) ->
 
 def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> dict[str, Any]:
     """The cell's fits, written to ``path`` (JSON) as each finishes; the fits a run of the same setting left
-    there are kept, not run again, and stay in it where this run does not ask for them (``--force``: all run
-    again)."""
+    there are kept, not run again where their saved generators are there too, and stay in it where this run does
+    not ask for them (``--force``: all run again)."""
     c, tl, labels = cell_labels(cell, args)
     world = c.build.world
     sets = agent_sets(c, tl, args)
@@ -118,8 +118,8 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
     others = [kept[s] for s in sorted(kept) if s not in seeds]  # kept fits this run does not ask for stay too
     student = None
     for seed in seeds:
-        if seed in kept:
-            print(f"[{cell}] seed {seed}: kept from {path}", flush=True)
+        if seed in kept and all((saved_dir(cell, seed, args) / saved_name(v, args)).exists() for v in VARIANTS):
+            print(f"[{cell}] seed {seed}: kept from {path}", flush=True)  # (its saved fits too; else fitted again)
             out["fits"].append(kept[seed])
             continue
         black = replace(world, model=BlackBoxModel(world.model))
@@ -143,7 +143,7 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
             gen.add_self_labels(black, U, seed=seed, progress=not args.quiet)
             row[f"{variant}_self"] = shares(gen, world, sets, budget)
             # the fit with its self-labels, for ``remote_student.py`` and ``spread_validation.py`` to time and score
-            gen.save(Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{seed}" / saved_name(variant, args))
+            gen.save(saved_dir(cell, seed, args) / saved_name(variant, args))
             info = gen.fit_info_["self_labels"]
             row[f"{variant}_self_info"] = info
             if seed == first:
@@ -211,6 +211,11 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
 def student_setting(args: argparse.Namespace) -> dict[str, Any]:
     """The student's settings of a run (``--student-members`` and the like), as the proposer's parameters."""
     return {k: type(v)(getattr(args, k)) for k, v in STUDENT_DEFAULTS.items()}
+
+
+def saved_dir(cell: str, seed: int, args: argparse.Namespace) -> Path:
+    """Where a fit's generators are saved: ``--generators``/<cell>/spread/seed<seed> (the spread's fits beside them)."""
+    return Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{seed}"
 
 
 def saved_name(variant: str, args: argparse.Namespace) -> str:

@@ -41,6 +41,25 @@ def start_server(run_dir: Path, model: str | None, port: int, max_batch: int, lo
     raise RuntimeError(f"server did not answer /health within {timeout:.0f}s")
 
 
+BIND_FAILURES = ("Failed to bind", "address already in use")  # a port taken between ``free_port`` and the bind
+PORT_TRIES = 3  # ports tried by ``start_on_free_port``
+
+
+def start_on_free_port(run_dir: Path, model: str | None, max_batch: int, log: Path, timeout: float,
+                       extra: list[str] | None = None) -> tuple[subprocess.Popen, int]:
+    """``start_server`` on a free port, and the port; another port where the server could not bind the one it was
+    given (a free port is free only when probed: Ray starts many processes, each binding ports of its own, before
+    its HTTP proxy binds ``port``), up to ``PORT_TRIES`` ports."""
+    for attempt in range(PORT_TRIES):
+        port = free_port()
+        try:
+            return start_server(run_dir, model, port, max_batch, log, timeout, extra), port
+        except RuntimeError as e:
+            if attempt == PORT_TRIES - 1 or not any(w in str(e) for w in BIND_FAILURES):
+                raise
+    raise AssertionError("unreachable")
+
+
 def stop_server(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:

@@ -33,7 +33,7 @@ from benchmarks.ray_serve_load import (  # noqa: E402
     replica_pids,
     stop_ray_server,
 )
-from benchmarks.server_harness import free_port, start_server, stop_server  # noqa: E402
+from benchmarks.server_harness import free_port, start_on_free_port, start_server, stop_server  # noqa: E402
 from evaluation.tabular_experiment import load_tabular_run  # noqa: E402
 from serving.ray_serve import parse_autoscale  # noqa: E402
 from serving.tabular import TabularService  # noqa: E402
@@ -77,12 +77,11 @@ def test_ray_serve_answers_as_one_process_and_survives_a_killed_replica(run_dir,
         stop_server(single)
     assert all("status" in a for a in expected), expected[:2]
 
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     log = tmp_path / "ray.log"
     t0 = time.monotonic()
-    proc = start_server(run_dir, None, port, 10_000, log, timeout=400,
-                        extra=FLAGS + ["--ray-serve", "--replicas", "2", "--jobs-dir", str(tmp_path / "jobs")])
+    proc, port = start_on_free_port(run_dir, None, 10_000, log, timeout=400,
+                                    extra=FLAGS + ["--ray-serve", "--replicas", "2", "--jobs-dir", str(tmp_path / "jobs")])
+    base = f"http://127.0.0.1:{port}"
     print(f"Ray Serve ready after {time.monotonic() - t0:.1f} s")
     try:
         assert len(replica_pids(proc.pid)) == 2 and len(replica_pids(proc.pid, "RecourseJobs")) == 1

@@ -43,3 +43,19 @@ def test_each_cell_times_a_fit_that_a_committed_command_saves():
             assert saved_name("with", args) == name, cell
         else:
             assert name in METHODS, cell
+
+
+def test_a_missing_fit_names_the_command_that_writes_it(tmp_path):
+    """Stopped before any labelling, with the command for the cell's missing fit: self_labels.py at the cell's
+    setting for the student with self-labels, the spread (the committed seeds) for the others."""
+    from benchmarks.remote_student import fit_command
+
+    with pytest.raises(SystemExit, match="proposer_student_self-both-t0.1-near128 is missing: fit it first with\n"
+                                         "    python benchmarks/self_labels.py --cells credit/forest --student-use both "
+                                         "--student-threshold 0.1 --student-near-picks 128 --seeds 0 --generators"):
+        main(["--cells", "credit/forest", "--generators", str(tmp_path)])
+    assert fit_command("german/forest", "proposer_student_round_two", 0, "g") == (
+        "python benchmarks/blackbox_generators.py --cells german/forest --spread-seeds 0,1,2,3 "
+        "--spread-methods proposer,search_no_net,proposer_student_round_two --generators g")
+    assert fit_command("adult/forest", "proposer", 7, "g") == (
+        "python benchmarks/blackbox_generators.py --cells adult/forest --spread-seeds 7 --generators g")
