@@ -331,11 +331,17 @@ def spread(cell: str, path: Path, seeds: list[int], args: argparse.Namespace,
     return out
 
 
+def spread_dir(generators: str | Path, cell: str, seed: int) -> Path:
+    """Where the fits of ``cell`` with fit seed ``seed`` are saved under ``generators`` (the spread's, and
+    ``self_labels.py``'s beside them): ``<generators>/<cell>/spread/seed<seed>``."""
+    return Path(generators) / cell.replace("/", "_") / "spread" / f"seed{seed}"
+
+
 def spread_fit(cell: str, name: str, seed: int, world: Any, labels: TabularLabels, args: argparse.Namespace) -> Any:
     """Method ``name`` fitted with ``seed``, saved under ``--generators``/cell/spread/seed<seed>/name and loaded from
     there when it is (an interrupted spread resumes; a change to how generators answer is scored on the same
     fits); ``--force`` fits again."""
-    where = Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{seed}" / name
+    where = spread_dir(args.generators, cell, seed) / name
     if where.exists() and not args.force:
         return TabularGenerator.load(where)
     gen = build_tabular_generator("proposer", METHODS[name]).fit(replace(world, model=BlackBoxModel(world.model)),

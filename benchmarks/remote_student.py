@@ -41,6 +41,7 @@ from benchmarks.blackbox_generators import (  # noqa: E402
     cell_labels,
     geco_ms,
     request_ms,
+    spread_dir,
     with_cell_defaults,
 )
 from envs.black_box import Budget  # noqa: E402
@@ -71,7 +72,7 @@ def fit_command(cell: str, saved: str, fit: int, generators: str) -> str:
 
 
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
-    root = Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{args.fit}"
+    root = spread_dir(args.generators, cell, args.fit)
     name, setting = SETTINGS[cell]
     for saved in (name, *BASELINES):  # before any labelling: a missing fit stops the run at once
         if not (root / saved).exists():

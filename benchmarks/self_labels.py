@@ -39,7 +39,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.blackbox_generators import add_label_arguments, cell_labels, with_cell_defaults  # noqa: E402
+from benchmarks.blackbox_generators import (  # noqa: E402
+    add_label_arguments,
+    cell_labels,
+    spread_dir,
+    with_cell_defaults,
+)
 from benchmarks.spread_validation import validation_labels  # noqa: E402
 from benchmarks.student_forests import agent_sets, shares  # noqa: E402
 from benchmarks.tabular_generators import Cell  # noqa: E402
@@ -118,7 +123,8 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
     others = [kept[s] for s in sorted(kept) if s not in seeds]  # kept fits this run does not ask for stay too
     student = None
     for seed in seeds:
-        if seed in kept and all((saved_dir(cell, seed, args) / saved_name(v, args)).exists() for v in VARIANTS):
+        saved = spread_dir(args.generators, cell, seed)
+        if seed in kept and all((saved / saved_name(v, args)).exists() for v in VARIANTS):
             print(f"[{cell}] seed {seed}: kept from {path}", flush=True)  # (its saved fits too; else fitted again)
             out["fits"].append(kept[seed])
             continue
@@ -143,7 +149,7 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
             gen.add_self_labels(black, U, seed=seed, progress=not args.quiet)
             row[f"{variant}_self"] = shares(gen, world, sets, budget)
             # the fit with its self-labels, for ``remote_student.py`` and ``spread_validation.py`` to time and score
-            gen.save(saved_dir(cell, seed, args) / saved_name(variant, args))
+            gen.save(saved / saved_name(variant, args))
             info = gen.fit_info_["self_labels"]
             row[f"{variant}_self_info"] = info
             if seed == first:
@@ -211,11 +217,6 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
 def student_setting(args: argparse.Namespace) -> dict[str, Any]:
     """The student's settings of a run (``--student-members`` and the like), as the proposer's parameters."""
     return {k: type(v)(getattr(args, k)) for k, v in STUDENT_DEFAULTS.items()}
-
-
-def saved_dir(cell: str, seed: int, args: argparse.Namespace) -> Path:
-    """Where a fit's generators are saved: ``--generators``/<cell>/spread/seed<seed> (the spread's fits beside them)."""
-    return Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{seed}"
 
 
 def saved_name(variant: str, args: argparse.Namespace) -> str:

@@ -27,7 +27,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.blackbox_generators import add_label_arguments, answers_within, with_cell_defaults  # noqa: E402
+from benchmarks.blackbox_generators import (  # noqa: E402
+    add_label_arguments,
+    answers_within,
+    spread_dir,
+    with_cell_defaults,
+)
 from benchmarks.tabular_generators import (  # noqa: E402
     LABEL_CHUNK,
     TRAIN_MACE,
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.methods.split(","):
             fits = []
             for seed in args.spread_seeds.split(","):
-                where = Path(args.generators) / cell.replace("/", "_") / "spread" / f"seed{seed}" / name
+                where = spread_dir(args.generators, cell, seed) / name
                 if not where.exists():
                     raise SystemExit(f"{where}: missing; run benchmarks/blackbox_generators.py --spread-seeds first")
                 fits.append(TabularGenerator.load(where))

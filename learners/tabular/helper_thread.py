@@ -56,4 +56,3 @@ def when(go: threading.Event, job: Callable[..., T], *args: Any) -> T:
     """``job(*args)`` once ``go`` is set (the model call has started)."""
     go.wait()
     return job(*args)
-
