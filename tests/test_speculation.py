@@ -13,7 +13,7 @@ import learners.tabular.budget_search as bs
 from envs.black_box import BlackBoxModel, Budget
 from learners.tabular import WorldGeometry
 from learners.tabular.moves import _moves
-from learners.tabular.speculation import MoveCache, _shrink_rows, cached_moves, speculate
+from learners.tabular.speculation import MoveCache, _shrink_rows, cached_moves, guess_shifts, speculate
 from learners.tabular.surrogate import Surrogate, SurrogateParams
 from tests.tabular_worlds import toy_mlp_world
 
@@ -63,11 +63,11 @@ def test_speculate_fills_the_cache_and_stops_when_told(toy):
     world, geo, agents, sur, P = toy
     C = P[:1]
     cache = MoveCache()
-    speculate(cache, geo, agents[0], C, sur, 0.5, 3, None, False)
+    speculate(cache, geo, agents[0], C, sur.logit, 0.0, guess_shifts(sur.sigma_), 3, None, False)
     assert len(cache.rows) >= 1
     stopped = MoveCache()
     stopped.stop.set()
-    speculate(stopped, geo, agents[0], C, sur, 0.5, 3, None, False)
+    speculate(stopped, geo, agents[0], C, sur.logit, 0.0, guess_shifts(sur.sigma_), 3, None, False)
     assert not stopped.rows
 
 

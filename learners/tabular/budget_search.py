@@ -61,7 +61,7 @@ from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: r
     screens,
 )
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.helper_thread import counted, helper, when
+from learners.tabular.helper_thread import CallStart, counted, helper, when
 from learners.tabular.lifts import LIFT_SHARE, lifted, near_misses
 from learners.tabular.moves import (  # noqa: F401 (the constants and builders: read by the tests)
     ADD_SHRINK,
@@ -89,7 +89,7 @@ from learners.tabular.reach import reach_rows
 from learners.tabular.rows import ahead_of_nearest, compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.rows import projected as _projected
 from learners.tabular.set_spread import LOST_SPREAD, alternate_spread
-from learners.tabular.speculation import MoveCache, cached_moves, speculate
+from learners.tabular.speculation import STAND_IN_SHIFTS, MoveCache, cached_moves, guess_shifts, speculate
 from learners.tabular.steps import corner_grid, float32_nudges
 
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # round one's rays (first_round.SCALES) further in a later round, for an agent none of whose rows was accepted
@@ -195,8 +195,8 @@ def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: li
     for lo in range(0, len(X), MOVE_BLOCK):
         sl = slice(lo, lo + MOVE_BLOCK)
         lo = None if rejected is None or steps else _brackets(geo, X[sl], S[sl], rejected[sl])
-        if cache is not None and len(X) == 1 and lo is not None:
-            moves = cached_moves(cache, geo, X[sl], S[sl], vocab, lo, trades)
+        if cache is not None and len(X) == 1 and (lo is not None or steps):
+            moves = cached_moves(cache, geo, X[sl], S[sl], vocab, lo, trades, steps)
         else:
             moves = _moves(geo, X[sl], S[sl], vocab, steps, lo, trades)
         M = nearest_first(geo, X[sl], moves, rows, below[sl], None if caps is None else caps[sl])
@@ -238,7 +238,7 @@ def _corners_below(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k
 
 
 _CALL_SECONDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # per model, the seconds its last call took
-GUESS_SHARE = 0.6  # of the model's last round trip, the time round two's moves are guessed in while a call waits
+GUESS_SHARE = 0.8  # of the model's last round trip past the call's start, the time round two's moves are guessed in while it waits
 GUESS_MIN_SECONDS = 0.003  # no guess where a call takes less (the helper thread would only slow the search's own)
 
 
@@ -257,24 +257,33 @@ def _ahead(pool: ThreadPoolExecutor, geo: WorldGeometry, X: np.ndarray, vocab: l
 
 
 def _guess(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: Any, threshold: float,
-           budget: Budget, vocab: list[np.ndarray] | None) -> tuple[MoveCache, Callable[[], None]] | None:
-    """For one agent with a surrogate and a round to follow, an empty ``MoveCache`` and the job that fills it
-    (``speculation.speculate``: round two's moves from the surrogate's guess of round one's answers) for
-    ``GUESS_SHARE`` of the model's last round trip, to run on the helper thread after ``_ahead``'s; None
-    otherwise, and where that round trip took under ``GUESS_MIN_SECONDS`` (a model in this process: no wait
+           budget: Budget, vocab: list[np.ndarray] | None, steps: bool = False,
+           stand_in: Callable[[np.ndarray], np.ndarray] | None = None, go: CallStart | None = None
+           ) -> tuple[MoveCache, Callable[[], None]] | None:
+    """For one agent with a stand-in of the model (a smooth model: ``surrogate``, its logit against ``threshold``'s;
+    in ``steps``: ``stand_in``, a student's margin against 0) and a round to follow, an empty ``MoveCache`` and the
+    job that fills it (``speculation.speculate``: round two's moves from the stand-in's guess of round one's
+    answers) until ``GUESS_SHARE`` of the model's last round trip past the call's start (``go``), to run on the
+    helper thread after ``_ahead``'s and the near picks';
+    None otherwise, and where that round trip took under ``GUESS_MIN_SECONDS`` (a model in this process: no wait
     to fill) or none is known yet."""
     try:
         wait = _CALL_SECONDS.get(model)
     except TypeError:
         wait = None
-    if len(X) != 1 or surrogate is None or int(budget.calls) < 2 or wait is None or wait < GUESS_MIN_SECONDS:
+    if steps:
+        guesser = None if stand_in is None else (stand_in, 0.0, STAND_IN_SHIFTS)
+    else:
+        guesser = None if surrogate is None else (surrogate.logit, float(np.log(threshold / (1.0 - threshold))),
+                                                  guess_shifts(getattr(surrogate, "sigma_", 0.0)))
+    if len(X) != 1 or guesser is None or int(budget.calls) < 2 or wait is None or wait < GUESS_MIN_SECONDS:
         return None
     rounds_left = int(budget.calls) - 1
     cap = (int(budget.rows) - int((~np.isnan(C).any(-1)).sum())) // max(rounds_left, 1)  # round two's rows
     n_starts = max(STARTS, min(MAX_STARTS, cap // START_ROWS))
     cache = MoveCache()
-    return cache, functools.partial(speculate, cache, geo, X[0], C, surrogate, threshold, n_starts, vocab,
-                                    rounds_left > 1, GUESS_SHARE * wait)
+    return cache, functools.partial(speculate, cache, geo, X[0], C, *guesser, n_starts, vocab, rounds_left > 1,
+                                    GUESS_SHARE * wait, steps, go)
 
 
 @counted
@@ -283,7 +292,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                   first_share: float = 0.5, fallback: np.ndarray | None = None, surrogate: Any = None,
                   lead: int = 0, grid_share: float = 0.0, steps: bool = False, donors: Any = None,
                   picks: np.ndarray | None = None, next_picks: Callable[[np.ndarray, int], np.ndarray] | None = None,
-                  near_picks: int = NEAR_PICKS) -> SearchResult:
+                  near_picks: int = NEAR_PICKS, stand_in: Callable[[np.ndarray], np.ndarray] | None = None
+                  ) -> SearchResult:
     """The nearest accepted row per agent found within ``budget`` (per agent) from proposals ``P`` (N, K, D).
 
     ``model``: anything with ``predict_proba`` (a ``BlackBoxModel`` enforces the budget); ``first_share``:
@@ -326,7 +336,9 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     a share ``BOLD_SHARE`` of its rows for the refused rows outside its answer's changed set pushed further from it
     (``bolder.bolder``). With a surrogate and a smooth model, the lead proposals' rays that round one refused at
     every rung are asked in round two at the crossings their logits point to (``reach.reach_rows``; a share
-    ``REACH_SHARE`` of its rows at most), an agent without an answer too."""
+    ``REACH_SHARE`` of its rows at most), an agent without an answer too. ``stand_in`` (rows -> the logit that the
+    model accepts them; a student's margin): on a model in steps, one agent's round-two moves are built from its
+    guess of round one's answers while the call waits (``speculation``: the same answers, sooner)."""
     X = np.atleast_2d(np.asarray(X, float))
     N, D = X.shape
     rows_left = np.full(N, int(budget.rows))
@@ -348,7 +360,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     C[~geo.keeps(X[:, None, :], C)] = np.nan  # a rule-breaking row is not scored
     C = fresh(C)  # rays, snaps and grids meet: each row once
     n_corners = _corner_count(int(budget.rows)) if steps and vocab is not None else 0
-    go = threading.Event()  # the helper's jobs wait for the call
+    go = CallStart()  # the helper's jobs wait for the call (and the guess ends a share of its wait after its start)
     pool = helper() if int(budget.calls) > 1 else None  # one pool for both jobs (None: none of them)
     ahead_ok = pool is not None and len(X) * n_corners <= AHEAD_AGENTS * CORNERS  # memory: agents x corners x D
     ahead = _ahead(pool, geo, X, vocab, n_corners, go) if ahead_ok else None
@@ -357,15 +369,16 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     near_todo = next_picks is not None and near_picks > 0 and int(budget.calls) > 1
     near_job = (pool.submit(when, go, next_picks, np.arange(N), k_near)
                 if near_todo and pool is not None and len(X) <= AHEAD_AGENTS else None)
-    guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab) if ahead is not None and not steps else None
+    guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab, steps, stand_in, go) if ahead is not None else None
     guess = (guess[0], pool.submit(when, go, guess[1])) if guess is not None else None
     ok, used, proba = _accept(model, geo, X, C, threshold, go)
     own_Sc, own_corners = ahead.result() if ahead is not None else (None, None)
     cache = None
-    if guess is not None:  # the guessing stops at its next start; what it built is kept
+    if guess is not None:  # the guessing stops at its next start (not begun: never); what it built is kept
         cache = guess[0]
         cache.stop.set()
-        guess[1].result()
+        if not guess[1].cancel():  # queued behind the near picks, it would make this thread wait for them too
+            guess[1].result()
     calls, rows_left = 1, rows_left - used
     reach = None  # a smooth model with a surrogate: the lead rays refused at every rung, reached (``reach``)
     if REACH and surrogate is not None and lead and not steps and int(budget.calls) > 1:

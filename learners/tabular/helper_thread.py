@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["counted", "helper", "when"]
+__all__ = ["CallStart", "counted", "helper", "when"]
 
 T = TypeVar("T")
 
@@ -50,6 +51,20 @@ def helper() -> ThreadPoolExecutor | None:
     if pool is None:
         pool = _POOLS[os.getpid()] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-search-ahead")
     return pool
+
+
+class CallStart(threading.Event):
+    """The event a search sets as its model call starts (``budget_search._accept``), and when it was set (``at``,
+    ``time.perf_counter``): a helper's job that must end a share of the call's wait after its start reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at = float("nan")
+
+    def set(self) -> None:
+        if not self.is_set():  # the first time: the call's start (set again, as the call ends, it keeps it)
+            self.at = time.perf_counter()
+        super().set()
 
 
 def when(go: threading.Event, job: Callable[..., T], *args: Any) -> T:

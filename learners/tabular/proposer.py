@@ -512,7 +512,8 @@ class ProposerGenerator(TabularGenerator):
                             lead=int(self.params.surrogate_search) if self.inner_ is not None else 0,
                             grid_share=self._grid_share(), steps=self._in_steps(), picks=self._picks(geo, X, scan),
                             donors=lambda a, start, k: self._donor_rows(X[a], start, k),
-                            next_picks=self._next_picks(geo, X, scan), near_picks=int(self.params.student_near_picks))
+                            next_picks=self._next_picks(geo, X, scan), near_picks=int(self.params.student_near_picks),
+                            stand_in=None if getattr(self, "student_", None) is None else self.student_.margin)
         alts = None
         if n_alternatives > 0:  # the search's next distinct accepted rows, nearest first
             alts = np.full((len(X), n_alternatives, X.shape[1]), np.nan)

@@ -11,26 +11,39 @@ search stops the guessing and ``cached_moves`` takes the moves of every start it
 the cache where the guess was right, and builds the others. A start's moves depend on the agent, the row
 and its bracket alone (``moves._moves_one`` builds each start's rows on its own), so the answers are the
 same bits with or without the guess (tested); only where the time goes differs. One agent at a time (a
-request) and a smooth model only (a model in steps has no surrogate to guess with).
+request).
+
+A model in steps has no surrogate; where the proposer has a student of its corners (``student.CornerStudent``,
+the model's acceptance learnt at fit time) its margin is the guess (``steps``): a start's moves there are
+``moves._moves_one``'s whole rows (no bracket: its ray does not depend on the refused rows), built for every
+guessed start of one guess in one call and kept start by start. Adult forest with the student, 2 x 256 at 20 ms
+a call: round two's moves (about 2.3 ms of the compute between the two calls) taken from the cache for most agents
+(``docs/generators_log.md``, *Round two's moves guessed by the student*).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.moves import _ray, _shrinks, _starts
+from learners.tabular.helper_thread import CallStart
+from learners.tabular.moves import _moves_one, _ray, _shrinks, _starts
 from learners.tabular.rows import nan_as_zero
 from learners.tabular.rows import projected as _projected
 from learners.tabular.surrogate import SIGMA_FLOOR
 
-__all__ = ["EXTRA_STARTS", "GUESS_SIGMAS", "MoveCache", "cached_moves", "speculate"]
+__all__ = ["EXTRA_STARTS", "GUESS_SIGMAS", "STAND_IN_SHIFTS", "STEP_BATCH", "MoveCache", "cached_moves", "guess_shifts",
+           "speculate"]
 
 EXTRA_STARTS = 3  # guessed starts beyond the round's count: the next rows in case a guessed one is refused
 GUESS_SIGMAS = (2.0,)  # the surrogate's logit shifted by these multiples of its error, either way: more guesses
+STEP_BATCH = 3  # in steps, a guess's starts built this many at a time (one call each: cheaper a start than alone,
+# and the guess can still stop between them; Adult forest: 1.3 ms for one start's moves, 2.6 for three, 4.3 for six)
+STAND_IN_SHIFTS = (0.0, 1.0, -1.0)  # a student's margin (a logit) shifted so, in turn: its guess, then the doubts either way
 
 
 class MoveCache:
@@ -62,39 +75,57 @@ def _shrink_rows(geo: WorldGeometry, x: np.ndarray, S: np.ndarray, vocab: list[n
     return _finite(_projected(geo, X, _shrinks(geo, X, S, vocab, False, trades)))
 
 
-def speculate(cache: MoveCache, geo: WorldGeometry, x: np.ndarray, C: np.ndarray, surrogate, threshold: float,
-              n_starts: int, vocab: list[np.ndarray] | None, trades: bool, seconds: float = np.inf) -> None:
-    """Fill ``cache`` with the shrinks of the starts the refinement would take (``moves._starts``: ``n_starts``
-    and ``EXTRA_STARTS`` more) if the model accepted the rows of round one ``C`` (1, Q, D) that ``surrogate``
-    accepts; then of those it would take were its logit off by ``GUESS_SIGMAS`` of its error either way (the
-    model accepting rows the surrogate doubts, or refusing rows it trusts). Stops between starts once
-    ``cache.stop`` is set or ``seconds`` have passed (the guess ends before the call returns: after it, the
-    guess would only hold the GIL the search's thread wants)."""
-    end = time.perf_counter() + seconds
+def _step_rows(geo: WorldGeometry, x: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None,
+               trades: bool) -> list[np.ndarray]:
+    """Per start row of ``S`` (T, D) of the agent ``x`` (D,), in a model in steps, the finite rows of its whole
+    moves (``moves._moves_one``: its shrinks and its ray, projected), built for all starts in one call."""
+    X = np.repeat(x[None], len(S), axis=0)
+    return _finite(_moves_one(geo, X, S, vocab, True, None, trades))
+
+
+def speculate(cache: MoveCache, geo: WorldGeometry, x: np.ndarray, C: np.ndarray, logit: Callable[[np.ndarray], np.ndarray],
+              cut: float, shifts: tuple[float, ...], n_starts: int, vocab: list[np.ndarray] | None, trades: bool,
+              seconds: float = np.inf, steps: bool = False, go: CallStart | None = None) -> None:
+    """Fill ``cache`` with the moves of the starts the refinement would take (``moves._starts``: ``n_starts`` and
+    ``EXTRA_STARTS`` more) if the model accepted the rows of round one ``C`` (1, Q, D) whose stand-in ``logit`` is
+    over ``cut``, then with it shifted by each of ``shifts`` past the first (the model accepting rows the stand-in
+    doubts, or refusing rows it trusts). A smooth model: each start's shrinks, one start at a time; in ``steps``:
+    each guess's new starts' whole moves, ``STEP_BATCH`` starts a call. Stops between calls once ``cache.stop`` is
+    set or ``seconds`` have passed since the model call's start (``go``; without it, since now): the guess ends
+    before the call returns, since after it the guess would only hold the GIL the search's thread wants."""
+    end = (go.at if go is not None and np.isfinite(go.at) else time.perf_counter()) + seconds
     X = x[None]
     live = ~np.isnan(C).any(-1)
     z = np.full(live.shape, -np.inf)
     if live.any():
-        z[live] = surrogate.logit(C[live])
+        z[live] = logit(C[live])
     d = geo.distance(X[:, None, :], nan_as_zero(C))
-    cut = float(np.log(threshold / (1.0 - threshold)))
-    sigma = max(float(getattr(surrogate, "sigma_", 0.0)), SIGMA_FLOOR)
-    for shift in (0.0,) + tuple(s * sigma for g in GUESS_SIGMAS for s in (g, -g)):
+    for shift in shifts:
         S, dS = _starts(C, np.where(z + shift > cut, d, np.inf), n_starts + EXTRA_STARTS, X)
-        for t in range(S.shape[1]):
+        new = [t for t in range(S.shape[1])
+               if np.isfinite(dS[0, t]) and cache.key(S[0, t], trades) not in cache.rows]
+        batches = [new[i:i + STEP_BATCH] for i in range(0, len(new), STEP_BATCH)] if steps else [[t] for t in new]
+        build = _step_rows if steps else _shrink_rows
+        for ts in batches:
             time.sleep(0)  # the GIL offered between starts: the search's thread, its call back, takes it now, not in 5 ms
             if cache.stop.is_set() or time.perf_counter() > end:
                 return
-            key = cache.key(S[0, t], trades)
-            if np.isfinite(dS[0, t]) and key not in cache.rows:
-                cache.rows[key] = _shrink_rows(geo, x, S[0, t:t + 1], vocab, trades)[0]
+            for t, rows in zip(ts, build(geo, x, S[0, ts], vocab, trades), strict=True):
+                cache.rows[cache.key(S[0, t], trades)] = rows
+
+
+def guess_shifts(sigma: float) -> tuple[float, ...]:
+    """A surrogate's shifts of its logit for ``speculate``: none, then ``GUESS_SIGMAS`` of its error ``sigma``
+    either way."""
+    return (0.0,) + tuple(s * max(float(sigma), SIGMA_FLOOR) for g in GUESS_SIGMAS for s in (g, -g))
 
 
 def cached_moves(cache: MoveCache, geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: list[np.ndarray] | None,
-                 lo: np.ndarray, trades: bool) -> np.ndarray:
+                 lo: np.ndarray | None, trades: bool, steps: bool = False) -> np.ndarray:
     """(1, Q, D) the finite rows of ``moves._moves`` for one agent ``X`` (1, D) and its starts ``S`` (1, T, D)
-    with brackets ``lo`` (1, T), start after start as ``_moves`` orders them (its shrinks, then its ray): the
-    shrinks from ``cache`` where it holds them, the rest built now (one call for all of them)."""
+    with brackets ``lo`` (1, T; None in ``steps``), start after start as ``_moves`` orders them (its shrinks, then
+    its ray): the shrinks (in ``steps``, the whole moves) from ``cache`` where it holds them, the rest built now
+    (one call for all of them)."""
     D = S.shape[2]
     starts = [t for t in range(S.shape[1]) if not np.isnan(S[0, t]).any()]
     if not starts:
@@ -104,8 +135,14 @@ def cached_moves(cache: MoveCache, geo: WorldGeometry, X: np.ndarray, S: np.ndar
     cache.hits += len(starts) - len(todo)
     cache.misses += len(todo)
     if todo:
-        for i, rows in zip(todo, _shrink_rows(geo, X[0], S[0, [starts[i] for i in todo]], vocab, trades), strict=True):
+        build = _step_rows if steps else _shrink_rows
+        for i, rows in zip(todo, build(geo, X[0], S[0, [starts[i] for i in todo]], vocab, trades), strict=True):
             cache.rows[keys[i]] = rows
-    Xs = np.repeat(X, len(starts), axis=0)
-    rays = _finite(_projected(geo, Xs, [_ray(geo, Xs, S[0, starts], lo[0, starts])]))
-    return np.concatenate([part for k, ray in zip(keys, rays, strict=True) for part in (cache.rows[k], ray)])[None]
+    if steps:
+        parts = [cache.rows[k] for k in keys]
+    else:
+        Xs = np.repeat(X, len(starts), axis=0)
+        rays = _finite(_projected(geo, Xs, [_ray(geo, Xs, S[0, starts], lo[0, starts])]))
+        parts = [part for k, ray in zip(keys, rays, strict=True) for part in (cache.rows[k], ray)]
+    out = np.concatenate(parts)
+    return out[None] if len(out) else np.full((1, 1, D), np.nan)
