@@ -71,11 +71,10 @@ def test_speculate_fills_the_cache_and_stops_when_told(toy):
     assert not stopped.rows
 
 
-@pytest.mark.parametrize("budget", [Budget(2, 256), Budget(3, 400)])
-def test_the_guess_changes_no_answer_and_is_used(toy, budget, monkeypatch):
-    """Each agent alone, the model 5 ms away: the same answers, distances and rows scored with the guess as
-    without it, and some starts' moves came from the cache; none is guessed for a model without latency."""
-    world, geo, agents, sur, P = toy
+def same_answers_with_the_guess(monkeypatch, run) -> tuple[list[MoveCache], object]:
+    """``run()`` (each agent's answer, one at a time) with ``budget_search._guess`` recorded and with it off: the
+    same answers, distances, rows and calls, some answer found and some start's moves taken from a cache. Returns
+    the caches and the recording ``_guess``."""
     caches = []
     guess = bs._guess
 
@@ -83,14 +82,6 @@ def test_the_guess_changes_no_answer_and_is_used(toy, budget, monkeypatch):
         out = guess(*args, **kwargs)
         if out is not None:
             caches.append(out[0])
-        return out
-
-    def run():
-        out = []
-        bb = BlackBoxModel(world.model, latency_s=0.005)  # one model: its calls' time is known after the first
-        for i in range(len(agents)):
-            with bb.budget(budget):
-                out.append(bs.budget_search(bb, geo, agents[i:i + 1], P[i:i + 1], budget, surrogate=sur, lead=2))
         return out
 
     monkeypatch.setattr(bs, "_guess", recording)
@@ -102,6 +93,24 @@ def test_the_guess_changes_no_answer_and_is_used(toy, budget, monkeypatch):
         assert np.array_equal(a.rows, b.rows) and a.calls == b.calls
     assert any(r.found[0] for r in without)
     assert caches and sum(c.hits for c in caches) > 0
+    return caches, recording
+
+
+@pytest.mark.parametrize("budget", [Budget(2, 256), Budget(3, 400)])
+def test_the_guess_changes_no_answer_and_is_used(toy, budget, monkeypatch):
+    """Each agent alone, the model 5 ms away: the same answers, distances and rows scored with the guess as
+    without it, and some starts' moves came from the cache; none is guessed for a model without latency."""
+    world, geo, agents, sur, P = toy
+
+    def run():
+        out = []
+        bb = BlackBoxModel(world.model, latency_s=0.005)  # one model: its calls' time is known after the first
+        for i in range(len(agents)):
+            with bb.budget(budget):
+                out.append(bs.budget_search(bb, geo, agents[i:i + 1], P[i:i + 1], budget, surrogate=sur, lead=2))
+        return out
+
+    caches, recording = same_answers_with_the_guess(monkeypatch, run)
     monkeypatch.setattr(bs, "_guess", recording)
     caches.clear()
     # a model in this process: its calls take less than the least wait worth filling (the bar raised to a

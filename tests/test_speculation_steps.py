@@ -10,13 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import learners.tabular.budget_search as bs
 from envs.black_box import BlackBoxModel, Budget
 from learners.tabular import WorldGeometry, build_tabular_generator
 from learners.tabular.corners import nearest_corners
 from learners.tabular.moves import _moves
 from learners.tabular.speculation import MoveCache, _step_rows, cached_moves, speculate
 from tests.tabular_worlds import german_mace_labels, german_rejected, train_labels
+from tests.test_speculation import same_answers_with_the_guess
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +78,6 @@ def test_the_students_guess_changes_no_answer_and_is_used(german, budget, monkey
     """Each agent alone, the model 30 ms away (the helper first builds the corners and the near picks): the same answers, distances and rows scored with the student's
     guess as without it, and some starts' moves came from the cache."""
     world, gen, X = german
-    caches = []
-    guess = bs._guess
-
-    def recording(*args, **kwargs):
-        out = guess(*args, **kwargs)
-        if out is not None:
-            caches.append(out[0])
-        return out
 
     def run():
         bb = BlackBoxModel(world.model, latency_s=0.03)  # one model: its calls' time is known after the first
@@ -96,16 +88,7 @@ def test_the_students_guess_changes_no_answer_and_is_used(german, budget, monkey
                 out.append(gen.recommend_within(w, X[i:i + 1], budget))
         return out
 
-    monkeypatch.setattr(bs, "_guess", recording)
-    with_guess = run()
-    monkeypatch.setattr(bs, "_guess", lambda *a, **k: None)
-    without = run()
-    for a, b in zip(with_guess, without, strict=True):
-        assert np.array_equal(a.CF, b.CF, equal_nan=True) and np.array_equal(a.distance, b.distance)
-        assert np.array_equal(a.rows, b.rows) and a.calls == b.calls
-    assert any(r.found[0] for r in without)
-    assert caches and sum(c.hits for c in caches) > 0
-
+    same_answers_with_the_guess(monkeypatch, run)
 
 def test_the_call_start_is_the_first_set():
     """``CallStart.at``: when the call started (its first ``set``), kept when set again as the call ends."""
