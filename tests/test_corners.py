@@ -157,3 +157,42 @@ def test_options_built_once_give_the_same_corners():
         want = nearest_corners(geo, X[a], vocab, k)
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("world_name", ["toy", "german", "adult"])
+@pytest.mark.parametrize("norm", ["one", "zero", "infty"])
+def test_compiled_options_are_the_numpy_options(world_name, norm):
+    """``corner_options``' compiled route (``options_kernel``) against the numpy route feature by feature
+    (``_numpy_options``): the same distances bit for bit, the same order of options and counts, the same
+    values; so the same corners. German and Adult have codes and one-hot groups, and agents with options cut by
+    their boxes."""
+    from learners.tabular.corners import _compiled_options, _numpy_options, corner_options
+
+    if world_name == "toy":
+        world, rows = toy_world("forest"), toy_data()
+    else:
+        from data_gen.classifiers import build
+
+        b = build(world_name, "forest")
+        world, rows = b.world, b.data.X_test[:400]
+    geo = WorldGeometry.of(world, norm)
+    rng = np.random.default_rng(4)
+    vocab = [np.unique(rng.choice(rows[:, c], 12)) if geo.numeric[c] else np.zeros(0) for c in range(rows.shape[1])]
+    X = rows[rng.choice(len(rows), 40, replace=False)]
+    lo, hi = geo.box(X)
+    features = [j for j in range(geo.n_raw) if not geo.fixed[geo.raw_columns()[j][0]]]
+    got = _compiled_options(geo, X, vocab, features, lo, hi)
+    want = _numpy_options(geo, X, vocab, features, lo, hi, None)
+    np.testing.assert_array_equal(got.counts, want.counts)
+    assert (got.counts > 0).any() and (got.counts < got.dist.shape[2]).any()
+    for f in range(len(features)):
+        n = int(got.counts[:, f].max(initial=0))
+        np.testing.assert_array_equal(got.dist[:, f, :n], want.dist[:, f, :n])
+        live = np.arange(n)[None, :] < got.counts[:, f:f + 1]
+        np.testing.assert_array_equal(got.values[f][:, :n][live], want.values[f][:, :n][live])
+    assert corner_options(geo, X, vocab).counts.sum() == got.counts.sum()  # the route the search takes
+    for k in (5, 200):
+        want_rows = nearest_corners(geo, X, vocab, k, options=want)
+        got_rows = nearest_corners(geo, X, vocab, k, options=got)
+        np.testing.assert_array_equal(got_rows[0], want_rows[0])
+        np.testing.assert_array_equal(got_rows[1], want_rows[1])

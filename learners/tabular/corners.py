@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from learners.tabular.corner_kernels import best_first_many
+from learners.tabular.corner_kernels import best_first_many, options_kernel
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import take_rows
 from learners.tabular.vocab_table import vocab_sides
@@ -148,6 +148,14 @@ def corner_options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], *
     X = np.atleast_2d(np.asarray(X, float))
     lo, hi = geo.box(X)
     features = [j for j in range(geo.n_raw) if not geo.fixed[geo.raw_columns()[j][0]]]
+    if cuts is None and geo.cost is None:  # MACE's distance unweighted: one compiled call (``options_kernel``)
+        return _compiled_options(geo, X, vocab, features, lo, hi)
+    return _numpy_options(geo, X, vocab, features, lo, hi, cuts)
+
+
+def _numpy_options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], features: list[int], lo: np.ndarray,
+                   hi: np.ndarray, cuts: list[np.ndarray] | None) -> CornerOptions:
+    """``corner_options`` feature by feature in numpy (``_options``): with ``cuts``, or under cost weights."""
     values, dists = [], []
     for j in features:
         vals, d = _options(geo, X, vocab, j, lo, hi, cuts)
@@ -158,6 +166,53 @@ def corner_options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], *
     for f, d in enumerate(dists):
         dist[:, f, :d.shape[1]] = d
     return CornerOptions(features, values, dist, np.isfinite(dist).sum(-1))  # nearest first: the finite ones lead
+
+
+def _option_table(geo: WorldGeometry, vocab: list[np.ndarray], features: list[int]) -> tuple[Any, ...]:
+    """The options of ``features`` as ``options_kernel`` takes them (kinds, columns, values and their sides) and
+    per feature its options' values of its columns, built once per geometry and vocabulary (kept on ``geo``)."""
+    kept = geo.__dict__.get("_option_table")
+    if kept is not None and len(kept[0]) == len(vocab) and all(u is v for u, v in zip(kept[0], vocab, strict=True)):
+        return kept[1]
+    kinds, cols, col_start, vals, up, down, val_start, values = [], [], [0], [], [], [], [0], []
+    for j in features:
+        c = geo.raw_columns()[j]
+        c = c[c >= 0]
+        if geo.raw_kinds[j] == "group":
+            kinds.append(1)
+            v, u, dn = np.zeros(0), np.zeros(0, bool), np.zeros(0, bool)
+            values.append(np.eye(len(c)))
+        else:  # numeric: the vocabulary's values either way; a code: every one in the column's range, either way
+            kinds.append(0)
+            if geo.raw_kinds[j] == "numeric":
+                v, u, dn = _sided(np.asarray(vocab[c[0]], float).tobytes())
+            else:
+                v = np.arange(np.floor(geo.lower[c[0]]), np.ceil(geo.upper[c[0]]) + 1)
+                u = dn = np.ones(len(v), bool)
+            values.append(v[:, None])
+        cols.extend(c.tolist())
+        col_start.append(len(cols))
+        vals.append(v)
+        up.append(u)
+        down.append(dn)
+        val_start.append(val_start[-1] + len(v))
+    table = (np.array(kinds, np.int64), np.array(cols, np.int64), np.array(col_start, np.int64),
+             np.concatenate(vals or [np.zeros(0)]), np.concatenate(up or [np.zeros(0, bool)]),
+             np.concatenate(down or [np.zeros(0, bool)]), np.array(val_start, np.int64), values)
+    geo.__dict__["_option_table"] = (list(vocab), table)
+    return table
+
+
+def _compiled_options(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], features: list[int],
+                      lo: np.ndarray, hi: np.ndarray) -> CornerOptions:
+    """``corner_options`` without cuts, unweighted, in one compiled call: the same distances, order and counts
+    (``tests/test_corners.py``); each feature's values (N, n, w) in its options' order."""
+    kinds, cols, col_start, vals, up, down, val_start, values = _option_table(geo, vocab, features)
+    a, b, g = geo.weights
+    dist, order, counts = options_kernel(X, lo, hi, kinds, cols, col_start, vals, up, down, val_start, geo.numeric,
+                                         geo.span, geo.raw_of_column, geo.n_raw, float(a), float(b), float(g))
+    per = [values[f][order[:, f, :len(values[f])]] for f in range(len(features))]
+    return CornerOptions(features, per, dist, counts)
 
 
 def nearest_corners(geo: WorldGeometry, X: np.ndarray, vocab: list[np.ndarray], k: int, *,

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from data_gen.compute import chunk_path, finished_chunks, load_chunk, run_chunks
+from learners.tabular.corner_kernels import side_counts
 from learners.tabular.corners import corner_options, nearest_corners, split_cuts
 from learners.tabular.geometry import WorldGeometry
 
@@ -204,18 +205,25 @@ class CornerStudent:
 
     def _alike(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(first, inverse): one row of each class of ``rows`` (M, D) that every split of the student sends alike
-        (per column, how many of its split points ``cuts`` the value lies above), and each row's class."""
+        (per column, how many of its split points ``cuts`` the value lies above: ``corner_kernels.side_counts``),
+        and each row's class."""
         cuts = self.cuts(rows.shape[1])
-        sides = [np.searchsorted(c, rows[:, j], side="left") for j, c in enumerate(cuts) if len(c)]
-        if not sides:
+        used = [j for j, c in enumerate(cuts) if len(c)]
+        if not used:
             return np.zeros(1, np.int64), np.zeros(len(rows), np.int64)
-        radix = [len(c) + 1 for c in cuts if len(c)]
+        kept = self.__dict__.get("_flat_cuts")
+        if kept is None or kept[0] is not cuts:  # the cuts flat, as the kernel reads them: once per list of cuts
+            kept = self.__dict__["_flat_cuts"] = (cuts, np.concatenate(cuts),
+                                                  np.cumsum([0] + [len(c) for c in cuts]).astype(np.int64))
+        sides = side_counts(np.ascontiguousarray(rows, float), kept[1], kept[2], np.asarray(used, np.int64))
+        radix = [len(cuts[j]) + 1 for j in used]
         if float(np.prod(np.asarray(radix, float))) < 2.0 ** 62:  # one int64 key a row: a fast unique
             key = np.zeros(len(rows), np.int64)
-            for side, r in zip(sides, radix, strict=True):
-                key = key * r + side
-        else:
-            key = np.ascontiguousarray(np.stack(sides, 1)).view(np.dtype((np.void, 8 * len(sides)))).ravel()
+            for u, r in enumerate(radix):
+                key = key * r + sides[:, u]
+        else:  # the counts as bytes, as narrow as the most cuts of a column allows
+            narrow = sides.astype(np.uint8 if max(radix) <= 256 else np.uint16 if max(radix) <= 65536 else np.int64)
+            key = np.ascontiguousarray(narrow).view(np.dtype((np.void, narrow.itemsize * len(used)))).ravel()
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         return first, inverse.reshape(-1)
 
