@@ -113,3 +113,22 @@ def test_no_helper_thread_while_another_search_runs(german, monkeypatch):
     finally:
         helper_thread._RUNNING[0] -= 1
     assert built == [] and helper_thread._RUNNING[0] == 0  # built inline: screens() and nearest_corners() directly
+
+
+def test_an_error_before_the_call_leaves_no_helper_job_waiting(german, monkeypatch):
+    """The helper's jobs wait for the call to start; an error between their submission and the call must release
+    them, or every later search of the process waits behind them for ever (CI hung so once)."""
+    world, gen, test = german
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken before the call")
+
+    monkeypatch.setattr(bs, "_guess", broken)
+    with pytest.raises(RuntimeError, match="broken before the call"):
+        _search(world, gen, test[:1], Budget(2, 256))
+    monkeypatch.undo()
+    out = []
+    later = threading.Thread(target=lambda: out.append(_search(world, gen, test[:1], Budget(2, 256))), daemon=True)
+    later.start()
+    later.join(timeout=60)
+    assert not later.is_alive() and out and out[0].calls <= 2

@@ -1,7 +1,7 @@
 """Round two's moves guessed by a student of the forest's corners while round one's call waits, on a model in
 steps (learners/tabular/speculation.py, ``steps``; issue 56): the cached moves are ``_moves``' finite rows in
 order however the cache was filled; the proposer with a student answers the same bits with the guess as without
-it, one agent at a time against a model 30 ms away, and the guess is used."""
+it, one agent at a time against a model 100 ms away, and the guess is used."""
 
 from __future__ import annotations
 
@@ -75,12 +75,12 @@ def test_speculate_in_steps_fills_the_cache_and_stops_when_told(german):
 
 @pytest.mark.parametrize("budget", [Budget(2, 256), Budget(3, 400)])
 def test_the_students_guess_changes_no_answer_and_is_used(german, budget, monkeypatch):
-    """Each agent alone, the model 30 ms away (the helper first builds the corners and the near picks): the same answers, distances and rows scored with the student's
+    """Each agent alone, the model 100 ms away (time for a guess on a loaded machine; the helper first builds the corners and the near picks): the same answers, distances and rows scored with the student's
     guess as without it, and some starts' moves came from the cache."""
     world, gen, X = german
 
     def run():
-        bb = BlackBoxModel(world.model, latency_s=0.03)  # one model: its calls' time is known after the first
+        bb = BlackBoxModel(world.model, latency_s=0.1)  # one model: its calls' time is known after the first
         w = replace(world, model=bb)
         out = []
         for i in range(len(X)):

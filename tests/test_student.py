@@ -383,3 +383,30 @@ def test_classes_of_corners_alike_hold_past_one_int64_key(student, monkeypatch):
     assert len(first) == len(np.unique(sides, axis=0))
     assert np.array_equal(sides[first][inverse], sides)  # each row's class holds rows alike
     assert len(set(zip(inverse.tolist(), want.reshape(-1).tolist(), strict=True))) == len(first)  # one to one
+
+
+def test_a_long_descent_split_over_two_threads_gives_the_same_margins(student, pair, monkeypatch):
+    """From ``SPLIT_ROWS`` rows, half the rows are descended on a second thread: the same margins bit for bit, and
+    no second thread while a search runs in the process (its waits are not idle then)."""
+    import learners.tabular.student as student_module
+
+    rng = np.random.default_rng(5)
+    R = rng.uniform(0, 100, (301, D))
+    used = []
+    real = student_module._descent_pool
+
+    def spy():
+        used.append(1)
+        return real()
+
+    for s in (student[0], pair):
+        want = s._margin_rows(R)
+        used.clear()
+        monkeypatch.setattr(student_module, "SPLIT_ROWS", 8)
+        monkeypatch.setattr(student_module, "_descent_pool", spy)
+        np.testing.assert_array_equal(s.margin(R), want)
+        assert used == [1]
+        monkeypatch.setattr(student_module, "running", lambda: 1)
+        np.testing.assert_array_equal(s.margin(R), want)
+        assert used == [1]
+        monkeypatch.undo()

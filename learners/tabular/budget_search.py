@@ -271,13 +271,14 @@ def _guess(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: A
         wait = _CALL_SECONDS.get(model)
     except TypeError:
         wait = None
-    if steps:
-        guesser = None if stand_in is None else (stand_in, 0.0, STAND_IN_SHIFTS)
-    else:
-        guesser = None if surrogate is None else (surrogate.logit, float(np.log(threshold / (1.0 - threshold))),
-                                                  guess_shifts(getattr(surrogate, "sigma_", 0.0)))
-    if len(X) != 1 or guesser is None or int(budget.calls) < 2 or wait is None or wait < GUESS_MIN_SECONDS:
+    if len(X) != 1 or (stand_in if steps else surrogate) is None or int(budget.calls) < 2 or wait is None \
+            or wait < GUESS_MIN_SECONDS:
         return None
+    if steps:
+        guesser = (stand_in, 0.0, STAND_IN_SHIFTS)
+    else:
+        guesser = (surrogate.logit, float(np.log(threshold / (1.0 - threshold))),
+                   guess_shifts(getattr(surrogate, "sigma_", 0.0)))
     rounds_left = int(budget.calls) - 1
     cap = (int(budget.rows) - int((~np.isnan(C).any(-1)).sum())) // max(rounds_left, 1)  # round two's rows
     n_starts = max(STARTS, min(MAX_STARTS, cap // START_ROWS))
@@ -363,15 +364,18 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
     go = CallStart()  # the helper's jobs wait for the call (and the guess ends a share of its wait after its start)
     pool = helper() if int(budget.calls) > 1 else None  # one pool for both jobs (None: none of them)
     ahead_ok = pool is not None and len(X) * n_corners <= AHEAD_AGENTS * CORNERS  # memory: agents x corners x D
-    ahead = _ahead(pool, geo, X, vocab, n_corners, go) if ahead_ok else None
-    near_picks = int(near_picks)
-    k_near = near_picks + (0 if picks is None else int(np.asarray(picks).shape[1]))  # past the ones round one asks
-    near_todo = next_picks is not None and near_picks > 0 and int(budget.calls) > 1
-    near_job = (pool.submit(when, go, next_picks, np.arange(N), k_near)
-                if near_todo and pool is not None and len(X) <= AHEAD_AGENTS else None)
-    guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab, steps, stand_in, go) if ahead is not None else None
-    guess = (guess[0], pool.submit(when, go, guess[1])) if guess is not None else None
-    ok, used, proba = _accept(model, geo, X, C, threshold, go)
+    try:  # an error before the call must not leave the helper's jobs waiting for it (the next search's queue behind)
+        ahead = _ahead(pool, geo, X, vocab, n_corners, go) if ahead_ok else None
+        near_picks = int(near_picks)
+        k_near = near_picks + (0 if picks is None else int(np.asarray(picks).shape[1]))  # past the ones round one asks
+        near_todo = next_picks is not None and near_picks > 0 and int(budget.calls) > 1
+        near_job = (pool.submit(when, go, next_picks, np.arange(N), k_near)
+                    if near_todo and pool is not None and len(X) <= AHEAD_AGENTS else None)
+        guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab, steps, stand_in, go) if ahead is not None else None
+        guess = (guess[0], pool.submit(when, go, guess[1])) if guess is not None else None
+        ok, used, proba = _accept(model, geo, X, C, threshold, go)
+    finally:
+        go.set()
     own_Sc, own_corners = ahead.result() if ahead is not None else (None, None)
     cache = None
     if guess is not None:  # the guessing stops at its next start (not begun: never); what it built is kept

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["CallStart", "counted", "helper", "when"]
+__all__ = ["CallStart", "counted", "helper", "running", "when"]
 
 T = TypeVar("T")
 
@@ -39,6 +39,11 @@ def counted(search: Callable[..., T]) -> Callable[..., T]:
                 _RUNNING[0] -= 1
 
     return run
+
+
+def running() -> int:
+    """How many searches are in flight in this process (``counted``)."""
+    return _RUNNING[0]
 
 
 def helper() -> ThreadPoolExecutor | None:
