@@ -62,7 +62,7 @@ PICK_ROWS = 1 << 18  # corners scored at a time when answering (memory: agents x
 STAGE_FIRST = 128  # corners an agent's picks are looked for among first (its pool's nearest)
 STAGE_GROWTH = 2  # then this many times more, up to the pool, only for agents with fewer than k picks so far
 CHECK_ROWS = 256  # rows of the first call asked again on a resumed fit: the answers kept must be this model's
-_DESCENT_POOLS: dict[int, ThreadPoolExecutor] = {}
+_DESCENT_POOLS: dict[int, ThreadPoolExecutor] = {}  # per process id: the thread of a long descent's second half
 SPLIT_ROWS = 512  # rows scored at once from which half are descended on a second thread (a long scan: the p99's agents)
 
 
