@@ -393,7 +393,7 @@ def test_a_long_descent_split_over_two_threads_gives_the_same_margins(student, p
     rng = np.random.default_rng(5)
     R = rng.uniform(0, 100, (301, D))
     used = []
-    real = student_module._descent_pool
+    real = student_module.second_thread
 
     def spy():
         used.append(1)
@@ -403,7 +403,7 @@ def test_a_long_descent_split_over_two_threads_gives_the_same_margins(student, p
         want = s._margin_rows(R)
         used.clear()
         monkeypatch.setattr(student_module, "SPLIT_ROWS", 8)
-        monkeypatch.setattr(student_module, "_descent_pool", spy)
+        monkeypatch.setattr(student_module, "second_thread", spy)
         np.testing.assert_array_equal(s.margin(R), want)
         assert used == [1]
         monkeypatch.setattr(student_module, "running", lambda: 1)

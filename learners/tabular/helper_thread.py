@@ -16,11 +16,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["CallStart", "counted", "helper", "running", "when"]
+__all__ = ["CallStart", "counted", "helper", "running", "second_thread", "when"]
 
 T = TypeVar("T")
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}  # per process id: a forked child has none of its parent's threads
+_POOLS: dict[tuple[int, str], ThreadPoolExecutor] = {}  # per process id and use: a forked child has none of its parent's threads
 _RUNNING = [0]  # searches in flight in this process (``counted``)
 _RUNNING_LOCK = threading.Lock()
 
@@ -52,9 +52,21 @@ def helper() -> ThreadPoolExecutor | None:
     served forest: 32 -> 24-29 answers a second with it)."""
     if _RUNNING[0] > 1:
         return None
-    pool = _POOLS.get(os.getpid())
+    return _one_thread("budget-search-ahead")
+
+
+def second_thread() -> ThreadPoolExecutor:
+    """This process's thread for the second half of a compiled kernel's rows that release the GIL (a student's long
+    descent), apart from ``helper``, which may still hold an earlier request's jobs."""
+    return _one_thread("second-half")
+
+
+def _one_thread(name: str) -> ThreadPoolExecutor:
+    """This process's one-thread pool named ``name``, made on first use."""
+    key = (os.getpid(), name)
+    pool = _POOLS.get(key)
     if pool is None:
-        pool = _POOLS[os.getpid()] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-search-ahead")
+        pool = _POOLS[key] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
     return pool
 
 

@@ -38,10 +38,8 @@ Credit .719 -> .794, Adult .920 -> .959; on the held-out test agents .868 -> .87
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +50,7 @@ from data_gen.compute import chunk_path, finished_chunks, load_chunk, run_chunks
 from learners.tabular.corner_kernels import side_counts
 from learners.tabular.corners import corner_options, nearest_corners, split_cuts
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.helper_thread import running
+from learners.tabular.helper_thread import running, second_thread
 
 NEAREST = 1000  # corners listed per drawn agent at fit time
 NEAREST_KEPT = 60  # of them, the nearest this many are always asked (the rest drawn at random)
@@ -62,7 +60,6 @@ PICK_ROWS = 1 << 18  # corners scored at a time when answering (memory: agents x
 STAGE_FIRST = 128  # corners an agent's picks are looked for among first (its pool's nearest)
 STAGE_GROWTH = 2  # then this many times more, up to the pool, only for agents with fewer than k picks so far
 CHECK_ROWS = 256  # rows of the first call asked again on a resumed fit: the answers kept must be this model's
-_DESCENT_POOLS: dict[int, ThreadPoolExecutor] = {}  # per process id: the thread of a long descent's second half
 SPLIT_ROWS = 512  # rows scored at once from which half are descended on a second thread (a long scan: the p99's agents)
 
 
@@ -239,7 +236,7 @@ class CornerStudent:
         thread (the descent releases the GIL; each row's sums are its own, so the same bits)."""
         if len(R) >= SPLIT_ROWS and not running():
             half = len(R) // 2
-            later = _descent_pool().submit(self._margin_rows, R[half:])
+            later = second_thread().submit(self._margin_rows, R[half:])
             return np.concatenate([self._margin_rows(R[:half]), later.result()])
         return self._margin_rows(R)
 
@@ -288,14 +285,6 @@ class CornerStudent:
         student.members_ = [model_from_dict({"kind": "tree_ensemble", **t}) for t in [d["trees"], *d.get("more_trees", [])]]
         student.info_ = dict(d.get("info", {}))
         return student
-
-
-def _descent_pool() -> ThreadPoolExecutor:
-    """This process's thread for the second half of a long descent (its own: the search's helper may be busy)."""
-    pool = _DESCENT_POOLS.get(os.getpid())
-    if pool is None:  # per process id: a forked child has none of its parent's threads
-        pool = _DESCENT_POOLS[os.getpid()] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="student-descent")
-    return pool
 
 
 def _answers(model: Any, block: np.ndarray) -> dict[str, np.ndarray]:
