@@ -4,7 +4,7 @@ default and a one-line doc, checked on construction so that a bad value names it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 Proposals = Literal["network", "averages", "neighbours"]
 # where a student's picks go: round one's corner grid, round two (``budget_search``'s ``next_picks``: the rows of an
@@ -87,7 +87,7 @@ class ProposerParams:
             raise ValueError(f"expert_rounds: must be >= 0, got {self.expert_rounds!r}")
         if self.student_use not in STUDENT_USES:
             raise ValueError(f"student_use: expected one of {', '.join(STUDENT_USES)}, got {self.student_use!r}")
-        if self.proposals not in ("network", "averages", "neighbours"):
-            raise ValueError(f"proposals: expected network, averages or neighbours, got {self.proposals!r}")
+        if self.proposals not in get_args(Proposals):
+            raise ValueError(f"proposals: expected one of {', '.join(get_args(Proposals))}, got {self.proposals!r}")
         self.hidden = tuple(int(h) for h in self.hidden)
         self.surrogate_hidden = tuple(int(h) for h in self.surrogate_hidden)
