@@ -44,7 +44,7 @@ from learners.tabular import build_tabular_generator  # noqa: E402
 
 OUT = Path("benchmarks/results")
 CELLS = "adult/forest,adult/mlp,compas/forest,compas/mlp,credit/forest,credit/mlp"  # German: no fresh rows
-LEARNED = {"credit/mlp": "proposer_surrogate", "german/mlp": "proposer_surrogate"}  # the table's; else the proposer
+LEARNED = {"credit/mlp": "proposer_surrogates", "german/mlp": "proposer_surrogate"}  # the table's; else the proposer
 
 
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cells", default=CELLS, help="comma-separated cells (German has no fresh agents)")
     p.add_argument("--methods", default="search_no_net,learned",
                    help=f"comma-separated methods (of {', '.join(METHODS)}; learned: the table's learned generator "
-                        "of the cell, the proposer with its surrogate on German and Credit MLP, else the proposer)")
+                        "of the cell: the proposer with its surrogate on German MLP, with three averaged on Credit MLP, else the proposer)")
     p.add_argument("--budgets", default="2x256,8x2000", help="R x N budgets per answer")
     p.add_argument("--fresh-agents", type=int, default=400, help="fresh real agents per cell")
     p.add_argument("--out", default=str(OUT), help="results directory")

@@ -38,7 +38,7 @@ KERNEL_MODULES = ("learners.tabular.kernel_helpers", "learners.tabular.scan_kern
                   "learners.tabular.donor_kernels", "learners.tabular.row_kernels", "envs.tree_kernels")
 GENERATORS = ("change_value", "named_cfe", "nearest_cfe")
 # (model kind, the generators run on it): a deep forest only changes the descent, the cheapest method covers it
-# a surrogate's MLP (``MLPModel(blocks=True)``) only changes how variant rows are scored: its own search covers it
+# a surrogate's MLP (``SurrogateMLP``: float32 BLAS blocks) only changes how variant rows are scored: its own search covers it
 MODELS = (("forest", GENERATORS), ("mlp", GENERATORS), ("lr", GENERATORS), ("deep forest", ("nearest_cfe",)),
           ("surrogate mlp", ("change_value",)))
 
@@ -105,7 +105,9 @@ def _world(kind: str, schema: FeatureSchema, X: np.ndarray, rng: np.random.Gener
         est.fit(scaler.transform(X), y)
     model = from_sklearn(est, scaler.mean_, scaler.scale_)
     if kind == "surrogate mlp":  # as ``Surrogate.as_model`` gives it to the search on the surrogate
-        model = replace(model, blocks=True)
+        from learners.tabular.surrogate import SurrogateMLP
+
+        model = SurrogateMLP(model.weights, model.biases, blocks=True, rowwise=True)
     return TabularWorld(f"compile/{kind}", schema, model)
 
 

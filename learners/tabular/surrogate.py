@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from envs.block_diagonal import blocks_of
+from envs.block_diagonal import blocks_of, packed_layers
+from envs.models import MLPModel
+from envs.tree_kernels import mlp_scores_blocks
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import nan_as_zero, take_rows
 
@@ -161,15 +163,13 @@ class Surrogate:
     def as_model(self) -> Any:
         """The surrogate as an ``envs.models.MLPModel`` (its input scaling folded into the first layer), for
         the white-box searches: the surrogate's parameters are ours to read."""
-        from envs.models import MLPModel
-
         W = [np.asarray(a, float) for k, a, _ in self.layers_ if k == "linear"]
         b = [np.asarray(c, float) for k, _, c in self.layers_ if k == "linear"]
         b[0] = b[0] - (self.mean_ / self.scale_) @ W[0]
         W[0] = W[0] / self.scale_[:, None]
-        # its search scores thousands of variant rows an answer: BLAS blocks (the same bits in any batch), and
-        # its other products a row at a time: an agent's answers on it then do not depend on the batch
-        return MLPModel(W, b, blocks=True, rowwise=True)
+        # its search scores thousands of variant rows an answer: BLAS blocks in float32 (the same bits in any
+        # batch), and its other products a row at a time: an agent's answers on it then do not depend on the batch
+        return SurrogateMLP(W, b, blocks=True, rowwise=True)
 
     def pick(self, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, rows: int, below: np.ndarray) -> np.ndarray:
         """(N, rows, D) the rows of ``C`` (N, Q, D) worth asking the model: distinct, nearer than ``below``
@@ -233,6 +233,28 @@ class Surrogate:
                 s.layers_.append(("relu", None, None))
         s.n_features_ = len(s.mean_)
         return s
+
+
+class SurrogateMLP(MLPModel):
+    """A surrogate's network as the white-box searches read it (``Surrogate.as_model``): an ``MLPModel`` (``blocks``,
+    ``rowwise``) whose variant rows (``score_variants``, thousands an answer) are scored in float32. Its weights are
+    float32 values (torch trains them so): float64 products of them carry digits the weights never had, at 1.5x the
+    time. Its other products (``score``, the bounds) stay float64; the two differ by float32 rounding (about 1e-6 of
+    a logit), which moves only what the surrogate proposes, never an answer: every answer is a row the real model
+    accepted."""
+
+    def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
+        if len(self.weights) == 1 or not self.blocks:
+            return super().score_variants(base, index, cols, vals)
+        base = self._check(base)
+        f32 = self.__dict__.get("_packed32")
+        if f32 is None:  # the float32 layers, once
+            dims, diag, w, b = packed_layers(self.weights[1:], self.biases[1:], self.layer_blocks()[1:])
+            f32 = self.__dict__["_packed32"] = (np.ascontiguousarray(self.weights[0], np.float32), dims, diag,
+                                                w.astype(np.float32), b.astype(np.float32))
+        Z0 = np.ascontiguousarray(self._product(base, 0) + self.biases[0], np.float32)
+        return mlp_scores_blocks(Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64),
+                                 np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64), *f32)
 
 
 def average_layers(nets: list[list[tuple[str, Any, Any]]]) -> list[tuple[str, Any, Any]]:
