@@ -71,7 +71,10 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(cells: list[dict[str, Any]], budgets: list[str], command: str) -> str:
-    lines = ["# The black-box generators on fresh real agents (issue 56)", "", f"`{command}`", "",
+    """The table of every cell's JSON; the commands that wrote them (a cell kept from an earlier run names its own)."""
+    runs = list(dict.fromkeys(c.get("command", "an earlier run (its command not recorded)") for c in cells)) or [command]
+    lines = ["# The black-box generators on fresh real agents (issue 56)", "",
+             "Written by " + "; ".join(f"`{r}`" if r.startswith("python") else r for r in runs) + ".", "",
              f"Share within 1% of MACE (fit seed {cells[0]['seed'] if cells else 0}): on the held-out sample of every table and on fresh real agents "
              "(rejected test rows outside that sample, which no piece of the search was chosen on).", "",
              "| cell | agents (held-out / fresh) | method | " + " | ".join(f"{b} held-out / fresh" for b in budgets) + " |",
@@ -100,14 +103,15 @@ def main(argv: list[str] | None = None) -> None:
     if not set(args.methods.split(",")) <= set(METHODS) | {"learned"}:
         raise SystemExit(f"--methods: expected some of {', '.join(METHODS)}, got {args.methods!r}")
     args.budget_list = parse_budgets(args.budgets)  # a bad budget is named before any labels or fits
+    command = "python benchmarks/blackbox_fresh.py " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out) / "blackbox_fresh"
     out.mkdir(parents=True, exist_ok=True)
     for cell in args.cells.split(","):  # one JSON per cell, written as it ends: an interrupted run keeps its cells
         path = out / f"{cell.replace('/', '_')}.json"
         if args.force or not path.exists():
-            path.write_text(json.dumps(run_cell(cell, args), indent=2))
+            path.write_text(json.dumps({**run_cell(cell, args), "command": command}, indent=2))
     cells = [json.loads(f.read_text()) for f in sorted(out.glob("*.json"))]
-    text = report(cells, [f"{b.calls}x{b.rows}" for b in args.budget_list], "python benchmarks/blackbox_fresh.py " + " ".join(argv or sys.argv[1:]))
+    text = report(cells, [f"{b.calls}x{b.rows}" for b in args.budget_list], command)
     (Path(args.out) / "blackbox_fresh.md").write_text(text)
     print(text)
 

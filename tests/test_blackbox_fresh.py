@@ -40,6 +40,11 @@ def test_the_table_shows_held_out_and_fresh_per_budget():
     text = report([cell], ["2x256", "8x2000"], "python benchmarks/blackbox_fresh.py")
     assert "| cell | agents (held-out / fresh) | method | 2x256 held-out / fresh | 8x2000 held-out / fresh |" in text
     assert "| credit/forest | 100 / 400 | proposer | 0.880 / 0.710 | 0.980 / 0.930 |" in text
+    # each cell's JSON keeps the command that wrote it: a report over cells from two runs names both
+    other = {**cell, "cell": "credit/mlp", "command": "python benchmarks/blackbox_fresh.py --cells credit/mlp"}
+    text = report([{**cell, "command": "python benchmarks/blackbox_fresh.py"}, other], ["2x256"], "unused")
+    assert "Written by `python benchmarks/blackbox_fresh.py`; `python benchmarks/blackbox_fresh.py --cells credit/mlp`." in text
+    assert "an earlier run (its command not recorded)" in report([cell], ["2x256"], "unused")
 
 
 @pytest.mark.parametrize("argv, message", [(["--methods", "magic"], "--methods: expected some of"),
