@@ -444,6 +444,7 @@ class MLPModel(WhiteBoxModel):
     biases: list[np.ndarray]
     blocks: bool = False  # variant rows' later layers as BLAS blocks (tree_kernels.mlp_scores_blocks), not the loop
     rowwise: bool = False  # every product a row at a time (envs.rowwise): a row's score the same bits in any batch
+    variant_dtype: ClassVar[type] = np.float64  # ``blocks``' products (float32: a surrogate's, learners.tabular.surrogate)
     kind: ClassVar[str] = "mlp"
     n_features: int = field(init=False)
     model_class: ClassVar[str] = "mlp"
@@ -489,14 +490,14 @@ class MLPModel(WhiteBoxModel):
         base = self._check(base)
         if len(self.weights) == 1:
             return _first_layer_variants(self.weights[0], self.biases[0], base, index, cols, vals).reshape(-1)
-        Z0 = np.ascontiguousarray(self._product(base, 0) + self.biases[0])
-        args = (Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64),
-                np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64),
-                np.ascontiguousarray(self.weights[0]))
-        packed = self.__dict__.get("_packed")
-        if packed is None:  # the later layers flattened for the compiled kernels, once
-            packed = self.__dict__["_packed"] = packed_layers(self.weights[1:], self.biases[1:], self.layer_blocks()[1:])
-        return (mlp_scores_blocks if self.blocks else mlp_scores_variants)(*args, *packed)
+        t, packed = self.variant_dtype, self.__dict__.get("_packed")
+        if packed is None:  # layer 1 and the later layers flattened for the compiled kernels, in ``variant_dtype``, once
+            dims, diag, w, b = packed_layers(self.weights[1:], self.biases[1:], self.layer_blocks()[1:])
+            packed = self.__dict__["_packed"] = (np.ascontiguousarray(self.weights[0], t), dims, diag, w.astype(t), b.astype(t))
+        Z0 = np.ascontiguousarray(self._product(base, 0) + self.biases[0], t)
+        return (mlp_scores_blocks if self.blocks else mlp_scores_variants)(
+            Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64), np.ascontiguousarray(cols, np.int64),
+            np.ascontiguousarray(vals, np.float64), *packed)
 
     def score_bounds(self, base: np.ndarray, cols: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Interval bound propagation: each unit's interval over the box, layer by layer (sound, loose

@@ -19,13 +19,12 @@ the real model accepted: the surrogate only chooses what to ask.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from envs.block_diagonal import blocks_of, packed_layers
+from envs.block_diagonal import blocks_of
 from envs.models import MLPModel
-from envs.tree_kernels import mlp_scores_blocks
 from learners.tabular.geometry import WorldGeometry
 from learners.tabular.rows import nan_as_zero, take_rows
 
@@ -243,18 +242,7 @@ class SurrogateMLP(MLPModel):
     a logit), which moves only what the surrogate proposes, never an answer: every answer is a row the real model
     accepted."""
 
-    def score_variants(self, base: np.ndarray, index: np.ndarray, cols: np.ndarray, vals: np.ndarray) -> np.ndarray:
-        if len(self.weights) == 1 or not self.blocks:
-            return super().score_variants(base, index, cols, vals)
-        base = self._check(base)
-        f32 = self.__dict__.get("_packed32")
-        if f32 is None:  # the float32 layers, once
-            dims, diag, w, b = packed_layers(self.weights[1:], self.biases[1:], self.layer_blocks()[1:])
-            f32 = self.__dict__["_packed32"] = (np.ascontiguousarray(self.weights[0], np.float32), dims, diag,
-                                                w.astype(np.float32), b.astype(np.float32))
-        Z0 = np.ascontiguousarray(self._product(base, 0) + self.biases[0], np.float32)
-        return mlp_scores_blocks(Z0, np.ascontiguousarray(base), np.ascontiguousarray(index, np.int64),
-                                 np.ascontiguousarray(cols, np.int64), np.ascontiguousarray(vals, np.float64), *f32)
+    variant_dtype: ClassVar[type] = np.float32
 
 
 def average_layers(nets: list[list[tuple[str, Any, Any]]]) -> list[tuple[str, Any, Any]]:
