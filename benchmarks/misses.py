@@ -1,0 +1,227 @@
+"""Where a saved black-box generator misses MACE's optimum, agent by agent, beside the search without the network
+(issue 56).
+
+    python benchmarks/misses.py                                   # Adult forest's table generator, fit 0
+    python benchmarks/misses.py --cell credit/forest --generator proposer_student_self-both-t0.1-near128 --seeds 0,1
+
+For each fit seed (the saved fits of ``self_labels.py`` or ``blackbox_generators.py --spread-seeds`` under
+``--generators``) and each agent set (the held-out sample, ``--val-agents`` validation agents and
+``--fresh-agents`` fresh real ones, labelled by MACE as ``spread_validation.py`` labels them, cached), the
+generator and ``--baseline`` answer at ``--budget`` (the search without the network is fitted from the cell's labels
+with the fit's seed where none is saved, as ``self_labels.py`` fits it). Every agent the generator leaves outside 1%
+of MACE is one of three kinds:
+
+- **no answer**: no row it asked was accepted;
+- **another set**: its answer changes other raw features than MACE's optimum (the set was not found);
+- **the same set**: MACE's features, at values farther from the agent (the values were not found);
+
+listed with its distance ratio, both sets, the rank the generator's set namer gives MACE's set (where it has one;
+"unnamed": no label changes that set) and whether the baseline answered it within 1%. Writes
+``<out>/misses/<cell>-<generator>.md``: the counts per kind and agent set, then the agents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.blackbox_generators import (  # noqa: E402
+    add_label_arguments,
+    answers_within,
+    cell_labels,
+    spread_dir,
+    with_cell_defaults,
+)
+from data_gen.mace_labels import raw_feature_index  # noqa: E402
+from envs.black_box import BlackBoxModel, Budget  # noqa: E402
+from learners.tabular import build_tabular_generator  # noqa: E402
+from learners.tabular.geometry import WorldGeometry  # noqa: E402
+
+KINDS = ("no answer", "another set", "the same set")
+REL = 0.01  # an answer within this share of MACE's distance counts as optimal (``score_answers``)
+
+
+def changed_sets(geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(N, J) the raw features each row of ``C`` changes from its agent in ``X`` (False for a NaN row)."""
+    ok = ~np.isnan(C).any(1)
+    out = np.zeros((len(X), geo.n_raw), bool)
+    if ok.any():
+        out[ok] = geo.deltas(X[ok], C[ok]) > 1e-12
+    return out
+
+
+def optimal(world: Any, geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, found: np.ndarray, mace_d: np.ndarray,
+            mace_ok: np.ndarray) -> np.ndarray:
+    """(N,) the answers within ``REL`` of MACE's distance that the model accepts and that keep the agent's box and
+    the world's rules (``evaluation.tabular_experiment.score_answers``'s count, per agent)."""
+    good = found & mace_ok
+    rows = np.flatnonzero(good)
+    if len(rows):
+        d = geo.distance(X[rows], CF[rows])
+        keep = world.accepts(CF[rows]) & ~geo.violations(X[rows], CF[rows]) & (d <= mace_d[rows] * (1 + REL) + 1e-12)
+        good[rows] = keep
+    return good
+
+
+def miss_kinds(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, found: np.ndarray, mace_cf: np.ndarray,
+               mace_ok: np.ndarray, good: np.ndarray) -> np.ndarray:
+    """(N,) each agent's kind of miss (``KINDS``); "" where the answer is optimal or MACE has none."""
+    kinds = np.full(len(X), "", object)
+    miss = mace_ok & ~good
+    same = (changed_sets(geo, X, np.where(found[:, None], CF, np.nan)) == changed_sets(geo, X, mace_cf)).all(1)
+    kinds[miss & ~found] = KINDS[0]
+    kinds[miss & found & ~same] = KINDS[1]
+    kinds[miss & found & same] = KINDS[2]
+    return kinds
+
+
+def namer_ranks(gen: Any, X: np.ndarray, sets: np.ndarray) -> list[str]:
+    """Per agent, the rank (1 = likeliest) the generator's set namer gives the changed set ``sets`` (N, J); "-" for
+    a generator without one, "unnamed" where no label changes that set."""
+    namer = getattr(gen, "set_namer_", None)
+    if namer is None:
+        return ["-"] * len(X)
+    order = np.argsort(-namer.scores(gen._scaled(X)), axis=1, kind="stable")
+    index = {k.tobytes(): i for i, k in enumerate(np.asarray(namer.keys_, bool))}
+    out = []
+    for i, s in enumerate(sets):
+        k = index.get(np.asarray(s, bool).tobytes())
+        out.append("unnamed" if k is None else str(int(np.flatnonzero(order[i] == k)[0]) + 1))
+    return out
+
+
+def agent_sets(c: Any, tl: Any, args: argparse.Namespace) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """The cell's agent sets as (X, MACE's counterfactuals, distances, solved), each where asked for and there are any."""
+    from benchmarks.spread_validation import validation_labels
+    from benchmarks.tabular_generators import fresh_labels
+
+    out = {"held-out": (c.test, tl.cf, tl.distance, np.asarray(tl.ok, bool))}
+    labelled = [("validation", args.val_agents, lambda n: validation_labels(c, n, args)),
+                ("fresh", args.fresh_agents, lambda n: fresh_labels(c, n, args))]
+    for name, n, label in labelled:
+        if n > 0:
+            lab = label(n)
+            if len(lab.X):  # German forest has no rejected test rows past its held-out 36
+                out[name] = (lab.X, lab.cf, lab.distance, np.asarray(lab.ok, bool))
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Both generators on every agent set of every fit seed: the counts and the generator's misses."""
+    from learners.tabular.base import TabularGenerator
+
+    c, tl, labels = cell_labels(args.cell, args)
+    world = c.build.world
+    geo = WorldGeometry.of(world, "one")
+    names = raw_feature_index(world.schema)[0]
+    budget = Budget(*(int(v) for v in args.budget.split("x")))
+    sets = agent_sets(c, tl, args)
+    counts, agents = [], []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        gens = {}
+        for role, name in (("generator", args.generator), ("baseline", args.baseline)):
+            path = spread_dir(args.generators, args.cell, seed) / name
+            if path.exists():
+                gens[role] = TabularGenerator.load(path)
+            elif role == "baseline" and name == "search_no_net":  # as self_labels.py fits it (it saves none)
+                gens[role] = build_tabular_generator("proposer", {"proposals": "averages"}).fit(
+                    replace(world, model=BlackBoxModel(world.model)), labels, seed=seed)
+            else:
+                raise SystemExit(f"--{role}: no saved fit {path} (run self_labels.py or blackbox_generators.py "
+                                 f"--spread-seeds {seed} first)")
+        for set_name, (X, mace_cf, mace_d, mace_ok) in sets.items():
+            t = time.perf_counter()
+            good, kinds = {}, None
+            for role, gen in gens.items():
+                rec = answers_within(gen, world, X, budget)
+                good[role] = optimal(world, geo, X, rec.CF, rec.found, mace_d, mace_ok)
+                if role == "generator":
+                    CF, found = rec.CF, rec.found
+                    kinds = miss_kinds(geo, X, CF, found, mace_cf, mace_ok, good[role])
+            n = int(mace_ok.sum())
+            row = {"seed": seed, "set": set_name, "agents": n,
+                   "generator": float(good["generator"][mace_ok].mean()), "baseline": float(good["baseline"][mace_ok].mean()),
+                   "only_generator": int((good["generator"] & ~good["baseline"]).sum()),
+                   "only_baseline": int((good["baseline"] & ~good["generator"]).sum()),
+                   **{k: int((kinds == k).sum()) for k in KINDS}, "seconds": time.perf_counter() - t}
+            counts.append(row)
+            print(f"[{args.cell}] fit {seed} {set_name}: {row['generator']:.4f} against {row['baseline']:.4f}; "
+                  + ", ".join(f"{k} {row[k]}" for k in KINDS), flush=True)
+            miss = np.flatnonzero(kinds != "")
+            mace_sets, own_sets = changed_sets(geo, X, mace_cf), changed_sets(geo, X, np.where(found[:, None], CF, np.nan))
+            ranks = namer_ranks(gens["generator"], X[miss], mace_sets[miss])
+            for r, i in zip(ranks, miss, strict=True):
+                d = float(geo.distance(X[i:i + 1], CF[i:i + 1])[0]) if found[i] else np.inf
+                agents.append({"seed": seed, "set": set_name, "agent": int(i), "kind": kinds[i],
+                               "ratio": d / max(float(mace_d[i]), 1e-12), "mace": _names(names, mace_sets[i]),
+                               "answer": _names(names, own_sets[i]) if found[i] else "-", "rank": r,
+                               "baseline": bool(good["baseline"][i])})
+    return {"cell": args.cell, "generator": args.generator, "baseline": args.baseline, "budget": args.budget,
+            "counts": counts, "agents": agents}
+
+
+def _names(names: list[str], s: np.ndarray) -> str:
+    return ", ".join(names[j] for j in np.flatnonzero(s))
+
+
+def report(out: dict[str, Any], command: str) -> str:
+    """The markdown page: counts per fit and agent set, then every miss."""
+    lines = [f"# Misses of `{out['generator']}` on {out['cell']} at {out['budget']}", "",
+             f"Written by `{command}`. An agent counts as missed where the generator's answer is not within 1% of "
+             f"MACE's certified optimum; `{out['baseline']}` is the same search without the network.", "",
+             "| fit | agents | generator | baseline | only the generator | only the baseline | "
+             + " | ".join(KINDS) + " |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in out["counts"]:
+        lines.append(f"| {r['seed']} | {r['set']} ({r['agents']}) | {r['generator']:.4f} | {r['baseline']:.4f} | "
+                     f"{r['only_generator']} | {r['only_baseline']} | " + " | ".join(str(r[k]) for k in KINDS) + " |")
+    lines += ["", "| fit | set | agent | kind | distance / MACE's | MACE's set | the answer's set | "
+              "namer's rank of MACE's set | baseline optimal |", "|---|---|---|---|---|---|---|---|---|"]
+    for a in out["agents"]:
+        ratio = "-" if not np.isfinite(a["ratio"]) else f"{a['ratio']:.3f}"
+        lines.append(f"| {a['seed']} | {a['set']} | {a['agent']} | {a['kind']} | {ratio} | {a['mace']} | {a['answer']} "
+                     f"| {a['rank']} | {'yes' if a['baseline'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_label_arguments(p)
+    p.add_argument("--cell", default="adult/forest", help="the cell (world/model)")
+    p.add_argument("--generator", default="proposer_student_self-both", help="the saved fit's name under each seed")
+    p.add_argument("--baseline", default="search_no_net", help="the saved search without the network")
+    p.add_argument("--seeds", default="0", help="comma-separated fit seeds")
+    p.add_argument("--budget", default="2x256", help="R x N per answer")
+    p.add_argument("--val-agents", type=int, default=400, help="validation agents (0: none)")
+    p.add_argument("--fresh-agents", type=int, default=400, help="fresh real agents (0: none)")
+    p.add_argument("--generators", default="data_cache/blackbox_generators", help="where the saved fits are")
+    p.add_argument("--out", default="benchmarks/results", help="results directory")
+    args = with_cell_defaults(p.parse_args(argv))
+    parts = args.budget.split("x")
+    if len(parts) != 2 or not all(v.isdigit() and int(v) > 0 for v in parts):
+        p.error(f"--budget: expected RxN with positive integers, got {args.budget!r}")
+    if not all(s.strip().isdigit() for s in args.seeds.split(",")):
+        p.error(f"--seeds: expected comma-separated non-negative integers, got {args.seeds!r}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    out = run(args)
+    path = Path(args.out) / "misses" / f"{args.cell.replace('/', '_')}-{args.generator}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/misses.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    path.write_text(report(out, command.strip()))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
