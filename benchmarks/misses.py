@@ -43,6 +43,7 @@ from benchmarks.blackbox_generators import (  # noqa: E402
 )
 from data_gen.mace_labels import raw_feature_index  # noqa: E402
 from envs.black_box import BlackBoxModel, Budget  # noqa: E402
+from evaluation.tabular_experiment import optimal_answers  # noqa: E402
 from learners.tabular import build_tabular_generator  # noqa: E402
 from learners.tabular.geometry import WorldGeometry  # noqa: E402
 
@@ -57,19 +58,6 @@ def changed_sets(geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray
     if ok.any():
         out[ok] = geo.deltas(X[ok], C[ok]) > 1e-12
     return out
-
-
-def optimal(world: Any, geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, found: np.ndarray, mace_d: np.ndarray,
-            mace_ok: np.ndarray) -> np.ndarray:
-    """(N,) the answers within ``REL`` of MACE's distance that the model accepts and that keep the agent's box and
-    the world's rules (``evaluation.tabular_experiment.score_answers``'s count, per agent)."""
-    good = found & mace_ok
-    rows = np.flatnonzero(good)
-    if len(rows):
-        d = geo.distance(X[rows], CF[rows])
-        keep = world.accepts(CF[rows]) & ~geo.violations(X[rows], CF[rows]) & (d <= mace_d[rows] * (1 + REL) + 1e-12)
-        good[rows] = keep
-    return good
 
 
 def miss_kinds(geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, found: np.ndarray, mace_cf: np.ndarray,
@@ -100,19 +88,12 @@ def namer_ranks(gen: Any, X: np.ndarray, sets: np.ndarray) -> list[str]:
 
 
 def agent_sets(c: Any, tl: Any, args: argparse.Namespace) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """The cell's agent sets as (X, MACE's counterfactuals, distances, solved), each where asked for and there are any."""
-    from benchmarks.spread_validation import validation_labels
-    from benchmarks.tabular_generators import fresh_labels
+    """``student_forests.labelled_sets`` as (X, MACE's counterfactuals, distances, solved), "test" named "held-out"."""
+    from benchmarks.student_forests import labelled_sets
 
-    out = {"held-out": (c.test, tl.cf, tl.distance, np.asarray(tl.ok, bool))}
-    labelled = [("validation", args.val_agents, lambda n: validation_labels(c, n, args)),
-                ("fresh", args.fresh_agents, lambda n: fresh_labels(c, n, args))]
-    for name, n, label in labelled:
-        if n > 0:
-            lab = label(n)
-            if len(lab.X):  # German forest has no rejected test rows past its held-out 36
-                out[name] = (lab.X, lab.cf, lab.distance, np.asarray(lab.ok, bool))
-    return out
+    return {"held-out" if k == "test" else k: (np.asarray(v.X, float), np.asarray(v.cf, float),
+                                                np.asarray(v.distance, float), np.asarray(v.ok, bool))
+            for k, v in labelled_sets(c, tl, args).items()}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -143,7 +124,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             good, kinds = {}, None
             for role, gen in gens.items():
                 rec = answers_within(gen, world, X, budget)
-                good[role] = optimal(world, geo, X, rec.CF, rec.found, mace_d, mace_ok)
+                good[role] = optimal_answers(world, X, rec.CF, rec.found, mace_d, mace_ok, rel=REL)
                 if role == "generator":
                     CF, found = rec.CF, rec.found
                     kinds = miss_kinds(geo, X, CF, found, mace_cf, mace_ok, good[role])

@@ -74,15 +74,22 @@ def pick_ms(gen: Any, world: Any, X: np.ndarray, agents: int = 30) -> float:
     return float(np.median(ms))
 
 
-def agent_sets(c: Any, tl: Any, args: argparse.Namespace) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The cell's agent sets as (X, MACE's distance, solved): its held-out test agents, ``--val-agents`` drawn
+def labelled_sets(c: Any, tl: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The cell's agent sets as MACE's label sets: its held-out test agents (``tl``), ``--val-agents`` drawn
     validation agents and ``--fresh-agents`` fresh real ones (each where asked for and there are any)."""
-    sets = {"test": (c.test, tl.distance, np.asarray(tl.ok, bool))}
+    sets = {"test": tl}
     if args.val_agents > 0:
-        sets["validation"] = agent_set(validation_labels(c, args.val_agents, args))
+        sets["validation"] = validation_labels(c, args.val_agents, args)
     fresh = fresh_labels(c, args.fresh_agents, args) if args.fresh_agents > 0 else None
     if fresh is not None and len(fresh.X):  # German forest has no rejected test rows past its 36
-        sets["fresh"] = agent_set(fresh)
+        sets["fresh"] = fresh
+    return sets
+
+
+def agent_sets(c: Any, tl: Any, args: argparse.Namespace) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``labelled_sets`` as (X, MACE's distance, solved), the held-out agents as the cell holds them."""
+    sets = {k: agent_set(v) for k, v in labelled_sets(c, tl, args).items()}
+    sets["test"] = (c.test, tl.distance, np.asarray(tl.ok, bool))
     return sets
 
 

@@ -452,6 +452,29 @@ def load_tabular_run(run_dir: str | Path) -> TabularRun:
 
 # -------------------------------------------------------------------------------------- evaluation
 
+def _valid_and_distance(world: TabularWorld, geo: WorldGeometry, X: np.ndarray, CF: np.ndarray, found: np.ndarray
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) the answers the model accepts that keep the agent's box, integer codes and rules, and (N,) their
+    distances (inf where none)."""
+    valid = np.zeros(len(X), bool)
+    if found.any():
+        rows = np.flatnonzero(found)
+        valid[rows] = world.accepts(CF[rows]) & ~geo.violations(X[rows], CF[rows])  # the model's own rule
+    return valid, np.where(found, geo.distance(X, np.nan_to_num(CF)), np.inf)
+
+
+def _optimal(valid: np.ndarray, d: np.ndarray, solved: np.ndarray, mace_d: np.ndarray, rel: float) -> np.ndarray:
+    """(N,) valid answers within ``rel`` of MACE's distance, for the agents ``solved`` (found, and MACE's too)."""
+    return solved & valid & (d <= np.where(solved, mace_d, 0.0) * (1 + rel) + 1e-12)
+
+
+def optimal_answers(world: TabularWorld, X: np.ndarray, CF: np.ndarray, found: np.ndarray, mace_d: np.ndarray,
+                    mace_ok: np.ndarray, norm: str = "one", rel: float = 0.01) -> np.ndarray:
+    """(N,) per agent, whether its answer counts as optimal in ``score_answers``' ``optimal_share``."""
+    valid, d = _valid_and_distance(world, WorldGeometry.of(world, norm), X, CF, found)
+    return _optimal(valid, d, found & mace_ok, mace_d, rel)
+
+
 def score_answers(world: TabularWorld, X: np.ndarray, CF: np.ndarray, found: np.ndarray, mace_d: np.ndarray,
                   mace_ok: np.ndarray, norm: str = "one", rel: float = 0.01) -> dict[str, Any]:
     """Validity, coverage and the distance against MACE's certified optimum of a batch of answers. An answer
@@ -460,11 +483,7 @@ def score_answers(world: TabularWorld, X: np.ndarray, CF: np.ndarray, found: np.
     geo = WorldGeometry.of(world, norm)
     n = len(X)
     f = found & mace_ok
-    valid = np.zeros(n, bool)
-    if found.any():
-        rows = np.flatnonzero(found)
-        valid[rows] = world.accepts(CF[rows]) & ~geo.violations(X[rows], CF[rows])  # the model's own rule
-    d = np.where(found, geo.distance(X, np.nan_to_num(CF)), np.inf)
+    valid, d = _valid_and_distance(world, geo, X, CF, found)
     ratio = d[f] / np.maximum(mace_d[f], 1e-12)
     changed = (geo.deltas(X[found], CF[found]) > 1e-12).sum(1) if found.any() else np.zeros(0)
     return {
@@ -473,7 +492,7 @@ def score_answers(world: TabularWorld, X: np.ndarray, CF: np.ndarray, found: np.
         "coverage": float(found[mace_ok].mean()) if mace_ok.any() else None,
         "validity": float(valid[found].mean()) if found.any() else None,
         "answered_without_mace_answer": int((found & ~mace_ok).sum()),
-        "optimal_share": float((valid[f] & (d[f] <= mace_d[f] * (1 + rel) + 1e-12)).sum() / max(1, mace_ok.sum())),
+        "optimal_share": float(_optimal(valid, d, f, mace_d, rel).sum() / max(1, mace_ok.sum())),
         "distance_ratio_mean": float(ratio.mean()) if len(ratio) else None,
         "distance_ratio_median": float(np.median(ratio)) if len(ratio) else None,
         "distance_ratio_p90": float(np.quantile(ratio, 0.9)) if len(ratio) else None,

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from benchmarks.misses import KINDS, main, miss_kinds, namer_ranks, optimal, report
+from benchmarks.misses import KINDS, main, miss_kinds, namer_ranks, report
+from evaluation.tabular_experiment import optimal_answers, score_answers
 from learners.tabular import WorldGeometry
 
 
@@ -39,12 +40,13 @@ def test_each_miss_is_no_answer_another_set_or_the_same_set_against_a_brute_forc
     mace_ok = np.array([True] * 5 + [False])
     CF = np.array([[3.0, 4.0, 0.0], [3.0, 4.02, 0.0], [3.0, 6.0, 0.0], [3.0, 4.0, 1.0], [np.nan] * 3, [np.nan] * 3])
     found = ~np.isnan(CF).any(1)
-    good = optimal(world, geo, X, CF, found, mace_d, mace_ok)
+    good = optimal_answers(world, X, CF, found, mace_d, mace_ok)
     np.testing.assert_array_equal(good, [True, True, False, False, False, False])
+    assert score_answers(world, X, CF, found, mace_d, mace_ok)["optimal_share"] == good.sum() / mace_ok.sum()
     kinds = miss_kinds(geo, X, CF, found, mace_cf, mace_ok, good)
     assert list(kinds) == ["", "", KINDS[2], KINDS[1], KINDS[0], ""]
     # a refused row is never optimal, however near
-    assert not optimal(world, geo, X[:1], np.array([[2.0, 4.0, 0.0]]), np.array([True]), mace_d[:1] * 10, mace_ok[:1])[0]
+    assert not optimal_answers(world, X[:1], np.array([[2.0, 4.0, 0.0]]), np.array([True]), mace_d[:1] * 10, mace_ok[:1])[0]
 
 
 def test_the_namer_rank_is_one_based_and_says_unnamed_for_a_set_no_label_changes():
