@@ -79,17 +79,25 @@ def fit_command(cell: str, saved: str, fit: int, generators: str) -> str:
     return f"python benchmarks/blackbox_generators.py --cells {cell} --spread-seeds {seeds}{methods} --generators {generators}"
 
 
-def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
-    root = spread_dir(args.generators, cell, args.fit)
+def table_generators(cell: str, generators: str, fit: int) -> dict[str, TabularGenerator]:
+    """``cell``'s saved table generator at its setting (``SETTINGS``), then ``BASELINES``, of fit seed ``fit``; a
+    missing fit stops the run at once (before any labelling), naming the command that writes it."""
+    root = spread_dir(generators, cell, fit)
     name, setting = SETTINGS[cell]
-    for saved in (name, *BASELINES):  # before any labelling: a missing fit stops the run at once
+    for saved in (name, *BASELINES):
         if not (root / saved).exists():
             raise SystemExit(f"{root / saved} is missing: fit it first with\n    "
-                             + fit_command(cell, saved, args.fit, args.generators))
-    c, _, _ = cell_labels(cell, args)
-    world, X = c.build.world, c.test[: args.agents]
+                             + fit_command(cell, saved, fit, generators))
     gens = {saved: TabularGenerator.load(root / saved) for saved in (name, *BASELINES)}
     gens[name].params = dataclasses.replace(gens[name].params, **setting)
+    return gens
+
+
+def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
+    name, setting = SETTINGS[cell]
+    gens = table_generators(cell, args.generators, args.fit)
+    c, _, _ = cell_labels(cell, args)
+    world, X = c.build.world, c.test[: args.agents]
     budget, latency = Budget(2, 256), args.latency_ms / 1e3
     t0 = time.perf_counter()
     for gen in gens.values():
