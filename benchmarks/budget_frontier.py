@@ -10,8 +10,8 @@ answer, and the table generator's lead over the search without the network at ea
 
 The saved fits are those ``benchmarks/remote_student.py`` times (its docstring lists the commands that write them;
 a missing one stops the run and names its command). Each cell's results are written as the cell ends
-(``<out>/<cell>.json``); a rerun skips the cells already there (``--force``: answer them again). Writes
-``<out>.md``, ``<out>.json`` and the frontier plot ``<out>.png``.
+(``<out>/<cell>.json``); a rerun with the same settings skips the cells already there (``--force``: answer them
+again). Writes ``<out>.md``, ``<out>.json`` and the frontier plot ``<out>.png``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     gens = table_generators(cell, args.generators, args.fit)
     c, tl, _ = cell_labels(cell, args)
     world = c.build.world
-    out: dict[str, Any] = {"cell": cell, "fit": args.fit, "generator": {"name": name, **setting}, "sets": {}}
+    out: dict[str, Any] = {"cell": cell, "fit": args.fit, "generator": {"name": name, **setting}, **_asked(args),
+                           "sets": {}}
     for set_name, (X, _, mace_d, mace_ok) in agent_sets(c, tl, args).items():
         runs: dict[str, list[dict[str, Any]]] = {}
         for key, gen in zip((TABLE, *BASELINES), gens.values(), strict=True):
@@ -63,6 +64,12 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
                       f"rows median {m['rows_median']:.0f}, {m['ms_per_agent']:.1f} ms an agent", flush=True)
         out["sets"][set_name] = {"agents": int(len(X)), "mace_solved": int(mace_ok.sum()), "methods": runs}
     return out
+
+
+def _asked(args: argparse.Namespace) -> dict[str, Any]:
+    """What a cell's results answer (a written cell is reused only for the same)."""
+    return {"budgets": args.budgets, "val_agents": args.val_agents, "fresh_agents": args.fresh_agents,
+            "test_agents": args.test_agents, "sizes": args.sizes, "seed": args.seed}
 
 
 def leads(cell: dict[str, Any], set_name: str) -> list[float]:
@@ -162,10 +169,13 @@ def main(argv: list[str] | None = None) -> None:
     cells, t0 = [], time.perf_counter()
     for cell in args.cells.split(","):
         path = out / f"{cell.replace('/', '_')}.json"
-        if path.exists() and not args.force:  # resumable: a cell written is not answered again
-            print(f"[{cell}] done already ({path}); --force answers it again", flush=True)
-            cells.append(json.loads(path.read_text()))
-            continue
+        if path.exists() and not args.force:  # resumable: a cell written for the same question is not answered again
+            done = json.loads(path.read_text())
+            if done.get("fit") == args.fit and all(done.get(k) == v for k, v in _asked(args).items()):
+                print(f"[{cell}] done already ({path}); --force answers it again", flush=True)
+                cells.append(done)
+                continue
+            print(f"[{cell}] {path} answers other settings: answered again", flush=True)
         cells.append(run_cell(cell, args))
         path.write_text(json.dumps(cells[-1], indent=1))
     command = "python benchmarks/budget_frontier.py " + " ".join(sys.argv[1:] if argv is None else argv)

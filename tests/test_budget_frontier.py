@@ -20,6 +20,7 @@ def _cell(name: str = "adult/forest") -> dict:
     proposer = [_run(1, 128, 0.70, 110), _run(2, 256, 0.91, 250)]
     no_net = [_run(1, 128, 0.55, 100), _run(2, 256, 0.90, 240)]
     return {"cell": name, "fit": 0, "generator": {"name": "proposer_student_self-both", "student_use": "both"},
+            **bf._asked(bf.parse(["--budgets", "1x128,2x256"])),
             "sets": {"held-out": {"agents": 100, "mace_solved": 100,
                                   "methods": {bf.TABLE: table, "proposer": proposer, bf.NO_NET: no_net}}}}
 
@@ -52,13 +53,16 @@ def test_a_cell_written_already_is_not_answered_again(tmp_path, monkeypatch):
         raise AssertionError(f"{cell} answered again")
 
     monkeypatch.setattr(bf, "run_cell", never)
-    bf.main(["--cells", "adult/forest", "--out", str(out)])
+    bf.main(["--cells", "adult/forest", "--out", str(out), "--budgets", "1x128,2x256"])
     assert json.loads((tmp_path / "frontier.json").read_text())[0]["cell"] == "adult/forest"
     assert "+25.00" in (tmp_path / "frontier.md").read_text()
     assert (tmp_path / "frontier.png").exists()
     monkeypatch.setattr(bf, "run_cell", lambda cell, args: _cell(cell) | {"fit": 7})  # --force: answered again
-    bf.main(["--cells", "adult/forest", "--out", str(out), "--force"])
+    bf.main(["--cells", "adult/forest", "--out", str(out), "--budgets", "1x128,2x256", "--force"])
     assert json.loads((out / "adult_forest.json").read_text())["fit"] == 7
+    monkeypatch.setattr(bf, "run_cell", lambda cell, args: _cell(cell) | {"fit": 8})  # other budgets: answered again
+    bf.main(["--cells", "adult/forest", "--out", str(out), "--fit", "7"])
+    assert json.loads((out / "adult_forest.json").read_text())["fit"] == 8
 
 
 @pytest.mark.parametrize("argv, message", [
