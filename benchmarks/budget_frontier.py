@@ -52,11 +52,13 @@ def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     world = c.build.world
     out: dict[str, Any] = {"cell": cell, "fit": args.fit, "generator": {"name": name, **setting}, **_asked(args),
                            "sets": {}}
+    methods = {TABLE: gens[name], **{b: gens[b] for b in BASELINES}}
+    budgets = parse_budgets(args.budgets)
     for set_name, (X, _, mace_d, mace_ok) in agent_sets(c, tl, args).items():
         runs: dict[str, list[dict[str, Any]]] = {}
-        for key, gen in zip((TABLE, *BASELINES), gens.values(), strict=True):
+        for key, gen in methods.items():
             runs[key] = []
-            for budget in parse_budgets(args.budgets):
+            for budget in budgets:
                 m = run_budget(gen, world, X, budget, mace_d, mace_ok)
                 runs[key].append({k: m[k] for k in ("budget", "optimal_share", "validity", "rows_median", "rows_max",
                                                     "calls", "ms_per_agent")})
