@@ -290,7 +290,8 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
     data = TabularLabels(labels.X[rows], labels.cf[rows], labels.distance[rows])
     if t.generated_agents:
         data = _with_generated(world, agents[train], data, mace, t, run_dir, progress)
-    if any(int(spec.params.get("self_labels", 0) or 0) > 0 for spec in cfg.generators):
+    if any(int(spec.params.get("self_labels", 0) or 0) > 0 or spec.params.get("setting") == "auto"
+           for spec in cfg.generators):  # (a fit that chooses its setting counts them)
         data = dataclasses.replace(data, unlabelled=_unlabelled(world, data_split.X_train, agents))
     from learners.tabular.compile import compile_kernels
 
@@ -303,8 +304,12 @@ def train_tabular(cfg: TabularExperimentConfig, progress: bool = True) -> Path:
     for spec in cfg.generators:
         t0 = time.perf_counter()
         params = dict(spec.params)
-        if int(params.get("self_labels", 0) or 0) > 0 and not params.get("self_label_memory"):
-            params["self_label_memory"] = str(run_dir / "self_labels" / spec.label)  # an interrupted fit resumes
+        if (int(params.get("self_labels", 0) or 0) > 0 or params.get("setting") == "auto") \
+                and not params.get("self_label_memory"):  # an interrupted fit resumes
+            params["self_label_memory"] = str(run_dir / "self_labels" / spec.label)
+        if (int(params.get("student_agents", 0) or 0) > 0 or params.get("setting") == "auto") \
+                and not params.get("student_memory"):  # the model's answers for a student, kept likewise
+            params["student_memory"] = str(run_dir / "student" / spec.label)
         gen = build_tabular_generator(spec.method, params).fit(world, data, seed=t.seed, progress=progress)
         gen.save(run_dir / "models" / spec.label)
         meta = {"fit_seconds": time.perf_counter() - t0, "train_agents": int(len(data.X)),

@@ -27,6 +27,10 @@ rays and snapped to the labels' value vocabulary in the first call, then moves t
 within ``calls`` round trips and ``rows`` rows per agent, through ``predict_proba`` only. White-box reading
 of the model is never used (wrap it in ``envs.black_box.BlackBoxModel`` to have that enforced and counted).
 
+Which learned parts to add depends on the model (a surrogate where it is smooth, a student of its corners
+where it answers in steps); ``setting="auto"`` lets the fit choose from the model's answers
+(``learners/tabular/setting.py``).
+
 ``proposals`` chooses where the first batch comes from: ``network`` (the method), ``averages`` (no network:
 the K centroids of the training labels' changes, the same for every agent: the same search without the
 learned part, the baseline of every table) or ``neighbours`` (no network: the K nearest training agents'
@@ -54,6 +58,7 @@ from learners.tabular.geometry import WorldGeometry
 from learners.tabular.proposer_params import ProposerParams
 from learners.tabular.self_labels import answer_unlabelled
 from learners.tabular.set_names import SetNamer
+from learners.tabular.setting import choose_setting
 from learners.tabular.steps import STEP_SHARE_MIN, step_share
 from learners.tabular.student import CornerStudent
 from learners.tabular.surrogate import Surrogate, SurrogateParams, boundary_queries
@@ -80,10 +85,17 @@ class ProposerGenerator(TabularGenerator):
         self.fit_info_: dict[str, Any] = {"labels": int(len(self.X_)), "expert": []}
         self.surrogate_, self.inner_, self.set_namer_, self.student_ = None, None, None, None
         self.step_share_ = 0.0
-        if self.vocab_ is not None and float(p.corner_grid) > 0:  # one call: does the model answer in steps?
+        auto = p.setting == "auto"
+        if auto or (self.vocab_ is not None and float(p.corner_grid) > 0):  # one call: does the model answer in steps?
             probe = BlackBoxModel(world.model)
             self.step_share_ = step_share(probe, geo, self.X_, seed=seed)
             self.fit_info_["steps"] = {"share": self.step_share_, "calls": probe.calls, "rows": probe.rows}
+        if auto:  # the options the probe and the unlabelled rows call for (learners/tabular/setting.py)
+            unlabelled = getattr(labels, "unlabelled", None)
+            chosen, why = choose_setting(steps=self._in_steps(), unlabelled=0 if unlabelled is None else len(unlabelled),
+                                         student_agents=int(p.student_agents), self_labels=int(p.self_labels))
+            self.params = p = replace(p, **chosen)
+            self.fit_info_["setting"] = {"chosen": chosen, "why": why}
         if int(p.student_agents) > 0 and self._in_steps():  # a stand-in of a model in steps, from its answers
             probe = BlackBoxModel(world.model)
             self.student_ = CornerStudent(members=int(p.student_members)).fit(

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from learners.tabular.setting import SETTINGS
+
 Proposals = Literal["network", "averages", "neighbours"]
 # where a student's picks go: round one's corner grid, round two (``budget_search``'s ``next_picks``: the rows of an
 # agent round one left with nothing accepted, and the next picks nearer than the others' answers), or both
@@ -63,6 +65,7 @@ class ProposerParams:
     self_label_rows: int = 2000  # and its rows per agent
     self_label_workers: int = 2  # processes answering the self-labels' blocks
     self_label_memory: str = ""  # a directory keeping the self-labels' blocks (this model's only): a fit run again answers only what it lacks
+    setting: str = "manual"  # "auto": the fit chooses surrogate, student and self-labels from the model's answers (``setting.py``); "manual": as set here
 
     def __post_init__(self) -> None:
         for name in ("heads", "calls", "rows", "max_epochs", "batch_size", "expert_agents", "expert_calls",
@@ -87,6 +90,8 @@ class ProposerParams:
             raise ValueError(f"expert_rounds: must be >= 0, got {self.expert_rounds!r}")
         if self.student_use not in STUDENT_USES:
             raise ValueError(f"student_use: expected one of {', '.join(STUDENT_USES)}, got {self.student_use!r}")
+        if self.setting not in SETTINGS:
+            raise ValueError(f"setting: expected one of {', '.join(SETTINGS)}, got {self.setting!r}")
         if self.proposals not in get_args(Proposals):
             raise ValueError(f"proposals: expected one of {', '.join(get_args(Proposals))}, got {self.proposals!r}")
         self.hidden = tuple(int(h) for h in self.hidden)
