@@ -11,7 +11,9 @@ which it is; ``ProposerParams(setting="auto")`` lets the fit tell, from the step
 
 ``choose_setting`` is the rule, kept apart from the fit so that it can be read and tested on its own.
 The options it sets are ``AUTO_FIELDS``; amounts the user gave (``student_agents``, ``self_labels``
-above zero) are kept, zero takes the table's amount. Every other option is the user's.
+above zero) are kept, zero takes the table's amount. Every other option is the user's. The fit writes the chosen
+options into the generator's ``params`` (``fit_info_["setting"]`` says which and why), so that a saved fit answers
+with them; a second fit chooses again from the same rule.
 """
 
 from __future__ import annotations
