@@ -41,6 +41,8 @@ def test_the_rule():
         choose_setting(steps=True, unlabelled=-1)
     with pytest.raises(ValueError, match="setting: expected one of manual, auto"):
         build_tabular_generator("proposer", {"setting": "best"})
+    with pytest.raises(ValueError, match="setting: 'auto' adds learned parts, and proposals 'averages' is a baseline"):
+        build_tabular_generator("proposer", {"setting": "auto", "proposals": "averages"})
 
 
 @pytest.fixture(scope="module")

@@ -94,5 +94,7 @@ class ProposerParams:
             raise ValueError(f"setting: expected one of {', '.join(SETTINGS)}, got {self.setting!r}")
         if self.proposals not in get_args(Proposals):
             raise ValueError(f"proposals: expected one of {', '.join(get_args(Proposals))}, got {self.proposals!r}")
+        if self.setting == "auto" and self.proposals != "network":  # the baselines are the search without learned parts
+            raise ValueError(f"setting: 'auto' adds learned parts, and proposals {self.proposals!r} is a baseline without them")
         self.hidden = tuple(int(h) for h in self.hidden)
         self.surrogate_hidden = tuple(int(h) for h in self.surrogate_hidden)
