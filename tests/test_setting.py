@@ -28,6 +28,8 @@ SMALL = {"max_epochs": 5, "student_corners": 20}  # a student of 60 drawn agents
 def test_the_rule():
     chosen, why = choose_setting(steps=False, unlabelled=5000)
     assert chosen["surrogate"] and chosen["student_agents"] == 0 and chosen["self_labels"] == 0 and "smooth" in why
+    assert chosen["surrogate_members"] == 3 and choose_setting(steps=False, unlabelled=0, surrogate_members=5)[0][
+        "surrogate_members"] == 5  # three averaged at least: one surrogate is a draw
     chosen, why = choose_setting(steps=True, unlabelled=5000)
     assert not chosen["surrogate"] and chosen["student_use"] == "both" and chosen["student_threshold"] == 0.2
     assert (chosen["student_agents"], chosen["self_labels"]) == (STUDENT_AGENTS, SELF_LABELS) and "steps" in why
@@ -82,7 +84,7 @@ def test_a_smooth_model_takes_the_surrogate(tiny_mlp):  # noqa: F811 (the fixtur
     gen = build_tabular_generator("proposer", {"max_epochs": 5, "setting": "auto", "surrogate_queries": 50,
                                                "surrogate_epochs": 5, "surrogate_max_sigma": 10.0}
                                   ).fit(replace(world, model=BlackBoxModel(world.model)), labels)
-    assert not gen._in_steps() and gen.params.surrogate and gen.student_ is None
+    assert not gen._in_steps() and gen.params.surrogate and gen.params.surrogate_members == 3 and gen.student_ is None
     assert gen.fit_info_["surrogate"]["used"] and "smooth" in gen.fit_info_["setting"]["why"]
     manual = build_tabular_generator("proposer", {"max_epochs": 5}).fit(world, labels)
     assert manual.params.setting == "manual" and "setting" not in manual.fit_info_ and manual.surrogate_ is None

@@ -93,7 +93,8 @@ class ProposerGenerator(TabularGenerator):
         if auto:  # the options the probe and the unlabelled rows call for (learners/tabular/setting.py)
             unlabelled = getattr(labels, "unlabelled", None)
             chosen, why = choose_setting(steps=self._in_steps(), unlabelled=0 if unlabelled is None else len(unlabelled),
-                                         student_agents=int(p.student_agents), self_labels=int(p.self_labels))
+                                         student_agents=int(p.student_agents), self_labels=int(p.self_labels),
+                                         surrogate_members=int(p.surrogate_members))
             self.params = p = replace(p, **chosen)
             self.fit_info_["setting"] = {"chosen": chosen, "why": why}
         if int(p.student_agents) > 0 and self._in_steps():  # a stand-in of a model in steps, from its answers
