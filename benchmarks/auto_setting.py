@@ -67,17 +67,17 @@ def table_generator(cell: str, generators: str, fit: int) -> tuple[str, dict[str
     return name, setting, gens
 
 
-def fit_auto(cell: str, args: argparse.Namespace) -> tuple[TabularGenerator, dict[str, Any]]:
+def fit_auto(cell: str, c: Any, labels: Any, args: argparse.Namespace) -> tuple[TabularGenerator, dict[str, Any]]:
     """The cell's proposer at ``setting="auto"``, fitted through the black box (or loaded where saved), and its
-    fit record: what was chosen and why, the model calls and rows asked, the seconds."""
+    fit record: what was chosen and why, the model calls and rows asked, the seconds. ``c`` and ``labels`` are
+    the cell and its training labels (``cell_labels``)."""
     path = spread_dir(args.generators, cell, args.fit) / SAVED
-    c, _, labels = cell_labels(cell, args)
-    world = c.build.world
-    U = _unlabelled(world, c.build.data.X_train, labels.X)
     if path.exists() and not args.force:
         gen = TabularGenerator.load(path)
         first = json.loads((path / "fit.json").read_text())  # the first fit's seconds and unlabelled rows
         return gen, {"seconds": first["seconds"], "unlabelled": first["unlabelled"], **fit_rows(gen.fit_info_)}
+    world = c.build.world
+    U = _unlabelled(world, c.build.data.X_train, labels.X)  # the rejected training rows MACE did not label
     tag = f"{cell.replace('/', '_')}-{args.fit}"
     params = {"setting": "auto", "student_memory": str(Path(args.cache) / "student_memory" / tag),
               "self_label_memory": str(Path(args.cache) / "self_label_memory" / f"auto-{tag}"),
@@ -111,8 +111,8 @@ def asked(args: argparse.Namespace) -> dict[str, Any]:
 def run_cell(cell: str, args: argparse.Namespace) -> dict[str, Any]:
     """``cell``'s auto-set proposer, its table generator and the search without the network at every budget."""
     name, setting, gens = table_generator(cell, args.generators, args.fit)
-    auto, record = fit_auto(cell, args)
-    c, tl, _ = cell_labels(cell, args)
+    c, tl, labels = cell_labels(cell, args)
+    auto, record = fit_auto(cell, c, labels, args)
     world, X = c.build.world, c.test
     out: dict[str, Any] = {"cell": cell, **asked(args), "agents": int(tl.ok.sum()),
                            "table": {"name": name, **setting}, "auto": record, "runs": {}}

@@ -16,8 +16,11 @@ of MACE is one of three kinds:
 - **the same set**: MACE's features, at values farther from the agent (the values were not found);
 
 listed with its distance ratio, both sets, the rank the generator's set namer gives MACE's set (where it has one;
-"unnamed": no label changes that set) and whether the baseline answered it within 1%. Writes
-``<out>/misses/<cell>-<generator>.md``: the counts per kind and agent set, then the agents.
+"unnamed": no label changes that set) and whether the baseline answered it within 1%. Each row also gives the
+generator's lead over the baseline in points with a paired 95% interval over its agents (the agents are the sample;
+the same agents answer both), and a last table the lead of every set with each agent's outcomes averaged over the
+fits (the fits share their agents, so they are not independent samples). Writes
+``<out>/misses/<cell>-<generator>.md``: the counts per kind and agent set, the leads, then the agents.
 """
 
 from __future__ import annotations
@@ -49,6 +52,16 @@ from learners.tabular.geometry import WorldGeometry  # noqa: E402
 
 KINDS = ("no answer", "another set", "the same set")
 REL = 0.01  # an answer within this share of MACE's distance counts as optimal (``score_answers``)
+Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
+
+
+def paired_lead(diff: np.ndarray) -> tuple[float, float, float]:
+    """The mean of per-agent differences (generator minus baseline, each in [-1, 1]) in points and its 95% interval
+    (normal approximation: the mean of a few hundred bounded differences)."""
+    d = np.asarray(diff, float)
+    mean = float(d.mean())
+    half = Z95 * float(d.std(ddof=1)) / np.sqrt(len(d)) if len(d) > 1 else np.inf
+    return 100 * mean, 100 * (mean - half), 100 * (mean + half)
 
 
 def changed_sets(geo: WorldGeometry, X: np.ndarray, C: np.ndarray) -> np.ndarray:
@@ -107,6 +120,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     budget = Budget(*(int(v) for v in args.budget.split("x")))
     sets = agent_sets(c, tl, args)
     counts, agents = [], []
+    diffs: dict[str, list[np.ndarray]] = {k: [] for k in sets}  # per set, each fit's per-agent difference
     for seed in (int(s) for s in args.seeds.split(",")):
         gens = {}
         for role, name in (("generator", args.generator), ("baseline", args.baseline)):
@@ -129,11 +143,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     CF, found = rec.CF, rec.found
                     kinds = miss_kinds(geo, X, CF, found, mace_cf, mace_ok, good[role])
             n = int(mace_ok.sum())
+            diff = good["generator"][mace_ok].astype(float) - good["baseline"][mace_ok].astype(float)
+            diffs[set_name].append(diff)
             row = {"seed": seed, "set": set_name, "agents": n,
                    "generator": float(good["generator"][mace_ok].mean()), "baseline": float(good["baseline"][mace_ok].mean()),
                    "only_generator": int((good["generator"] & ~good["baseline"]).sum()),
                    "only_baseline": int((good["baseline"] & ~good["generator"]).sum()),
-                   **{k: int((kinds == k).sum()) for k in KINDS}, "seconds": time.perf_counter() - t}
+                   "lead": paired_lead(diff), **{k: int((kinds == k).sum()) for k in KINDS},
+                   "seconds": time.perf_counter() - t}
             counts.append(row)
             print(f"[{args.cell}] fit {seed} {set_name}: {row['generator']:.4f} against {row['baseline']:.4f}; "
                   + ", ".join(f"{k} {row[k]}" for k in KINDS), flush=True)
@@ -146,8 +163,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "ratio": d / max(float(mace_d[i]), 1e-12), "mace": _names(names, mace_sets[i]),
                                "answer": _names(names, own_sets[i]) if found[i] else "-", "rank": r,
                                "baseline": bool(good["baseline"][i])})
+    leads = {k: {"agents": len(v[0]), "fits": len(v), "lead": paired_lead(np.mean(v, axis=0))}
+             for k, v in diffs.items() if v}
     return {"cell": args.cell, "generator": args.generator, "baseline": args.baseline, "budget": args.budget,
-            "counts": counts, "agents": agents}
+            "counts": counts, "leads": leads, "agents": agents}
+
+
+def _lead(lead: Any) -> str:
+    mean, lo, hi = lead
+    return f"{mean:+.2f} ({lo:+.2f} to {hi:+.2f})"
 
 
 def _names(names: list[str], s: np.ndarray) -> str:
@@ -159,11 +183,16 @@ def report(out: dict[str, Any], command: str) -> str:
     lines = [f"# Misses of `{out['generator']}` on {out['cell']} at {out['budget']}", "",
              f"Written by `{command}`. An agent counts as missed where the generator's answer is not within 1% of "
              f"MACE's certified optimum; `{out['baseline']}` is the same search without the network.", "",
-             "| fit | agents | generator | baseline | only the generator | only the baseline | "
-             + " | ".join(KINDS) + " |", "|---|---|---|---|---|---|---|---|---|"]
+             "| fit | agents | generator | baseline | lead, points (95% interval) | only the generator | "
+             "only the baseline | " + " | ".join(KINDS) + " |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in out["counts"]:
         lines.append(f"| {r['seed']} | {r['set']} ({r['agents']}) | {r['generator']:.4f} | {r['baseline']:.4f} | "
-                     f"{r['only_generator']} | {r['only_baseline']} | " + " | ".join(str(r[k]) for k in KINDS) + " |")
+                     f"{_lead(r['lead'])} | {r['only_generator']} | {r['only_baseline']} | "
+                     + " | ".join(str(r[k]) for k in KINDS) + " |")
+    lines += ["", "The lead over the fits: each agent's outcome averaged over the fits, then the paired interval over the "
+              "agents.", "", "| agents | fits | lead, points (95% interval) |", "|---|---|---|"]
+    for set_name, v in out.get("leads", {}).items():
+        lines.append(f"| {set_name} ({v['agents']}) | {v['fits']} | {_lead(v['lead'])} |")
     lines += ["", "| fit | set | agent | kind | distance / MACE's | MACE's set | the answer's set | "
               "namer's rank of MACE's set | baseline optimal |", "|---|---|---|---|---|---|---|---|---|"]
     for a in out["agents"]:
