@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.blackbox_generators import (  # noqa: E402
     add_label_arguments,
     cell_labels,
+    kept_cell,
     parse_budgets,
     request_ms,
     run_budget,
@@ -215,8 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for cell in cells:
         path = out / f"{cell.replace('/', '_')}.json"
-        prev = json.loads(path.read_text()) if path.exists() and not args.force else None
-        if prev is not None and all(prev.get(k) == v for k, v in asked(args).items()):
+        prev = kept_cell(path, asked(args), args.force)
+        if prev is not None:
             print(f"[{cell}] kept from {path}", flush=True)
             results.append(prev)
             continue

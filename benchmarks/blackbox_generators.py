@@ -500,6 +500,15 @@ def add_label_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default="data_cache/tabular_generators", help="label chunks (resumable)")
 
 
+def kept_cell(path: Path, asked: dict[str, Any], force: bool) -> dict[str, Any] | None:
+    """A cell's results written before for the same question (every key of ``asked`` equal), or None (missing,
+    another question, or ``force``): a benchmark that writes a JSON per cell resumes by cell."""
+    if force or not path.exists():
+        return None
+    done = json.loads(path.read_text())
+    return done if all(done.get(k) == v for k, v in asked.items()) else None
+
+
 def with_cell_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with what ``Cell.of`` reads of tabular_generators' other arguments, at their defaults."""
     args.sizes_for, args.numeric_scale, args.resample_prob, args.rules, args.quiet = [], 0.05, 0.15, False, True

@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.blackbox_generators import (  # noqa: E402
     add_label_arguments,
     cell_labels,
+    kept_cell,
     parse_budgets,
     run_budget,
     with_cell_defaults,
@@ -171,12 +172,12 @@ def main(argv: list[str] | None = None) -> None:
     cells, t0 = [], time.perf_counter()
     for cell in args.cells.split(","):
         path = out / f"{cell.replace('/', '_')}.json"
-        if path.exists() and not args.force:  # resumable: a cell written for the same question is not answered again
-            done = json.loads(path.read_text())
-            if done.get("fit") == args.fit and all(done.get(k) == v for k, v in _asked(args).items()):
-                print(f"[{cell}] done already ({path}); --force answers it again", flush=True)
-                cells.append(done)
-                continue
+        done = kept_cell(path, {"fit": args.fit, **_asked(args)}, args.force)  # resumable by cell
+        if done is not None:
+            print(f"[{cell}] done already ({path}); --force answers it again", flush=True)
+            cells.append(done)
+            continue
+        if path.exists() and not args.force:
             print(f"[{cell}] {path} answers other settings: answered again", flush=True)
         cells.append(run_cell(cell, args))
         path.write_text(json.dumps(cells[-1], indent=1))
