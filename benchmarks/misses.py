@@ -206,7 +206,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_label_arguments(p)
     p.add_argument("--cell", default="adult/forest", help="the cell (world/model)")
-    p.add_argument("--generator", default="proposer_student_self-both", help="the saved fit's name under each seed")
+    p.add_argument("--generator", default="proposer_student_self-both-values", help="the saved fit's name under each seed")
     p.add_argument("--baseline", default="search_no_net", help="the saved search without the network")
     p.add_argument("--seeds", default="0", help="comma-separated fit seeds")
     p.add_argument("--budget", default="2x256", help="R x N per answer")

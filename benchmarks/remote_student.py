@@ -58,7 +58,7 @@ OUT = Path("benchmarks/results")
 SETTINGS = {
     "credit/forest": ("proposer_student_self-both-t0.1-near128",
                       {"student_use": "both", "student_threshold": 0.1, "student_near_picks": 128}),
-    "adult/forest": ("proposer_student_self-both", {"student_use": "both"}),
+    "adult/forest": ("proposer_student_self-both-values", {"student_use": "both", "self_label_values": True}),
     "german/forest": ("proposer_student_round_two", {"student_use": "round_two"}),
     "german/mlp": ("proposer_surrogate", {}),
     "credit/mlp": ("proposer_surrogates", {}),
@@ -72,7 +72,8 @@ def fit_command(cell: str, saved: str, fit: int, generators: str) -> str:
     ``self_labels.py`` at the cell's setting for the student with self-labels, else the spread of
     ``blackbox_generators.py`` (the committed tables' seeds, so their spread stays whole)."""
     if saved.startswith("proposer_student_self"):
-        flags = "".join(f" --{k.replace('_', '-')} {v}" for k, v in SETTINGS[cell][1].items())
+        flags = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}")  # a flag on: its name alone
+                        for k, v in SETTINGS[cell][1].items())
         return f"python benchmarks/self_labels.py --cells {cell}{flags} --seeds {fit} --generators {generators}"
     seeds = SPREAD_SEEDS if str(fit) in SPREAD_SEEDS.split(",") else str(fit)
     methods = "" if saved in SPREAD else f" --spread-methods {','.join((*SPREAD, saved))}"

@@ -4,6 +4,7 @@ scored at 2 x 256 (or ``--budget``) on held-out, validation and fresh real agent
     python benchmarks/self_labels.py                                   # Credit and Adult forest, 4 fits
     python benchmarks/self_labels.py --cells credit/forest --seeds 0 --self-labels 1500
     python benchmarks/self_labels.py --cells credit/forest --student-members 2 --student-use both
+    python benchmarks/self_labels.py --cells adult/forest --student-use both --self-label-values   # Adult's table setting
 
 Per cell and fit seed (the cell's 500 MACE labels, ``benchmarks/blackbox_generators.py``'s): the search without the
 network (``proposals: averages``), the proposer, and the proposer with the seed-0 fit's student of the forest's
@@ -56,8 +57,10 @@ OUT = Path("benchmarks/results")
 VARIANTS = ("without", "with")  # the proposer, and the proposer with the seed-0 student
 SAVED = {"without": "proposer_self", "with": "proposer_student_self"}  # each variant's fit, saved under --generators
 # the student's settings (the proposer's parameters); a run at others writes files of its own, named by SETTING_TAGS
-STUDENT_DEFAULTS = {"student_members": 1, "student_use": "round_one", "student_threshold": 0.3, "student_near_picks": 64}
-SETTING_TAGS = {"student_members": "m", "student_use": "", "student_threshold": "t", "student_near_picks": "near"}
+STUDENT_DEFAULTS = {"student_members": 1, "student_use": "round_one", "student_threshold": 0.3, "student_near_picks": 64,
+                    "self_label_values": False}
+SETTING_TAGS = {"student_members": "m", "student_use": "", "student_threshold": "t", "student_near_picks": "near",
+                "self_label_values": "values"}  # (a flag that is on: its tag alone)
 
 
 def unlabelled_agents(c: Cell, labels_X: np.ndarray, n: int, args: argparse.Namespace) -> np.ndarray:
@@ -231,8 +234,8 @@ def result_names(budget: str, setting: dict[str, Any] | None = None) -> tuple[st
     (``credit_forest-8x2000.json``, ``self_labels_8x2000.md``; ``credit_forest-m2-both.json``,
     ``self_labels_m2-both.md``; ``credit_forest-both-t0.1-near128.json``)."""
     setting = {**STUDENT_DEFAULTS, **(setting or {})}
-    parts = ([] if budget == "2x256" else [budget]) + [f"{SETTING_TAGS[k]}{v}" for k, v in setting.items()
-                                                          if v != STUDENT_DEFAULTS[k]]
+    parts = ([] if budget == "2x256" else [budget]) + [SETTING_TAGS[k] + ("" if isinstance(v, bool) else str(v))
+                                                          for k, v in setting.items() if v != STUDENT_DEFAULTS[k]]
     tail = "-".join(parts)
     return (f"-{tail}", f"self_labels_{tail}.md") if tail else ("", "self_labels.md")
 
@@ -253,6 +256,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--student-use", default="round_one", help="where the student's picks go: round_one, round_two, both")
     p.add_argument("--student-threshold", type=float, default=0.3, help="the student's P(accept) over which it picks")
     p.add_argument("--student-near-picks", type=int, default=64, help="round two's picks nearer than an answer")
+    p.add_argument("--self-label-values", action="store_true",
+                   help="the search's vocabulary widened by the self-labels' values (the student keeps MACE's)")
     p.add_argument("--out", default=str(OUT), help="results directory")
     p.add_argument("--generators", default="data_cache/blackbox_generators",
                    help="where each fit with its self-labels is saved (<cell>/spread/seed<fit>/proposer_self, "

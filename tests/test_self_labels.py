@@ -1,7 +1,7 @@
 """Self-labelling (learners/tabular/self_labels.py, ``ProposerParams.self_labels``; issue 56): the user's rejected
 rows without MACE's answer, answered at fit time by the proposer's own search through the black box. Its calls
 counted, every added answer accepted and never nearer than MACE's certified optimum (a second route), the
-vocabulary kept MACE's, an interrupted run resumed from its blocks, the answers the same on one process or two,
+student's vocabulary kept MACE's (the search's widened by the self-labels' values where asked), an interrupted run resumed from its blocks, the answers the same on one process or two,
 persisted, and bad input named."""
 
 from __future__ import annotations
@@ -148,3 +148,32 @@ def test_the_key_ignores_where_blocks_are_kept_and_the_workers(german):
     b = build_tabular_generator("proposer", {**FAST, "self_label_memory": "b", "self_label_workers": 2}).fit(world, tl)
     c = build_tabular_generator("proposer", {**FAST, "self_label_rows": 301}).fit(world, tl)
     assert a._state_bytes() == b._state_bytes() != c._state_bytes()
+
+
+def test_self_label_values_widen_the_search_vocabulary_not_the_students(german, tmp_path):
+    """With ``self_label_values`` the search answers with MACE's vocabulary and every value the self-labels move a
+    column of it to; ``vocab_`` (the student's corners) stays MACE's; the self-labels' key does not move (none
+    joined yet when they are answered), an answering search's state does where the vocabulary widened; saved."""
+    world, tl, labels, test, U = german
+    off = build_tabular_generator("proposer", {**FAST, "self_labels": 30}).fit(world, _with(tl, U))
+    on = build_tabular_generator("proposer", {**FAST, "self_labels": 30, "self_label_values": True}).fit(world, _with(tl, U))
+    assert np.array_equal(on.X_, off.X_) and np.array_equal(on.CF_, off.CF_)  # the same self-labels: the same key
+    assert off.search_vocabulary() is off.vocab_
+    wide, moved = on.search_vocabulary(), np.abs(on.CF_ - on.X_) > 1e-12
+    added = 0
+    for c, (v, w) in enumerate(zip(on.vocab_, wide, strict=True)):
+        assert np.array_equal(v, off.vocab_[c])  # MACE's, for the student
+        expect = np.union1d(v, on.CF_[moved[:, c], c]) if len(v) else v
+        assert np.array_equal(w, expect)
+        added += len(w) - len(v)
+    assert added > 0  # the self-labels reached values no MACE label has
+    assert on._state_bytes() != off._state_bytes()
+    before = build_tabular_generator("proposer", {**FAST, "self_label_values": True}).fit(world, tl)
+    assert before.search_vocabulary() is before.vocab_
+    assert before._state_bytes() == build_tabular_generator("proposer", FAST).fit(world, tl)._state_bytes()
+    on.save(tmp_path / "m")
+    back = TabularGenerator.load(tmp_path / "m")
+    assert all(np.array_equal(a, b) for a, b in zip(back.search_vocabulary(), wide, strict=True))
+    X = labels.X[test][:10]
+    a, b = on.recommend_within(world, X, Budget(2, 256)), back.recommend_within(world, X, Budget(2, 256))
+    assert np.array_equal(np.nan_to_num(a.CF, nan=-7), np.nan_to_num(b.CF, nan=-7))

@@ -65,6 +65,7 @@ class ProposerParams:
     self_label_rows: int = 2000  # and its rows per agent
     self_label_workers: int = 2  # processes answering the self-labels' blocks
     self_label_memory: str = ""  # a directory keeping the self-labels' blocks (this model's only): a fit run again answers only what it lacks
+    self_label_values: bool = False  # the search's value vocabulary also takes the values the self-labels move a column to (the student keeps the labels' own, which it was fitted on)
     setting: str = "manual"  # "auto": the fit chooses surrogate, student and self-labels from the model's answers (``setting.py``); "manual": as set here
 
     def __post_init__(self) -> None:
