@@ -14,13 +14,13 @@ from benchmarks import tabular_generators as bench  # noqa: E402
 
 @pytest.mark.slow
 def test_one_tiny_cell_runs_and_resumes(tmp_path, capsys):
-    args = ["--cells", "german/forest", "--sizes", "15,30", "--test-agents", "6", "--jobs", "1", "--quiet", "--epochs", "3",
+    args = ["--cells", "german/forest", "--sizes", "8,16", "--test-agents", "4", "--jobs", "1", "--quiet", "--epochs", "3",
             "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
     bench.main(args)
     cell = json.loads((tmp_path / "out" / "tabular_generators" / "german_forest.json").read_text())
-    assert [p["labels"] for p in cell["curve"]] == [15, 30]
-    assert cell["real_training_rows"] == 30  # the real rejected rows come first
-    assert cell["mace"]["timed_in_run"]["agents"] == 6  # MACE re-timed in the run, beside the generators
+    assert [p["labels"] for p in cell["curve"]] == [8, 16]
+    assert cell["real_training_rows"] == 16  # the real rejected rows come first
+    assert cell["mace"]["timed_in_run"]["agents"] == 4  # MACE re-timed in the run, beside the generators
     for point in cell["curve"]:
         assert set(point["methods"]) == set(bench.METHODS)
         for m in point["methods"].values():
