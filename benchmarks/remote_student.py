@@ -56,8 +56,9 @@ from learners.tabular.base import TabularGenerator  # noqa: E402
 OUT = Path("benchmarks/results")
 # per cell: the saved fit of the table (the student's or the surrogate's) and the setting it answers at
 SETTINGS = {
-    "credit/forest": ("proposer_student_self-both-t0.1-near128",
-                      {"student_use": "both", "student_threshold": 0.1, "student_near_picks": 128}),
+    "credit/forest": ("proposer_student_self-both-t0.1-near128-values",
+                      {"student_use": "both", "student_threshold": 0.1, "student_near_picks": 128,
+                       "self_label_values": True}),
     "adult/forest": ("proposer_student_self-both-values", {"student_use": "both", "self_label_values": True}),
     "german/forest": ("proposer_student_round_two", {"student_use": "round_two"}),
     "german/mlp": ("proposer_surrogate", {}),
