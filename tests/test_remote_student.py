@@ -17,8 +17,8 @@ def test_each_generator_is_a_row_and_the_tables_says_its_setting():
                           "proposer": {"p50_ms": 48.4, "p50_runs": [48.4, 48.4], "p99_ms": 55.3},
                           "geco": {"p50_ms": 1920.2, "p50_runs": [1920.2], "p99_ms": 2360.5}}}
     text = report([result])
-    assert ("| credit/forest | proposer_student_self-both-t0.1-near128 (the table's) | student_use both, student_threshold 0.1, "
-            "student_near_picks 128 | 55.1 (54.6, 55.7) | 156.2 |") in text
+    assert ("| credit/forest | proposer_student_self-both-t0.1-near128-values (the table's) | student_use both, "
+            "student_threshold 0.1, student_near_picks 128, self_label_values True | 55.1 (54.6, 55.7) | 156.2 |") in text
     assert "| credit/forest | proposer |  | 48.4 (48.4, 48.4) | 55.3 |" in text
     assert "| credit/forest | geco |  | 1920.2 (1920.2) | 2360.5 |" in text
     assert "100 held-out agents a cell, fit seed 0, 20 ms a call" in text
@@ -50,9 +50,10 @@ def test_a_missing_fit_names_the_command_that_writes_it(tmp_path):
     setting for the student with self-labels, the spread (the committed seeds) for the others."""
     from benchmarks.remote_student import fit_command
 
-    with pytest.raises(SystemExit, match="proposer_student_self-both-t0.1-near128 is missing: fit it first with\n"
+    with pytest.raises(SystemExit, match="proposer_student_self-both-t0.1-near128-values is missing: fit it first with\n"
                                          "    python benchmarks/self_labels.py --cells credit/forest --student-use both "
-                                         "--student-threshold 0.1 --student-near-picks 128 --seeds 0 --generators"):
+                                         "--student-threshold 0.1 --student-near-picks 128 --self-label-values --seeds 0 "
+                                         "--generators"):
         main(["--cells", "credit/forest", "--generators", str(tmp_path)])
     assert fit_command("german/forest", "proposer_student_round_two", 0, "g") == (
         "python benchmarks/blackbox_generators.py --cells german/forest --spread-seeds 0,1,2,3 "
