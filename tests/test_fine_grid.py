@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import learners.tabular.budget_search as budget_search_module
+import learners.tabular.speculation as speculation_module
 from envs.black_box import BlackBoxModel, Budget
 from envs.models import Tree, TreeEnsemble
 from envs.schema import Feature, FeatureSchema
@@ -121,13 +122,13 @@ def test_the_grid_never_leaves_an_answer_farther(both, seed, monkeypatch):
 def test_the_grid_is_built_for_the_last_round_only(both, monkeypatch):
     geo = WorldGeometry.of(both)
     calls = []
-    real = budget_search_module.fine_grid
+    real = speculation_module.fine_grid  # the search builds it through ``speculation.answer_piece``
 
     def spy(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(budget_search_module, "fine_grid", spy)
+    monkeypatch.setattr(speculation_module, "fine_grid", spy)
     X, P = np.array([[30.0, 0, 0]]), np.array([[[40.0, 51.0, 0]]])
     vocab = [np.array([40.0]), np.array([51.0]), np.array([])]
     budget_search(BlackBoxModel(both.model), geo, X, P, Budget(5, 2000), vocab=vocab, steps=True)
@@ -155,5 +156,5 @@ def test_the_grid_is_fine_enough_for_the_one_percent_an_answer_is_judged_by(monk
         return float((res.CF[0, 0] - X0) / (edge_at - X0))
 
     assert POINTS >= 100 and 1.0 < ratio() <= 1.01
-    monkeypatch.setattr(budget_search_module, "fine_grid", lambda g, x, b: fine_grid(g, x, b, points=48))
+    monkeypatch.setattr(speculation_module, "fine_grid", lambda g, x, b: fine_grid(g, x, b, points=48))
     assert ratio() > 1.02

@@ -14,7 +14,15 @@ from envs.black_box import BlackBoxModel, Budget
 from learners.tabular import WorldGeometry, build_tabular_generator
 from learners.tabular.corners import nearest_corners
 from learners.tabular.moves import _moves
-from learners.tabular.speculation import MoveCache, _step_rows, cached_moves, speculate
+from learners.tabular.speculation import (
+    ANSWER_PIECES,
+    MoveCache,
+    _piece,
+    _step_rows,
+    answer_piece,
+    cached_moves,
+    speculate,
+)
 from tests.tabular_worlds import german_mace_labels, german_rejected, train_labels
 from tests.test_speculation import same_answers_with_the_guess
 
@@ -88,7 +96,41 @@ def test_the_students_guess_changes_no_answer_and_is_used(german, budget, monkey
                 out.append(gen.recommend_within(w, X[i:i + 1], budget))
         return out
 
-    same_answers_with_the_guess(monkeypatch, run)
+    caches, _ = same_answers_with_the_guess(monkeypatch, run)
+    assert sum(len(c.pieces) for c in caches) > sum(c.piece_misses for c in caches)  # the guessed answers' pieces
+    if budget.calls == 3:  # and some came from the guess (this small student guesses round two's best answer
+        assert sum(c.piece_hits for c in caches) > 0  # right only in the longer search: 0 of 40 at 2 x 256)
+
+
+@pytest.mark.parametrize("trades", [False, True])
+def test_the_guessed_answers_pieces_are_the_pieces(german, trades):
+    """``speculate`` in steps builds its guessed best answer's pieces (``fine`` only where round two is the last:
+    not ``trades``); each is the piece built now, bit for bit (the second route: ``_piece``), and ``answer_piece``
+    hands the cached rows back as a copy, counted as a hit (a piece not guessed: built, counted as a miss)."""
+    world, gen, X = german
+    geo = WorldGeometry.of(world)
+    from learners.tabular.first_round import screens
+
+    for i in range(3):
+        x = X[i:i + 1]
+        Sc = screens(geo, x, gen.vocab_)
+        C = gen.student_.picks(geo, x, gen.vocab_, 24, pool=400, threshold=0.05)
+        cache = MoveCache()
+        # the logit shifted up by 10: every pick guessed accepted, the nearest the guessed best answer
+        speculate(cache, geo, x[0], C, gen.student_.margin, 0.0, (10.0,), 3, gen.vocab_, trades, steps=True,
+                  screens=lambda Sc=Sc: Sc)
+        names = {name for name, _ in cache.pieces}
+        assert names == set(ANSWER_PIECES) - ({"fine"} if trades else set())
+        B = np.frombuffer(next(iter(cache.pieces))[1], float)[None]  # the guessed best answer
+        for name in names:
+            got = answer_piece(cache, name, geo, x, B, gen.vocab_, Sc)
+            want = _piece(name, geo, x, B, gen.vocab_, Sc)
+            assert np.array_equal(got, want, equal_nan=True)
+            got[:] = 0.0  # a copy: the cache keeps its rows
+        assert cache.piece_hits == len(names) and cache.piece_misses == 0
+        far = B + 0.5 * (np.abs(B - x) > 0)  # another answer: built now
+        answer_piece(cache, "edges", geo, x, far, gen.vocab_)
+        assert cache.piece_misses == 1
 
 def test_the_call_start_is_the_first_set():
     """``CallStart.at``: when the call started (its first ``set``), kept when set again as the call ends."""

@@ -1,7 +1,7 @@
 """``learners/tabular/vocab_table.py``: the vocabulary's lookups for every numeric column at once give the values
 of a lookup a column at a time with ``np.searchsorted`` (written out here as the reference), bit for bit, on
 vocabularies with copies of an edge, points on a value, NaN points, columns without a vocabulary and lookups
-split into blocks; and ``reach._rung_probabilities``' hash matching against a comparison of every pair."""
+split into blocks (snaps, first values past an agent, values between an agent and its answer); and ``reach._rung_probabilities``' hash matching against a comparison of every pair."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ import learners.tabular.vocab_table as vt
 from envs.schema import Feature, FeatureSchema
 from envs.tabular import TabularWorld
 from learners.tabular import WorldGeometry
+from learners.tabular.moves import inner_values
 from learners.tabular.reach import _rung_probabilities
-from learners.tabular.vocab_table import first_values, snap_outward, vocab_sides, vocab_table
+from learners.tabular.steps import vocab_between
+from learners.tabular.vocab_table import between_values, first_values, snap_outward, vocab_sides, vocab_table
 from tests.tabular_worlds import threshold_world
 
 
@@ -49,6 +51,16 @@ def _reference_first(geo, X, vocab, V):
     return out
 
 
+def _reference_between(geo, X, B, vocab, K):
+    """The column-at-a-time values between the agent and the answer (``steps.vocab_between`` per column)."""
+    N, D = X.shape
+    out = np.full((N, D, K), np.nan)
+    for c in np.flatnonzero(geo.numeric):
+        if len(vocab[c]):
+            out[:, c] = vocab_between(vocab[c], X[:, c], B[:, c], K)
+    return out
+
+
 def _world(D: int) -> TabularWorld:
     schema = FeatureSchema(tuple(Feature(f"x{i}", "numeric", 0.0, 10.0) for i in range(D)))
     from envs.models import LinearModel
@@ -76,8 +88,9 @@ def _case(draw):
 @settings(max_examples=150, deadline=None)
 @given(_case(), st.sampled_from([1 << 22, 1]))
 def test_the_table_lookups_equal_the_column_at_a_time_ones(case, block):
-    """Snaps and first values equal the reference's bits (NaN where it has NaN), also split into one-row
-    blocks (``LOOKUP_ELEMENTS``), with NaN proposals and agents."""
+    """Snaps, first values and the values between an agent and an answer (``moves.inner_values``) equal the
+    reference's bits (NaN where it has NaN), also split into one-row blocks (``LOOKUP_ELEMENTS``), with NaN
+    proposals and agents."""
     D, vocab, X, P = case
     geo = WorldGeometry.of(_world(D))
     old = vt.LOOKUP_ELEMENTS
@@ -90,6 +103,12 @@ def test_the_table_lookups_equal_the_column_at_a_time_ones(case, block):
         Xn = X.copy()
         Xn[0, 0] = np.nan  # an agent's NaN reads as past every value, as ``np.searchsorted`` places it
         np.testing.assert_array_equal(first_values(table, Xn, 2), _reference_first(geo, Xn, vocab, 2))
+        B = np.where(np.isnan(P[:, 0]), X, P[:, 0])  # an answer per agent, some columns unchanged
+        for K in (1, 3):
+            np.testing.assert_array_equal(between_values(table, X, B, K), _reference_between(geo, X, B, vocab, K))
+            want = _reference_between(geo, X, B, vocab, K)
+            want[np.abs(B - X) <= 1e-12] = np.nan
+            np.testing.assert_array_equal(inner_values(geo, X, B, vocab, K), want)
     finally:
         vt.LOOKUP_ELEMENTS = old
 

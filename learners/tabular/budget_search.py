@@ -51,7 +51,6 @@ from envs.black_box import Budget
 from learners.tabular.bisection import edge_bisection
 from learners.tabular.bolder import BOLD_GAIN, BOLD_SHARE, bolder
 from learners.tabular.corners import nearest_corners
-from learners.tabular.fine_grid import fine_grid
 from learners.tabular.first_round import (  # noqa: F401 (LEAD_LADDER, SCALES: read by the proposer and the tests)
     EXTRA_SHARE,
     LEAD_LADDER,
@@ -89,7 +88,14 @@ from learners.tabular.reach import reach_rows
 from learners.tabular.rows import ahead_of_nearest, compact, fresh, nan_as_zero, nearest_first, row_keys
 from learners.tabular.rows import projected as _projected
 from learners.tabular.set_spread import LOST_SPREAD, alternate_spread
-from learners.tabular.speculation import STAND_IN_SHIFTS, MoveCache, cached_moves, guess_shifts, speculate
+from learners.tabular.speculation import (
+    STAND_IN_SHIFTS,
+    MoveCache,
+    answer_piece,
+    cached_moves,
+    guess_shifts,
+    speculate,
+)
 from learners.tabular.steps import corner_grid, float32_nudges
 
 FAR = (3.0, 5.0, 8.0, 12.0, 20.0, 40.0, 100.0)  # round one's rays (first_round.SCALES) further in a later round, for an agent none of whose rows was accepted
@@ -201,7 +207,7 @@ def _shortening_rows(geo: WorldGeometry, X: np.ndarray, S: np.ndarray, vocab: li
             moves = _moves(geo, X[sl], S[sl], vocab, steps, lo, trades)
         M = nearest_first(geo, X[sl], moves, rows, below[sl], None if caps is None else caps[sl])
         if steps and vocab is not None and ANSWER_SHRINKS:  # the best answer's one-move shrinks, all kept
-            P = answer_shrinks(geo, X[sl], S[sl, 0], vocab)
+            P = answer_piece(cache, "shrinks", geo, X[sl], S[sl, 0], vocab)
             M = ahead_of_nearest(nearest_first(geo, X[sl], P, rows, below[sl], None if caps is None else caps[sl]), M, rows)
         out[sl, : M.shape[1]] = M
     return out
@@ -258,13 +264,13 @@ def _ahead(pool: ThreadPoolExecutor, geo: WorldGeometry, X: np.ndarray, vocab: l
 
 def _guess(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: Any, threshold: float,
            budget: Budget, vocab: list[np.ndarray] | None, steps: bool = False,
-           stand_in: Callable[[np.ndarray], np.ndarray] | None = None, go: CallStart | None = None
-           ) -> tuple[MoveCache, Callable[[], None]] | None:
+           stand_in: Callable[[np.ndarray], np.ndarray] | None = None, go: CallStart | None = None,
+           screens: Callable[[], np.ndarray] | None = None) -> tuple[MoveCache, Callable[[], None]] | None:
     """For one agent with a stand-in of the model (a smooth model: ``surrogate``, its logit against ``threshold``'s;
     in ``steps``: ``stand_in``, a student's margin against 0) and a round to follow, an empty ``MoveCache`` and the
     job that fills it (``speculation.speculate``: round two's moves from the stand-in's guess of round one's
     answers) until ``GUESS_SHARE`` of the model's last round trip past the call's start (``go``), to run on the
-    helper thread after ``_ahead``'s and the near picks';
+    helper thread after ``_ahead``'s and the near picks' (``screens()``: the agent's own, built by ``_ahead``);
     None otherwise, and where that round trip took under ``GUESS_MIN_SECONDS`` (a model in this process: no wait
     to fill) or none is known yet."""
     try:
@@ -284,7 +290,7 @@ def _guess(model, geo: WorldGeometry, X: np.ndarray, C: np.ndarray, surrogate: A
     n_starts = max(STARTS, min(MAX_STARTS, cap // START_ROWS))
     cache = MoveCache()
     return cache, functools.partial(speculate, cache, geo, X[0], C, *guesser, n_starts, vocab, rounds_left > 1,
-                                    GUESS_SHARE * wait, steps, go)
+                                    GUESS_SHARE * wait, steps, go, screens)
 
 
 @counted
@@ -371,7 +377,8 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
         near_todo = next_picks is not None and near_picks > 0 and int(budget.calls) > 1
         near_job = (pool.submit(when, go, next_picks, np.arange(N), k_near)
                     if near_todo and pool is not None and len(X) <= AHEAD_AGENTS else None)
-        guess = _guess(model, geo, X, C, surrogate, threshold, budget, vocab, steps, stand_in, go) if ahead is not None else None
+        guess = (_guess(model, geo, X, C, surrogate, threshold, budget, vocab, steps, stand_in, go, lambda: ahead.result()[0])
+                 if ahead is not None else None)
         guess = (guess[0], pool.submit(when, go, guess[1])) if guess is not None else None
         ok, used, proba = _accept(model, geo, X, C, threshold, go)
     finally:
@@ -420,11 +427,11 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             M = compact(np.concatenate([L, M], axis=1), per)
         if steps and vocab is not None and EDGE_ROWS:  # the answer's split edges just inside it, ahead of the spread
             n_edge = np.minimum(EDGE_ROWS, (EDGE_SHARE * cap).astype(np.int64))
-            Ed = nearest_first(geo, X, fresh(answer_edges(geo, X, S[:, 0], vocab), asked), int(n_edge.max()),
+            Ed = nearest_first(geo, X, fresh(answer_piece(cache, "edges", geo, X, S[:, 0], vocab), asked), int(n_edge.max()),
                                np.where(found, dS[:, 0], -np.inf), n_edge)
             M = compact(np.concatenate([Ed, M], axis=1), per)
             if EDGE_TWINS:  # the first edge's float32 twin, ahead of them (a few rows: one per changed column)
-                M = compact(np.concatenate([fresh(edge_twins(geo, X, S[:, 0], vocab), asked), M], axis=1), per)
+                M = compact(np.concatenate([fresh(answer_piece(cache, "twins", geo, X, S[:, 0], vocab), asked), M], axis=1), per)
         if steps and BISECT_ROWS and rounds_left <= BISECT_LAST and int(budget.calls) >= BISECT_MIN_CALLS:  # bisected
             n_bis = np.minimum(BISECT_ROWS, (BISECT_SHARE * cap).astype(np.int64))
             Bi = nearest_first(geo, X, fresh(edge_bisection(geo, X, S[:, 0], recent), asked), int(n_bis.max()),
@@ -514,7 +521,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
             for lo in range(0, len(spare), block):
                 a = spare[lo:lo + block]
                 Sc = own_Sc[a] if own_Sc is not None else screens(geo, X[a], vocab)
-                parts = [Sc, _additions(geo, X[a], S[a, 0], vocab, Sc)]
+                parts = [Sc, answer_piece(cache, "additions", geo, X[a], S[a, 0], vocab, Sc)]
                 if n_corners:  # in steps: the vocabulary's corners, nearest first (corners.py)
                     parts.append(_corners_below(geo, X[a], vocab, n_corners, dS[a, 0],
                                                 None if own_corners is None else own_corners[a]))
@@ -528,7 +535,7 @@ def budget_search(model, geo: WorldGeometry, X: np.ndarray, P: np.ndarray, budge
                     E[lo:lo + block] = compact(fresh(np.concatenate([E[lo:lo + block], float32_nudges(geo, X[a])],
                                                                     axis=1), asked[a]), per)
                 if steps and FINE_ROWS and rounds_left == 1:  # the last round's rows left: the answer on a fine grid
-                    G = nearest_first(geo, X[a], fresh(fine_grid(geo, X[a], S[a, 0]), asked[a]), FINE_ROWS, dS[a, 0],
+                    G = nearest_first(geo, X[a], fresh(answer_piece(cache, "fine", geo, X[a], S[a, 0], vocab), asked[a]), FINE_ROWS, dS[a, 0],
                                       np.minimum(cap[a], FINE_ROWS))
                     E[lo:lo + block] = compact(fresh(np.concatenate([E[lo:lo + block], G], axis=1), asked[a]), per)
             M = np.pad(M, ((0, 0), (0, max(0, 2 * per - M.shape[1])), (0, 0)), constant_values=np.nan)

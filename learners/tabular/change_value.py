@@ -380,7 +380,7 @@ class ChangeValueGenerator(TabularGenerator):
             return hit
         D = self.n_columns_
         out = np.full((D, m), np.nan)
-        moved = np.abs(self.CF_ - self.X_) > 1e-12
+        moved = self._moved_labels()
         for c in range(D):
             vals, counts = np.unique(self.CF_[moved[:, c], c], return_counts=True)
             top = vals[np.argsort(-counts, kind="stable")[:m]]

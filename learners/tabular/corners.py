@@ -35,7 +35,7 @@ import numpy as np
 
 from learners.tabular.corner_kernels import best_first_many, options_kernel
 from learners.tabular.geometry import WorldGeometry
-from learners.tabular.rows import take_rows
+from learners.tabular.rows import nan_as_zero, take_rows
 from learners.tabular.vocab_table import vocab_sides
 
 __all__ = ["CornerOptions", "corner_options", "distinct_values", "nearest_corners", "split_cuts"]
@@ -248,11 +248,11 @@ def _listed(geo: WorldGeometry, X: np.ndarray, sums: np.ndarray, choice: np.ndar
             continue
         cols = cols_of[j][cols_of[j] >= 0]
         idx = choice[:, :, f]
-        v = np.take_along_axis(options[f], np.maximum(idx, 0)[:, :, None], 1)  # (N, width, w)
+        v = take_rows(options[f], np.maximum(idx, 0))  # (N, width, w)
         R[:, :, cols] = np.where((idx >= 0)[:, :, None], v, R[:, :, cols])
     live = np.isfinite(sums) & (choice >= 0).any(-1)  # the agent itself is not a corner
     R[~live] = np.nan
-    R[live & ~geo.keeps(X[:, None, :], np.nan_to_num(R))] = np.nan
+    R[live & ~geo.keeps(X[:, None, :], nan_as_zero(R))] = np.nan  # (every value finite: the agent's, the vocabulary's)
     d = np.where(np.isnan(R).any(-1), np.inf, sums)
     keep = np.argsort(~np.isfinite(d), axis=1, kind="stable")[:, :k]  # order kept, rule-breakers dropped
     return take_rows(R, keep), np.take_along_axis(d, keep, 1)

@@ -12,7 +12,8 @@ from learners.tabular.rows import nan_as_zero, packed_rows, repeats, take_rows
 from learners.tabular.rows import projected as _projected
 from learners.tabular.slides import slides
 from learners.tabular.step_trades import step_trades
-from learners.tabular.steps import first_vocab_values, vocab_between
+from learners.tabular.steps import first_vocab_values
+from learners.tabular.vocab_table import between_values, vocab_table
 
 # a numeric change shrunk to these fractions of itself (coarse far from the answer, fine near it)
 FRACTIONS = tuple(np.round(np.concatenate([np.linspace(0.05, 0.75, 8), 1 - np.geomspace(0.2, 0.004, 12)]), 6))
@@ -274,13 +275,9 @@ def inner_values(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[n
     """(N, D, K) per agent and numeric column the ``K`` vocabulary values strictly between the agent's value
     and the answer's, nearest to the answer first (a forest's split edges just inside the answer); NaN where
     fewer and for other columns."""
-    N, D = X.shape
-    out = np.full((N, D, K), np.nan)
-    for c in np.flatnonzero(geo.numeric):
-        if not len(vocab[c]):
-            continue
-        x, b = X[:, c], nan_as_zero(B[:, c:c + 1])[:, 0]
-        out[:, c] = np.where((np.abs(b - x) > 1e-12)[:, None], vocab_between(vocab[c], x, b, K), np.nan)
+    Bn = nan_as_zero(B)
+    out = between_values(vocab_table(geo, vocab), X, Bn, K)  # every column at once: ``vocab_between``'s values
+    out[np.abs(Bn - X) <= 1e-12] = np.nan
     return out
 
 
@@ -307,16 +304,16 @@ def edge_twins(geo: WorldGeometry, X: np.ndarray, B: np.ndarray, vocab: list[np.
     answer as a float32 reader sees it on the answer's side (``vocab_table.float32_sides``), where the labels'
     copy of that edge reads on the agent's side; NaN rows elsewhere. The copy the labels hold is asked by
     ``answer_edges``; this is the other, a float32 step away."""
-    from learners.tabular.steps import vocab_between
     from learners.tabular.vocab_table import float32_sides
 
     N, D = X.shape
     num = [c for c in np.flatnonzero(geo.numeric) if len(vocab[c])]
     out = np.full((N, len(num), D), np.nan)
     Bn = nan_as_zero(B)
+    first = between_values(vocab_table(geo, vocab), X, Bn, 1)[:, :, 0]  # ``vocab_between``'s first, every column
     for i, c in enumerate(num):
         x, b = X[:, c], Bn[:, c]
-        v = vocab_between(vocab[c], x, b, 1)[:, 0]
+        v = first[:, c]
         f = np.where(~np.isnan(v), v, 0.0)
         up, down = float32_sides(f, f)
         t = np.where(b > x, up, down)  # the answer's side of the edge

@@ -143,7 +143,7 @@ class ProposerGenerator(TabularGenerator):
                                             n_workers=int(p.self_label_workers), progress=progress)
         self.X_, self.CF_ = np.concatenate([self.X_, A[found]]), np.concatenate([self.CF_, CF[found]])
         self.changed_ = geo.deltas(self.X_, self.CF_) > 1e-12
-        for cached in ("_scaled_train", "_col_changed", "_numpy_cache", "_search_vocab"):  # keyed on the labels and the network
+        for cached in ("_scaled_train", "_col_changed", "_numpy_cache", "_search_vocab", "_last_distances", "_moved"):  # keyed on the labels and the network
             self.__dict__.pop(cached, None)
         self._fit_proposals(seed, progress)
         self.fit_info_["self_labels"] = {**info, "labels": int(len(self.X_))}
@@ -348,7 +348,7 @@ class ProposerGenerator(TabularGenerator):
         round one, cut short, keeps every set's nearest donor."""
         T = sets.shape[1]
         d = self._train_distances(X)
-        moved = np.abs(self.CF_ - self.X_) > 1e-12
+        moved = self._moved_labels()
         out = np.repeat(X[:, None, :], T * k, axis=1)
         for t in range(T):  # a few sets: a loop over sets, not agents
             among = self.set_namer_.set_of_label_[None, :] == sets[:, t:t + 1]  # (N, M)
@@ -367,7 +367,7 @@ class ProposerGenerator(TabularGenerator):
             return self.vocab_
         hit = self.__dict__.get("_search_vocab")
         if hit is None or hit[0] != len(self.X_):  # keyed on the labels (self-labels join them)
-            moved = np.abs(self.CF_ - self.X_) > 1e-12
+            moved = self._moved_labels()
             wide = [np.union1d(v, self.CF_[moved[:, c], c]) if len(v) else v for c, v in enumerate(self.vocab_)]
             same = all(len(w) == len(v) for w, v in zip(wide, self.vocab_, strict=True))
             hit = (len(self.X_), self.vocab_ if same else wide)
@@ -408,7 +408,7 @@ class ProposerGenerator(TabularGenerator):
         """(N, k, D) each agent with the features its k nearest training agents changed set to their new
         values (absolute: where a relative change does not reach the boundary)."""
         idx = self._neighbours(X, min(k, len(self.X_)))
-        moved = np.abs(self.CF_ - self.X_) > 1e-12
+        moved = self._moved_labels()
         return np.where(moved[idx], self.CF_[idx], X[:, None, :])
 
     def _donor_rows(self, X: np.ndarray, start: np.ndarray, k: int) -> np.ndarray:
@@ -419,7 +419,7 @@ class ProposerGenerator(TabularGenerator):
         rank = np.asarray(start, np.int64)[:, None] + np.arange(k)[None, :]
         live = rank < idx.shape[1]
         take = np.take_along_axis(idx, np.minimum(rank, idx.shape[1] - 1), 1) if idx.shape[1] else np.zeros_like(rank)
-        moved = np.abs(self.CF_ - self.X_) > 1e-12
+        moved = self._moved_labels()
         out = np.where(moved[take], self.CF_[take], X[:, None, :])
         out[~live] = np.nan
         return out

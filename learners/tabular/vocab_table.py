@@ -156,3 +156,26 @@ def first_values(table: VocabTable, X: np.ndarray, V: int) -> np.ndarray:
     out[0][:, c] = np.where(i_up < table.n_up[None, :, None], table.up[ci, np.minimum(i_up, L - 1)], np.nan)
     out[1][:, c] = np.where(i_dn >= 0, table.down[ci, np.maximum(i_dn, 0)], np.nan)
     return out
+
+
+def between_values(table: VocabTable, X: np.ndarray, B: np.ndarray, K: int) -> np.ndarray:
+    """(N, D, K) per agent and numeric column the ``K`` vocabulary values strictly between the agent's value ``X``
+    (N, D) and ``B`` (N, D; finite), nearest ``B`` first, each edge's copy on the side of the change; NaN past them
+    and for other columns: ``steps.vocab_between`` for every column at once."""
+    N, D = X.shape
+    out = np.full((N, D, K), np.nan)
+    c = table.cols
+    if not len(c) or not N:
+        return out
+    x, b = X[:, c][..., None], B[:, c]
+    up = b[..., None] > x
+    ci = np.arange(len(c))[None, :, None]
+    k = np.arange(K)[None, None, :]
+    i_up = _counts(table.up, b, True)[..., None] - 1 - k  # the values below b, descending
+    i_dn = _counts(table.down, b, False)[..., None] + k  # the values above b, ascending
+    v_up = table.up[ci, np.clip(i_up, 0, table.n_up[None, :, None] - 1)]
+    v_dn = table.down[ci, np.clip(i_dn, 0, table.n_down[None, :, None] - 1)]
+    vals = np.where(up, v_up, v_dn)
+    inside = np.where(up, (i_up >= 0) & (vals > x), (i_dn < table.n_down[None, :, None]) & (vals < x))
+    out[:, c] = np.where(inside, vals, np.nan)
+    return out
