@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from learners.tabular.geometry import WorldGeometry
+from learners.tabular.rows import repeats, row_keys
 from learners.tabular.vocab_table import first_values, vocab_sides, vocab_table
 
 GRID_VALUES = {1: 8, 2: 4, 3: 3}  # vocabulary values per numeric column of a changed set, by its numeric columns
@@ -78,9 +79,7 @@ def corner_grid(geo: WorldGeometry, X: np.ndarray, P: np.ndarray, vocab: list[np
     moved = np.abs(Pp - X[:, None, :]) > 1e-12
     numeric = moved & geo.numeric
     m = numeric.sum(-1)
-    repeat = np.zeros((N, K), bool)  # a changed set an earlier proposal has
-    for k in range(1, K):
-        repeat[:, k] = (moved[:, :k] == moved[:, k:k + 1]).all(-1).any(1)
+    repeat = repeats(row_keys(moved.astype(float)))  # a changed set an earlier proposal has
     first = first_vocab_values(geo, X, vocab, max(GRID_VALUES.values()))  # (2, N, D, V): up, down
     agent, order, R_all, ok_all = [], [], [], []
     for size, V in GRID_VALUES.items():
