@@ -6,7 +6,10 @@ screens, its shrinks). Done a column at a time, those lookups were a dozen small
 numeric column, about 1.3 ms of the 20 ms an answer computes against a remote model. Here each side of
 every column sits in one row of a table padded with +inf, built once per vocabulary, and a lookup is one
 comparison of the rows against it: the count of values below a point is ``np.searchsorted``'s index, so
-the values found are those of the column-at-a-time code, bit for bit (``tests/test_vocab_table.py``).
+the values found are those of the column-at-a-time code, bit for bit (``tests/test_vocab_table.py``). The
+values between an agent and its answer (``between_values``: the answer's split edges just inside it) are looked up
+the same way, in place of ``steps.vocab_between`` a column at a time (1.3 ms of the compute between a request's
+calls on Adult forest).
 """
 
 from __future__ import annotations
