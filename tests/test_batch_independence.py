@@ -165,6 +165,28 @@ def test_an_agent_s_training_distances_neighbours_and_named_sets_do_not_depend_o
     assert all(np.array_equal(namer.rank(Xs[i:i + 1], 6)[0], ranks[i]) for i in range(50))
 
 
+def test_a_requests_distances_are_kept_for_its_next_ask_and_measured_again_for_other_labels(german):
+    """``_train_distances`` keeps a small batch's distances for its next ask (a request asks 3 to 4 times): the same
+    bits, a copy a caller's writes do not reach, and measured again once the labels change (self-labels join them);
+    ``_moved_labels`` likewise."""
+    from learners.tabular.nearest import NearestCfeGenerator
+
+    world, labels, test = german
+    gen = NearestCfeGenerator().fit(world, labels)
+    x = test[:1]
+    d = gen._train_distances(x)
+    again = gen._train_distances(x)
+    assert np.array_equal(again, d) and again is not d
+    again[:] = -1.0
+    assert np.array_equal(gen._train_distances(x), d)
+    assert np.array_equal(gen._train_distances(test[1:2])[0], gen._train_distances(test[:2])[1])  # another agent's own
+    moved = gen._moved_labels()
+    assert np.array_equal(moved, np.abs(gen.CF_ - gen.X_) > 1e-12) and gen._moved_labels() is moved
+    gen.X_, gen.CF_ = gen.X_[::-1].copy(), gen.CF_[::-1].copy()  # other labels (new arrays): measured again
+    np.testing.assert_allclose(gen._train_distances(x), d[:, ::-1], rtol=1e-5, atol=1e-6)
+    assert np.array_equal(gen._moved_labels(), moved[::-1])
+
+
 def test_lost_agents_next_picks_spread_over_sets_do_not_depend_on_the_batch(german):
     """Agents round one leaves without an answer after refusing the student's picks (each its own number of them,
     so their caps in round two differ) take their next picks spread over their sets (``set_spread``) from a list
