@@ -5,6 +5,8 @@ scored at 2 x 256 (or ``--budget``) on held-out, validation and fresh real agent
     python benchmarks/self_labels.py --cells credit/forest --seeds 0 --self-labels 1500
     python benchmarks/self_labels.py --cells credit/forest --student-members 2 --student-use both
     python benchmarks/self_labels.py --cells adult/forest --student-use both --self-label-values   # Adult's table setting
+    python benchmarks/self_labels.py --cells adult/forest --student-use both --self-label-values --self-labels 6000 \
+        --variants with            # 6,000 self-labels, the proposer with the student only (saved with "-n6000")
 
 Per cell and fit seed (the cell's 500 MACE labels, ``benchmarks/blackbox_generators.py``'s): the search without the
 network (``proposals: averages``), the proposer, and the proposer with the seed-0 fit's student of the forest's
@@ -55,6 +57,7 @@ from learners.tabular import WorldGeometry, build_tabular_generator  # noqa: E40
 
 OUT = Path("benchmarks/results")
 VARIANTS = ("without", "with")  # the proposer, and the proposer with the seed-0 student
+SELF_LABELS = 1500  # the self-labelled agents of a run whose files carry no count in their names
 SAVED = {"without": "proposer_self", "with": "proposer_student_self"}  # each variant's fit, saved under --generators
 # the student's settings (the proposer's parameters); a run at others writes files of its own, named by SETTING_TAGS
 STUDENT_DEFAULTS = {"student_members": 1, "student_use": "round_one", "student_threshold": 0.3, "student_near_picks": 64,
@@ -114,6 +117,7 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
     world = c.build.world
     sets = agent_sets(c, tl, args)
     budget = Budget(*(int(v) for v in args.budget.split("x")))
+    variants = tuple(args.variants.split(","))
     U = unlabelled_agents(c, labels.X, args.self_labels, args)
     params = {"self_label_workers": args.workers}
     out: dict[str, Any] = {"cell": cell, "budget": args.budget, "labels": int(len(labels.X)), "unlabelled": int(len(U)),
@@ -127,7 +131,7 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
     student = None
     for seed in seeds:
         saved = spread_dir(args.generators, cell, seed)
-        if seed in kept and all((saved / saved_name(v, args)).exists() for v in VARIANTS):
+        if seed in kept and all((saved / saved_name(v, args)).exists() for v in variants):
             print(f"[{cell}] seed {seed}: kept from {path}", flush=True)  # (its saved fits too; else fitted again)
             out["fits"].append(kept[seed])
             continue
@@ -135,7 +139,7 @@ def run_cell(cell: str, args: argparse.Namespace, path: Path | None = None) -> d
         memory = str(Path(args.cache) / "self_label_memory" / f"{cell.replace('/', '_')}-{args.seed}")
         no_net = build_tabular_generator("proposer", {"proposals": "averages"}).fit(black, labels, seed=seed)
         row: dict[str, Any] = {"seed": seed, "no_net": shares(no_net, world, sets, budget)}
-        for variant in VARIANTS:
+        for variant in variants:
             if variant == "with" and student is None:  # the student's fit, once per cell (its answers kept)
                 t = time.perf_counter()
                 smem = Path(args.cache) / "student_memory" / f"{cell.replace('/', '_')}-{args.seed}"
@@ -186,7 +190,7 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
              "proposer + student + self |", "|---|---|---:|---:|---:|---:|---:|"]
 
     def col(c: dict[str, Any], side: str, where: str) -> str:
-        v = [f[side][where] for f in c["fits"] if where in f[side]]
+        v = [f[side][where] for f in c["fits"] if side in f and where in f[side]]
         if not v:
             return "-"
         return f"{np.mean(v):.3f}" if len(v) == 1 else f"{min(v):.3f}-{max(v):.3f} ({np.mean(v):.3f})"
@@ -201,7 +205,9 @@ def report(cells: list[dict[str, Any]], command: str) -> str:
               "within 1% of MACE (seed 0; agents with MACE's answer) |", "|---|---|---:|---:|---|---:|---|"]
     for c in cells:
         for v, name in (("without", "proposer"), ("with", "proposer + student")):
-            infos = [f[f"{v}_self_info"] for f in c["fits"]]
+            infos = [f[f"{v}_self_info"] for f in c["fits"] if f"{v}_self_info" in f]
+            if not infos:  # a run of the other variant only (--variants)
+                continue
             q = c["fits"][0].get(f"{v}_self_quality", {})
             qs = f"{q['within_1pct']:.3f} of {q['agents']}" if q.get("agents") else "-"
             asked = [i for i in infos if not i.get("kept_blocks")]  # a fit answered from memory asked nothing
@@ -224,18 +230,23 @@ def student_setting(args: argparse.Namespace) -> dict[str, Any]:
 
 def saved_name(variant: str, args: argparse.Namespace) -> str:
     """The directory name of a variant's saved fit: its ``SAVED`` name, the student's with its setting where it is
-    not the default (its self-labels depend on it): ``proposer_student_self-both-t0.1-near128``."""
-    return SAVED[variant] + (result_names("2x256", student_setting(args))[0] if variant == "with" else "")
+    not the default (its self-labels depend on it), either with the self-labels' count where it is not 1,500:
+    ``proposer_student_self-both-t0.1-near128``, ``proposer_student_self-both-values-n6000``."""
+    return SAVED[variant] + result_names("2x256", student_setting(args) if variant == "with" else None,
+                                         args.self_labels)[0]
 
 
-def result_names(budget: str, setting: dict[str, Any] | None = None) -> tuple[str, str]:
-    """(the tail of each cell's JSON stem, the report's file name) at ``budget`` and the student's ``setting``:
-    the 2 x 256 files of the default student keep their names, another budget or student carries it
-    (``credit_forest-8x2000.json``, ``self_labels_8x2000.md``; ``credit_forest-m2-both.json``,
-    ``self_labels_m2-both.md``; ``credit_forest-both-t0.1-near128.json``)."""
+def result_names(budget: str, setting: dict[str, Any] | None = None, self_labels: int = SELF_LABELS
+                 ) -> tuple[str, str]:
+    """(the tail of each cell's JSON stem, the report's file name) at ``budget``, the student's ``setting`` and
+    ``self_labels`` agents: the 2 x 256 files of the default student and 1,500 self-labels keep their names,
+    another budget, student or count carries it (``credit_forest-8x2000.json``, ``self_labels_8x2000.md``;
+    ``credit_forest-m2-both.json``, ``self_labels_m2-both.md``; ``credit_forest-both-t0.1-near128.json``;
+    ``adult_forest-both-values-n6000.json``)."""
     setting = {**STUDENT_DEFAULTS, **(setting or {})}
     parts = ([] if budget == "2x256" else [budget]) + [SETTING_TAGS[k] + ("" if isinstance(v, bool) else str(v))
                                                           for k, v in setting.items() if v != STUDENT_DEFAULTS[k]]
+    parts += [] if int(self_labels) == SELF_LABELS else [f"n{int(self_labels)}"]
     tail = "-".join(parts)
     return (f"-{tail}", f"self_labels_{tail}.md") if tail else ("", "self_labels.md")
 
@@ -247,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", default="0,1,2,3", help="fit seeds (the student: the first one's)")
     p.add_argument("--self-labels", type=int, default=1500, help="unlabelled real rejected training rows self-labelled")
     p.add_argument("--workers", type=int, default=2, help="processes answering the self-labels")
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help="which fits self-label: without (the proposer), with (the proposer with the student), or both")
     p.add_argument("--val-agents", type=int, default=400, help="validation agents per cell (never self-labelled)")
     p.add_argument("--fresh-agents", type=int, default=400,
                    help="real rejected test rows outside the held-out sample, MACE-labelled (0: none)")
@@ -264,9 +277,11 @@ def main(argv: list[str] | None = None) -> None:
                         "proposer_student_self, with the student's setting: saved_name)")
     p.add_argument("--force", action="store_true", help="run every fit again (else a cell's fits kept in its JSON stay)")
     args = with_cell_defaults(p.parse_args(argv))
+    if not args.variants or not set(args.variants.split(",")) <= set(VARIANTS):
+        raise SystemExit(f"--variants: expected some of {', '.join(VARIANTS)}, got {args.variants!r}")
     out = Path(args.out)
     (out / "self_labels").mkdir(parents=True, exist_ok=True)
-    tail, report_name = result_names(args.budget, student_setting(args))
+    tail, report_name = result_names(args.budget, student_setting(args), args.self_labels)
     for cell in args.cells.split(","):  # one JSON per cell; the report holds every cell run so far at this budget
         run_cell(cell, args, out / "self_labels" / f"{cell.replace('/', '_')}{tail}.json")
     runs = [f for f in sorted((out / "self_labels").glob("*.json")) if f.stem.partition("-")[2] == tail[1:]]

@@ -35,11 +35,11 @@ def test_each_cell_times_a_fit_that_a_committed_command_saves():
     import argparse
 
     from benchmarks.blackbox_generators import METHODS
-    from benchmarks.self_labels import STUDENT_DEFAULTS, saved_name
+    from benchmarks.self_labels import SELF_LABELS, STUDENT_DEFAULTS, saved_name
 
     for cell, (name, setting) in SETTINGS.items():
         if name.startswith("proposer_student_self"):
-            args = argparse.Namespace(**{**STUDENT_DEFAULTS, **setting})
+            args = argparse.Namespace(**{**STUDENT_DEFAULTS, "self_labels": SELF_LABELS, **setting})
             assert saved_name("with", args) == name, cell
         else:
             assert name in METHODS, cell
