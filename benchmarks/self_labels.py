@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     add_label_arguments(p)
     p.add_argument("--cells", default="credit/forest,adult/forest", help="comma-separated forest cells")
     p.add_argument("--seeds", default="0,1,2,3", help="fit seeds (the student: the first one's)")
-    p.add_argument("--self-labels", type=int, default=1500, help="unlabelled real rejected training rows self-labelled")
+    p.add_argument("--self-labels", type=int, default=SELF_LABELS, help="unlabelled real rejected training rows self-labelled")
     p.add_argument("--workers", type=int, default=2, help="processes answering the self-labels")
     p.add_argument("--variants", default=",".join(VARIANTS),
                    help="which fits self-label: without (the proposer), with (the proposer with the student), or both")
